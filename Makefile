@@ -1,0 +1,32 @@
+# The two commands of the README: `make demo` (set up, run the main job) and `make test` (set up, run
+# the tests). Both are idempotent: the virtual environment is rebuilt only when pyproject.toml changes.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# On machines without CUDA the CPU build of torch is installed before anything that depends on torch;
+# otherwise pip would pull several GB of CUDA wheels. GPU machines keep pip's default (CUDA) build.
+TORCH_CPU ?= torch==2.13.0
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: setup demo test bench clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install --quiet "$(TORCH_CPU)"; fi
+	$(BIN)/pip install --quiet -e '.[test]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: setup
+	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/speed_vs_naive.py
+
+clean:
+	rm -rf $(VENV) out

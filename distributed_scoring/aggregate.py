@@ -1,0 +1,64 @@
+"""Driver-side aggregation over the written Parquet files: the no-loss check and `summary.json`.
+
+Reads only four small columns, one file at a time, so memory stays flat however large the corpus.
+"""
+
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+
+from . import schema as S
+from .config import RunConfig
+from .errors import DataLossError
+from .output import SUMMARY_FILE, OutputDir
+from .sources import Shard
+from .stats import CorpusStats
+
+_STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
+
+
+def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
+    """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
+    stats = CorpusStats()
+    by_input: dict[str, CorpusStats] = {}
+    problems = []
+    signatures: dict[str, dict] = {}
+    for shard in plan:
+        marker = out.read_marker(shard.key)
+        if marker is None:
+            problems.append(f"shard {shard.key} ({shard.file.path}, rows {shard.start + 1}-{shard.start + shard.rows}) is not done")
+            continue
+        signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
+        part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
+        if part.metadata.num_rows != shard.rows:
+            problems.append(f"shard {shard.key} has {part.metadata.num_rows} rows, expected {shard.rows}")
+        for batch in part.iter_batches(columns=_STAT_COLUMNS):
+            batch_stats = CorpusStats.of_table(batch)
+            stats += batch_stats
+            by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + batch_stats
+    expected = sum(s.rows for s in plan)
+    if problems or stats.rows != expected:
+        raise DataLossError(
+            f"{expected} rows in, {stats.rows} rows out: " + "; ".join(problems[:5])
+            + (" ..." if len(problems) > 5 else "")
+            + ". Rerun the same command to score the unfinished shards."
+        )
+    summary = {
+        **stats.to_dict(),
+        "rows_expected": expected,
+        "model": config.model.name,
+        "variant": config.scoring.variant,
+        "inputs": list(config.inputs.paths),
+        "shards": len(plan),
+        "signature": _one_or_all(list(signatures.values())),
+        "by_input": {name: s.to_dict() for name, s in by_input.items()},
+    }
+    out.write_json(SUMMARY_FILE, summary)
+    return summary
+
+
+def _one_or_all(signatures: list[dict]) -> dict | list[dict] | None:
+    """The run's signature; a list when shards were scored under different ones (mixed devices)."""
+    if not signatures:
+        return None
+    return signatures[0] if len(signatures) == 1 else signatures

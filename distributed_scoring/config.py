@@ -1,0 +1,89 @@
+"""Frozen, validated configuration for a scoring run.
+
+Every knob a run depends on lives here, so the same objects describe an in-process run and a Ray run,
+and a run's fingerprint (see `output.py`) can be computed from them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from .errors import UserError
+
+VARIANTS = ("original", "word_l2r")
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Which masked LM to load and where to run it.
+
+    `name` is a local folder or a Hub id. `dtype` is the autocast dtype of the encoder: `auto` means
+    bfloat16 on CUDA and float32 on CPU; the LM head and the log-softmax run in float32, except with
+    `float64`, where the whole model does (for reference-grade precision, at twice the CPU cost).
+    """
+
+    name: str
+    revision: str | None = None
+    device: str = "auto"
+    dtype: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise UserError("model name is empty: pass a local folder or a Hub id with --model")
+        if self.device not in DEVICES and not self.device.startswith("cuda:"):
+            raise UserError(f"device {self.device!r} is not one of {DEVICES} or cuda:N")
+        if self.dtype not in DTYPES:
+            raise UserError(f"dtype {self.dtype!r} is not one of {DTYPES}")
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How PLLs are computed and what is written per sentence.
+
+    `batch_tokens` bounds rows x padded length of one forward pass; None picks a default for the device.
+    """
+
+    variant: str = "original"
+    batch_tokens: int | None = None
+    per_token: bool = False
+    word_scores: bool = False
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise UserError(f"variant {self.variant!r} is not one of {VARIANTS}")
+        if self.batch_tokens is not None and self.batch_tokens < 1:
+            raise UserError(f"batch_tokens must be positive, got {self.batch_tokens}")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The corpus: files (or folders, globs, URIs), which column holds the text, which the id.
+
+    `shard_rows` is the unit of work and of resume: each shard is read, scored and written as a whole.
+    """
+
+    paths: tuple[str, ...]
+    text_column: str = "text"
+    id_column: str | None = None
+    shard_rows: int = 1000
+
+    def __post_init__(self) -> None:
+        if not self.paths:
+            raise UserError("no input given: pass at least one file, folder, glob or URI")
+        if self.shard_rows < 1:
+            raise UserError(f"shard_rows must be positive, got {self.shard_rows}")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One scoring run: inputs, model, options and the output folder."""
+
+    inputs: InputSpec
+    model: ModelSpec
+    scoring: ScoringOptions = field(default_factory=ScoringOptions)
+    output: str = "out"
+
+    def to_dict(self) -> dict:
+        return asdict(self)

@@ -1,0 +1,256 @@
+"""Loading masked LMs and their tokenizers, and splitting each model into encoder and LM head.
+
+The PLL engine needs the vocabulary projection only at the masked position of every copy, so it runs
+the encoder over the batch, gathers one hidden state per row and applies the head to those rows alone.
+That needs to know, per architecture, which modules form the head: `_HEADS` says so. An architecture
+missing from it still scores exactly, through the full model and a gather of its logits (slower).
+"""
+
+from __future__ import annotations
+
+import logging
+import pickle
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from .config import ModelSpec
+from .errors import UserError
+
+logger = logging.getLogger(__name__)
+
+# Default token budget of one forward pass (rows x padded length), per device type.
+DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 65536}
+
+# Model types whose learned position ids start after the padding index (fairseq convention).
+_OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text"}
+
+# Checkpoint keys whose absence says nothing about the LM head.
+_BENIGN_MISSING = ("position_ids", "token_type_ids")
+
+
+class ModelLoadError(UserError):
+    """A model or tokenizer cannot be used for masked-LM scoring; the message says why and what to do."""
+
+
+def _sequential(*modules: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    return nn.Sequential(*modules)
+
+
+def _deberta_v2_head(m: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    if getattr(m, "legacy", True):
+        return m.cls
+    return lambda h: m.lm_predictions(h, m.deberta.embeddings.word_embeddings)
+
+
+# Class name -> the callable mapping final hidden states (N, H) to vocabulary logits (N, V).
+_HEADS: dict[str, Callable[[nn.Module], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "BertForMaskedLM": lambda m: m.cls,
+    "RobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaXLForMaskedLM": lambda m: m.lm_head,
+    "CamembertForMaskedLM": lambda m: m.lm_head,
+    "EsmForMaskedLM": lambda m: m.lm_head,
+    "DistilBertForMaskedLM": lambda m: _sequential(
+        m.vocab_transform, m.activation, m.vocab_layer_norm, m.vocab_projector
+    ),
+    "AlbertForMaskedLM": lambda m: m.predictions,
+    "ElectraForMaskedLM": lambda m: _sequential(m.generator_predictions, m.generator_lm_head),
+    "ModernBertForMaskedLM": lambda m: _sequential(m.head, m.decoder),
+    "DebertaForMaskedLM": lambda m: m.cls,
+    "DebertaV2ForMaskedLM": _deberta_v2_head,
+}
+
+
+@dataclass
+class MaskedLM:
+    """A loaded masked LM ready for scoring.
+
+    `head` is None for architectures outside `_HEADS`; the engine then takes logits from the full model.
+    `autocast_dtype` is None when the encoder runs in its weights' dtype; `head_dtype` is float32, or
+    float64 when the model was loaded in float64.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    head_dtype: torch.dtype
+    max_length: int
+    head: Callable[[torch.Tensor], torch.Tensor] | None
+    signature: dict
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.model.base_model
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.tokenizer.mask_token_id
+
+    @property
+    def pad_token_id(self) -> int:
+        """Any id works for padding (the attention mask hides it); prefer the tokenizer's own."""
+        pad = self.tokenizer.pad_token_id
+        return self.mask_token_id if pad is None else pad
+
+    def default_batch_tokens(self) -> int:
+        return DEFAULT_BATCH_TOKENS[self.device.type]
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` is CUDA when present, else CPU; asking for CUDA without one is an error, not a fallback."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but torch sees no CUDA device; use --device cpu")
+    return torch.device(device)
+
+
+def resolve_autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
+    """The encoder's autocast dtype: bf16 (fp16 on GPUs without bf16) on CUDA by default, none on CPU."""
+    if dtype == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None if dtype in ("float32", "float64") else getattr(torch, dtype)
+
+
+def _load_error(spec: ModelSpec, what: str, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"could not load the {what} of model {spec.name!r}: {exc}. Pass a local folder holding a "
+        "HuggingFace masked LM (config.json, weights, tokenizer files) or a Hub id on a machine that "
+        "reaches the Hub; `dscore fetch-model` prepares the offline models."
+    )
+
+
+def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
+    """Load the model's tokenizer and the longest input (in tokens, specials included) the model takes.
+
+    Tokenisation runs apart from the model (on CPU tasks in the Ray pipeline), so this needs no weights.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    _check_local_folder(spec.name)
+    try:
+        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
+    except (OSError, ValueError) as exc:
+        raise _load_error(spec, "configuration", exc) from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
+    except (OSError, ValueError, TypeError) as exc:
+        raise _load_error(spec, "tokenizer", exc) from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(
+            f"the tokenizer of {spec.name!r} is not a fast (tokenizers-backed) tokenizer; word ids and "
+            "offsets are needed for word counts and the word_l2r variant"
+        )
+    if tokenizer.mask_token_id is None:
+        raise ModelLoadError(f"the tokenizer of {spec.name!r} has no mask token, so it cannot drive a masked LM")
+    return tokenizer, max_input_length(config, tokenizer)
+
+
+def _check_local_folder(name: str) -> None:
+    """A name that is plainly a path must be an existing folder (else it would be tried as a Hub id)."""
+    path = Path(name).expanduser()
+    looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
+    if looks_local and not path.is_dir():
+        raise ModelLoadError(f"model folder {name!r} does not exist; pass an existing folder or a Hub id")
+    if path.is_dir() and not (path / "config.json").exists():
+        raise ModelLoadError(f"model folder {name!r} has no config.json; it is not a transformers model folder")
+
+
+def max_input_length(config: Any, tokenizer: Any) -> int:
+    """The longest sequence the model's positions allow, and the tokenizer's own limit if smaller."""
+    bounds = []
+    n_positions = getattr(config, "max_position_embeddings", None)
+    if n_positions:
+        if config.model_type in _OFFSET_POSITION_TYPES:
+            n_positions -= (config.pad_token_id or 0) + 1
+        bounds.append(int(n_positions))
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_limit and tokenizer_limit < 1_000_000:
+        bounds.append(int(tokenizer_limit))
+    if not bounds:
+        raise ModelLoadError("neither the model config nor the tokenizer states a maximum input length")
+    return min(bounds)
+
+
+def load_masked_lm(spec: ModelSpec) -> MaskedLM:
+    """Load a masked LM with its head for inference; refuse checkpoints that lack MLM head weights.
+
+    Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer, max_length = load_tokenizer(spec)
+    device = resolve_device(spec.device)
+    autocast_dtype = resolve_autocast_dtype(spec.dtype, device)
+    weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    try:
+        # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
+        model, info = AutoModelForMaskedLM.from_pretrained(
+            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True
+        )
+    except ValueError as exc:
+        raise ModelLoadError(
+            f"{spec.name!r} cannot be loaded as a masked LM: {exc}. Masked-LM scoring needs an encoder "
+            "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...)."
+        ) from exc
+    except OSError as exc:
+        raise _load_error(spec, "weights", exc) from exc
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"refused to load the pickled checkpoint of {spec.name!r}: it holds objects other than tensors, "
+            "and pickles are only read weights-only (unpickling arbitrary objects can run code). If you "
+            "trust its source, convert it to safetensors there."
+        ) from exc
+    missing = [k for k in info.get("missing_keys", []) if not k.endswith(_BENIGN_MISSING)]
+    if missing:
+        shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
+        raise ModelLoadError(
+            f"{spec.name!r} has no trained masked-LM head: {len(missing)} weights are missing from the "
+            f"checkpoint ({shown}). It was probably saved from a bare encoder or a fine-tuned classifier; "
+            "scoring it would use a randomly initialised head. Use a checkpoint saved with its MLM head."
+        )
+    model.eval().to(device)
+    head_factory = _HEADS.get(type(model).__name__)
+    if head_factory is None:
+        logger.warning(
+            "%s is not in the head table; scoring it through full logits (exact, but slower)",
+            type(model).__name__,
+        )
+    config = model.config
+    signature = {
+        "model": spec.name,
+        "revision": spec.revision or getattr(config, "_commit_hash", None),
+        "architecture": type(model).__name__,
+        "attention": config._attn_implementation,
+        "dtype": str(autocast_dtype or weights_dtype).removeprefix("torch."),
+        "device": device.type,
+        "max_length": max_length,
+        "distributed_scoring": _version("distributed-scoring"),
+        "transformers": _version("transformers"),
+        "torch": torch.__version__,
+    }
+    return MaskedLM(
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        autocast_dtype=autocast_dtype,
+        head_dtype=weights_dtype,
+        max_length=max_length,
+        head=head_factory(model) if head_factory else None,
+        signature=signature,
+    )
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None

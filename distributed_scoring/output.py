@@ -1,0 +1,133 @@
+"""The write stage and the output folder: one Parquet file per shard, a completion marker per shard.
+
+Layout: `DIR/rows/part-<shard>.parquet` (the scored rows, readable as one dataset:
+`pyarrow.parquet.read_table("DIR/rows")`), `DIR/summary.json`, and the bookkeeping `DIR/_run.json`
+and `DIR/_done/<shard>.json`.
+
+A shard's file is written under a temporary name and moved into place; its marker is written only after
+that, so a marker always means a complete file. A rerun on the same folder skips marked shards (resume),
+and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options).
+Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+import uuid
+from pathlib import Path
+from typing import Iterable
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from .config import RunConfig
+from .errors import UserError
+from .sources import Shard
+
+ROWS_DIR = "rows"
+RUN_FILE = "_run.json"
+DONE_DIR = "_done"
+SUMMARY_FILE = "summary.json"
+
+
+class OutputError(UserError):
+    """The output folder cannot be used for this run; the message says why and what to do."""
+
+
+def part_name(key: str) -> str:
+    return f"part-{key}.parquet"
+
+
+def fingerprint(config: RunConfig, plan: Iterable[Shard]) -> dict:
+    """What must match for a rerun to resume into the same folder (not batch size or device)."""
+    plan_digest = hashlib.sha256("\n".join(f"{s.key} {s.rows}" for s in plan).encode()).hexdigest()
+    return {
+        "inputs": list(config.inputs.paths),
+        "text_column": config.inputs.text_column,
+        "id_column": config.inputs.id_column,
+        "shard_rows": config.inputs.shard_rows,
+        "model": config.model.name,
+        "revision": config.model.revision,
+        "dtype": config.model.dtype,
+        "variant": config.scoring.variant,
+        "per_token": config.scoring.per_token,
+        "word_scores": config.scoring.word_scores,
+        "plan": plan_digest,
+    }
+
+
+class OutputDir:
+    """A run's output folder on any pyarrow filesystem."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        if "://" in uri:
+            self.fs, self.root = pafs.FileSystem.from_uri(uri)
+        else:
+            self.fs, self.root = pafs.LocalFileSystem(), str(Path(uri).resolve())
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def part_path(self, key: str) -> str:
+        return self.path(ROWS_DIR, part_name(key))
+
+    def start(self, run: dict, overwrite: bool = False) -> set[str]:
+        """Claim the folder for this run and return the keys of shards already done.
+
+        A folder left by the same run resumes; one left by another run is refused unless `overwrite`.
+        """
+        if overwrite and self._exists(self.root):
+            self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
+        self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+        self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+        previous = self.read_json(RUN_FILE)
+        if previous is None:
+            if self._parts():
+                raise OutputError(
+                    f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
+                )
+            self.write_json(RUN_FILE, run)
+            return set()
+        changed = sorted(k for k in set(run) | set(previous) if run.get(k) != previous.get(k))
+        if changed:
+            raise OutputError(
+                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}); "
+                "use another --output, or pass --overwrite to replace them"
+            )
+        return self.done_keys()
+
+    def done_keys(self) -> set[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(DONE_DIR), allow_not_found=True))
+        return {posixpath.basename(i.path).removesuffix(".json") for i in infos if i.path.endswith(".json")}
+
+    def write_shard(self, key: str, table: pa.Table, signature: dict) -> None:
+        """Write the shard's rows, then its marker (with the scorer's signature)."""
+        final = self.part_path(key)
+        temporary = f"{final}.{uuid.uuid4().hex}.tmp"
+        pq.write_table(table, temporary, filesystem=self.fs)
+        self.fs.move(temporary, final)
+        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), {"rows": table.num_rows, "signature": signature})
+
+    def read_marker(self, key: str) -> dict | None:
+        return self.read_json(posixpath.join(DONE_DIR, f"{key}.json"))
+
+    def write_json(self, name: str, obj: dict) -> None:
+        with self.fs.open_output_stream(self.path(name)) as stream:
+            stream.write(json.dumps(obj, indent=2, sort_keys=True).encode())
+
+    def read_json(self, name: str) -> dict | None:
+        if not self._exists(self.path(name)):
+            return None
+        with self.fs.open_input_stream(self.path(name)) as stream:
+            return json.loads(stream.read())
+
+    def _exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def _parts(self) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(ROWS_DIR), allow_not_found=True))
+        return [i.path for i in infos if i.path.endswith(".parquet")]

@@ -1,0 +1,84 @@
+"""Column names and pyarrow schemas of every table the package passes between stages or writes.
+
+Data flows read -> prepare -> score -> write; each stage adds columns to the table it received, so the
+names are defined once here and every module imports them.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# Read stage: one row per input line / record.
+ID = "id"
+TEXT = "text"
+STATUS = "status"
+ERROR = "error"
+
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+# Prepare stage: tokenisation (ragged lists, one entry per model token of the sentence).
+INPUT_IDS = "input_ids"
+TARGETS = "targets"  # positions (into input_ids) that are masked and scored, in order
+PIECE_WORDS = "piece_words"  # tokenizer word id per token, -1 for special tokens (word_l2r masking)
+TARGET_WORDS = "target_words"  # whitespace-word index of each target (word-level scores)
+N_WORDS = "n_words"
+
+# Score stage: the published output columns.
+MODEL = "model"
+VARIANT = "variant"
+PLL = "pll"
+N_TOKENS = "n_tokens"
+PPPL_TOKEN = "pppl_token"
+PPPL_WORD = "pppl_word"
+TOKENS = "tokens"
+TOKEN_LOGPROBS = "token_logprobs"
+WORD_SCORES = "word_scores"
+
+READ_SCHEMA = pa.schema(
+    [
+        pa.field(ID, pa.string(), nullable=False),
+        pa.field(TEXT, pa.string()),
+        pa.field(STATUS, pa.string(), nullable=False),
+        pa.field(ERROR, pa.string()),
+    ]
+)
+
+PREPARED_FIELDS = [
+    pa.field(INPUT_IDS, pa.list_(pa.int32())),
+    pa.field(TARGETS, pa.list_(pa.int32())),
+    pa.field(PIECE_WORDS, pa.list_(pa.int32())),
+    pa.field(TARGET_WORDS, pa.list_(pa.int32())),
+    pa.field(N_WORDS, pa.int32()),
+]
+PREPARED_SCHEMA = pa.schema(list(READ_SCHEMA) + PREPARED_FIELDS)
+
+
+def output_schema(per_token: bool = False, word_scores: bool = False) -> pa.Schema:
+    """The schema of the scored Parquet rows.
+
+    `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
+    `n_words` the number of whitespace-separated words (both 0 on error rows). `model` and `variant`
+    say which scorer produced the row, so outputs of several runs can be concatenated safely.
+    """
+    fields = [
+        pa.field(ID, pa.string(), nullable=False),
+        pa.field(TEXT, pa.string()),
+        pa.field(PLL, pa.float64()),
+        pa.field(N_TOKENS, pa.int32(), nullable=False),
+        pa.field(N_WORDS, pa.int32(), nullable=False),
+        pa.field(PPPL_TOKEN, pa.float64()),
+        pa.field(PPPL_WORD, pa.float64()),
+        pa.field(STATUS, pa.string(), nullable=False),
+        pa.field(ERROR, pa.string()),
+        pa.field(MODEL, pa.string(), nullable=False),
+        pa.field(VARIANT, pa.string(), nullable=False),
+    ]
+    if per_token:
+        fields += [
+            pa.field(TOKENS, pa.list_(pa.string())),
+            pa.field(TOKEN_LOGPROBS, pa.list_(pa.float64())),
+        ]
+    if word_scores:
+        fields.append(pa.field(WORD_SCORES, pa.list_(pa.float64())))
+    return pa.schema(fields)

@@ -1,0 +1,100 @@
+"""The score stage: prepared rows in, published output rows out.
+
+A `Scorer` loads its model once; the in-process runner holds one and every Ray scoring actor holds one,
+so both paths run this same code. A row whose scoring fails on its own becomes an error row; a failure
+that hits every row (a broken device, say) is raised so that the caller can retry the whole shard.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from . import schema as S
+from .config import ModelSpec, ScoringOptions
+from .masking import Sentence
+from .models import MaskedLM, load_masked_lm
+from .pll import PLLEngine
+from .stats import pppl
+
+logger = logging.getLogger(__name__)
+
+
+def to_sentence(row: dict) -> Sentence:
+    return Sentence(
+        input_ids=np.asarray(row[S.INPUT_IDS], dtype=np.int64),
+        targets=np.asarray(row[S.TARGETS], dtype=np.int64),
+        piece_words=np.asarray(row[S.PIECE_WORDS], dtype=np.int64),
+    )
+
+
+class Scorer:
+    """Adds PLL, counts and PPPLs (and optionally per-token and word scores) to prepared rows."""
+
+    def __init__(self, model: ModelSpec, options: ScoringOptions, mlm: MaskedLM | None = None) -> None:
+        self.mlm = mlm or load_masked_lm(model)
+        self.model_name = model.name
+        self.options = options
+        self.engine = PLLEngine(self.mlm, options.variant, options.batch_tokens)
+        self.schema = S.output_schema(options.per_token, options.word_scores)
+
+    def __call__(self, prepared: pa.Table) -> pa.Table:
+        rows = prepared.to_pylist()
+        ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
+        results = self._score([to_sentence(rows[i]) for i in ok])
+        scored: list[np.ndarray | str | None] = [None] * len(rows)
+        for i, result in zip(ok, results):
+            scored[i] = result
+        columns: dict[str, list] = {name: [] for name in self.schema.names}
+        for row, result in zip(rows, scored):
+            self._append(columns, row, result)
+        return pa.Table.from_pydict(columns, schema=self.schema)
+
+    def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
+        """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
+        try:
+            return list(self.engine.token_logprobs(sentences))
+        except Exception as exc:  # noqa: BLE001 - isolated below, re-raised when not row-specific
+            if len(sentences) < 2:
+                if not sentences:
+                    raise
+                return [f"scoring failed: {type(exc).__name__}: {exc}"]
+            logger.warning("a batch failed (%s); scoring its %d sentences one by one", exc, len(sentences))
+            results: list[np.ndarray | str] = []
+            for sentence in sentences:
+                try:
+                    results.append(self.engine.token_logprobs([sentence])[0])
+                except Exception as row_exc:  # noqa: BLE001 - becomes this row's error
+                    results.append(f"scoring failed: {type(row_exc).__name__}: {row_exc}")
+            if all(isinstance(r, str) for r in results):
+                raise
+            return results
+
+    def _append(self, columns: dict[str, list], row: dict, result: np.ndarray | str | None) -> None:
+        error = result if isinstance(result, str) else row[S.ERROR]
+        ok = error is None and result is not None
+        logprobs = result if ok else None
+        n_tokens = len(logprobs) if ok else 0
+        n_words = row[S.N_WORDS] if ok else 0
+        pll = float(logprobs.sum()) if ok else None
+        columns[S.ID].append(row[S.ID])
+        columns[S.TEXT].append(row[S.TEXT])
+        columns[S.PLL].append(pll)
+        columns[S.N_TOKENS].append(n_tokens)
+        columns[S.N_WORDS].append(n_words)
+        columns[S.PPPL_TOKEN].append(pppl(pll, n_tokens) if ok else None)
+        columns[S.PPPL_WORD].append(pppl(pll, n_words) if ok else None)
+        columns[S.STATUS].append(S.STATUS_OK if ok else S.STATUS_ERROR)
+        columns[S.ERROR].append(None if ok else error)
+        columns[S.MODEL].append(self.model_name)
+        columns[S.VARIANT].append(self.options.variant)
+        if self.options.per_token:
+            ids = [row[S.INPUT_IDS][t] for t in row[S.TARGETS]] if ok else None
+            columns[S.TOKENS].append(self.mlm.tokenizer.convert_ids_to_tokens(ids) if ok else None)
+            columns[S.TOKEN_LOGPROBS].append(logprobs.tolist() if ok else None)
+        if self.options.word_scores:
+            words = np.bincount(row[S.TARGET_WORDS], weights=logprobs, minlength=n_words) if ok else None
+            columns[S.WORD_SCORES].append(words.tolist() if ok else None)

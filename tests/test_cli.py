@@ -1,0 +1,139 @@
+"""`dscore score` end to end in-process: inputs, output schema, summary, bad input, resume."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_scoring import schema as S
+from distributed_scoring.cli import main
+
+REQUIRED = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.STATUS, S.ERROR, S.MODEL, S.VARIANT]
+SUMMARY_KEYS = {"rows", "ok", "errors", "sum_pll", "n_tokens", "n_words", "pppl_token", "pppl_word", "model", "variant"}
+
+
+def score(capsys, *args) -> tuple[int, dict | None, str]:
+    rc = main(["score", *map(str, args)])
+    captured = capsys.readouterr()
+    return rc, json.loads(captured.out) if rc == 0 else None, captured.err
+
+
+def rows(out) -> dict[str, dict]:
+    return {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    long_line = " ".join(["the"] * 200)
+    lines = ["The quick brown fox jumps.", "", "   ", "Naïve café ☃", "the", long_line,
+             "Colourless green ideas sleep furiously.", "Colourless green ideas sleep furiously."]
+    text = tmp_path / "corpus.txt"
+    text.write_bytes(("\n".join(lines) + "\n").encode() + b"caf\xe9 latin-1\n")
+    return text
+
+
+def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_dir, capsys):
+    out = tmp_path / "out"
+    rc, summary, _ = score(capsys, corpus, "--model", tiny_model_dir("bert"), "--output", out,
+                           "--per-token", "--word-scores", "--shard-rows", "3")
+    assert rc == 0
+    table = pq.read_table(out / "rows")
+    assert table.num_rows == 9 and set(REQUIRED) <= set(table.column_names)
+    assert {S.TOKENS, S.TOKEN_LOGPROBS, S.WORD_SCORES} <= set(table.column_names)
+    r = rows(out)
+    assert sorted(r) == sorted(f"corpus.txt:{i}" for i in range(1, 10))
+    status = {k: v[S.STATUS] for k, v in r.items()}
+    assert [status[f"corpus.txt:{i}"] for i in range(1, 10)] == [
+        "ok", "error", "error", "ok", "ok", "error", "ok", "ok", "error"]
+    assert "empty" in r["corpus.txt:2"][S.ERROR]
+    assert "not truncated" in r["corpus.txt:6"][S.ERROR]
+    assert "UTF-8" in r["corpus.txt:9"][S.ERROR]
+    one = r["corpus.txt:5"]
+    assert one[S.N_TOKENS] == 1 and one[S.N_WORDS] == 1 and len(one[S.TOKENS]) == 1
+    assert r["corpus.txt:7"][S.PLL] == r["corpus.txt:8"][S.PLL]  # duplicate lines, distinct ids
+    for row in r.values():
+        if row[S.STATUS] == "ok":
+            assert row[S.PLL] == pytest.approx(sum(row[S.TOKEN_LOGPROBS]))
+            assert row[S.PLL] == pytest.approx(sum(row[S.WORD_SCORES]))
+            assert len(row[S.WORD_SCORES]) == row[S.N_WORDS] == len(row[S.TEXT].split())
+            assert row[S.PPPL_TOKEN] == pytest.approx(math.exp(-row[S.PLL] / row[S.N_TOKENS]))
+    assert SUMMARY_KEYS <= set(summary)
+    assert summary == json.loads((out / "summary.json").read_text())
+    assert (summary["rows"], summary["ok"], summary["errors"]) == (9, 5, 4)
+    ok = [v for v in r.values() if v[S.STATUS] == "ok"]
+    assert summary["sum_pll"] == pytest.approx(sum(v[S.PLL] for v in ok))
+    assert summary["pppl_token"] == pytest.approx(math.exp(-summary["sum_pll"] / sum(v[S.N_TOKENS] for v in ok)))
+    assert summary["pppl_word"] == pytest.approx(math.exp(-summary["sum_pll"] / sum(v[S.N_WORDS] for v in ok)))
+
+
+def test_jsonl_and_parquet_with_id_columns(tmp_path, tiny_model_dir, capsys):
+    jsonl = tmp_path / "a.jsonl"
+    jsonl.write_text('{"key": "j1", "sentence": "Hello world"}\n\n{"key": "j2", "sentence": 7}\n'
+                     '{"sentence": "no key"}\n{"key": "j3", "sentence": "Fine again"}\n')
+    parquet = tmp_path / "b.parquet"
+    pq.write_table(pa.table({"key": [10, 11], "sentence": ["Parquet row one", None]}), parquet)
+    out = tmp_path / "out"
+    rc, summary, _ = score(capsys, jsonl, parquet, "--model", tiny_model_dir("roberta"), "--output", out,
+                           "--text-column", "sentence", "--id-column", "key", "--variant", "word_l2r")
+    assert rc == 0
+    r = rows(out)
+    assert sorted(r) == ["10", "11", "a.jsonl:2", "a.jsonl:4", "j1", "j2", "j3"]
+    assert [r[k][S.STATUS] for k in ["j1", "j3", "10"]] == ["ok"] * 3
+    assert "empty line" in r["a.jsonl:2"][S.ERROR]
+    assert "not a string" in r["j2"][S.ERROR]
+    assert "'key'" in r["a.jsonl:4"][S.ERROR]
+    assert "null" in r["11"][S.ERROR]
+    assert {v[S.VARIANT] for v in r.values()} == {"word_l2r"}
+    assert summary["rows"] == 7 and summary["ok"] == 3
+
+
+def test_batching_does_not_change_results(corpus, tmp_path, tiny_model_dir, capsys):
+    model = tiny_model_dir("albert")
+    assert score(capsys, corpus, "--model", model, "--output", tmp_path / "a", "--batch-tokens", "16")[0] == 0
+    assert score(capsys, corpus, "--model", model, "--output", tmp_path / "b", "--shard-rows", "2")[0] == 0
+    a, b = rows(tmp_path / "a"), rows(tmp_path / "b")
+    assert a.keys() == b.keys()
+    for key in a:
+        if a[key][S.STATUS] == "ok":
+            assert a[key][S.PLL] == pytest.approx(b[key][S.PLL], abs=1e-5)
+
+
+def test_clear_errors(corpus, tmp_path, tiny_model_dir, capsys):
+    model = tiny_model_dir("bert")
+    rc, _, err = score(capsys, tmp_path / "missing.txt", "--model", model, "--output", tmp_path / "o1")
+    assert rc == 2 and "missing.txt" in err and "does not exist" in err
+    jsonl = tmp_path / "x.jsonl"
+    jsonl.write_text('{"text": "a b"}\n')
+    rc, _, err = score(capsys, jsonl, "--model", model, "--output", tmp_path / "o2", "--text-column", "sentence")
+    assert rc == 2 and "'sentence'" in err and "'text'" in err
+    parquet = tmp_path / "x.parquet"
+    pq.write_table(pa.table({"text": ["a"]}), parquet)
+    rc, _, err = score(capsys, parquet, "--model", model, "--output", tmp_path / "o3", "--id-column", "uid")
+    assert rc == 2 and "no id column 'uid'" in err
+    rc, _, err = score(capsys, corpus, "--model", tmp_path / "no-model", "--output", tmp_path / "o4")
+    assert rc == 2 and "does not exist" in err
+
+
+def test_rerun_resumes_and_refuses_a_different_run(corpus, tmp_path, tiny_model_dir, capsys):
+    model, out = tiny_model_dir("bert"), tmp_path / "out"
+    args = (corpus, "--model", model, "--output", out, "--shard-rows", "4")
+    assert score(capsys, *args)[0] == 0
+    parts = sorted((out / "rows").glob("*.parquet"))
+    assert len(parts) == 3
+    first = {p.name: p.stat().st_mtime_ns for p in parts}
+    # Simulate a crash that lost the last shard: only it is scored again.
+    (out / "_done" / f"{parts[-1].name.removeprefix('part-').removesuffix('.parquet')}.json").unlink()
+    parts[-1].unlink()
+    rc, summary, _ = score(capsys, *args)
+    assert rc == 0 and summary["rows"] == 9
+    again = {p.name: p.stat().st_mtime_ns for p in sorted((out / "rows").glob("*.parquet"))}
+    assert again.keys() == first.keys()
+    assert [again[n] == first[n] for n in sorted(first)] == [True, True, False]
+    rc, _, err = score(capsys, *args, "--variant", "word_l2r")
+    assert rc == 2 and "different run" in err and "variant" in err
+    assert score(capsys, *args, "--variant", "word_l2r", "--overwrite")[0] == 0
+    assert {r[S.VARIANT] for r in rows(out).values()} == {"word_l2r"}

@@ -1,0 +1,75 @@
+"""Model loading: heads, weights-only pickles, and clear refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import tiny
+from distributed_scoring.config import ModelSpec
+from distributed_scoring.models import ModelLoadError, load_masked_lm
+
+
+def test_folder_without_mlm_head_is_refused(tmp_path):
+    from transformers import BertModel
+
+    tokenizer = tiny.make_tokenizer("bert")
+    encoder = tiny.make_model("bert", tokenizer).bert  # the bare encoder, no MLM head
+    BertModel.save_pretrained(encoder, tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="no trained masked-LM head"):
+        load_masked_lm(ModelSpec(str(tmp_path)))
+
+
+def test_missing_folder_and_folder_without_config(tmp_path):
+    with pytest.raises(ModelLoadError, match="does not exist"):
+        load_masked_lm(ModelSpec(str(tmp_path / "nope")))
+    with pytest.raises(ModelLoadError, match="no config.json"):
+        load_masked_lm(ModelSpec(str(tmp_path)))
+
+
+def test_causal_lm_is_refused(tmp_path):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    tokenizer = tiny.make_tokenizer("roberta")
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=16, n_head=2)).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ModelLoadError, match="cannot be loaded as a masked LM"):
+        load_masked_lm(ModelSpec(str(tmp_path)))
+
+
+def save_pickled(folder, state=None):
+    """A model folder with a pickled `pytorch_model.bin` (transformers 5 itself only writes safetensors)."""
+    tokenizer = tiny.make_tokenizer("bert")
+    model = tiny.make_model("bert", tokenizer)
+    model.config.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    torch.save(state(model) if state else model.state_dict(), folder / "pytorch_model.bin")
+    return model
+
+
+def test_pickled_checkpoint_loads_through_weights_only(tmp_path):
+    model = save_pickled(tmp_path)
+    mlm = load_masked_lm(ModelSpec(str(tmp_path)))
+    torch.testing.assert_close(mlm.model.state_dict(), model.state_dict())
+
+
+class Payload:
+    """Unpickling this would run code; weights-only loading must refuse it."""
+
+    def __reduce__(self):
+        return (print, ("unpickled arbitrary code",))
+
+
+def test_pickle_with_code_is_refused(tmp_path, capsys):
+    save_pickled(tmp_path, lambda model: {**model.state_dict(), "payload": Payload()})
+    with pytest.raises(ModelLoadError, match="weights-only"):
+        load_masked_lm(ModelSpec(str(tmp_path)))
+    assert "unpickled arbitrary code" not in capsys.readouterr().out
+
+
+def test_cuda_without_a_gpu_is_an_error_not_a_fallback(tiny_model_dir):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ModelLoadError, match="no CUDA device"):
+        load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), device="cuda"))

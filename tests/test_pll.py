@@ -1,0 +1,80 @@
+"""The engine against the naive reference, on every supported architecture, both variants, many budgets."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tiny
+from distributed_scoring.config import VARIANTS, ModelSpec
+from distributed_scoring.masking import Sentence
+from distributed_scoring.models import load_masked_lm
+from distributed_scoring.pll import PLLEngine
+from distributed_scoring.prepare import Preparer
+from reference import NaiveScorer
+
+TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
+# The smallest budget is below one sentence's copies, so sentences are split across batches.
+BUDGETS = (40, 300, 10**6)
+
+
+def sentences_of(mlm, texts: list[str]) -> list[Sentence]:
+    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
+    assert all(p.error is None for p in prepared), [p.error for p in prepared]
+    return [Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)) for p in prepared]
+
+
+@pytest.mark.parametrize("family", tiny.FAMILIES)
+def test_engine_equals_naive_reference(family, tiny_model_dir):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir(family))))
+    assert mlm.head is not None, f"{family} should use the gathered-head fast path"
+    naive = NaiveScorer(mlm.model, mlm.tokenizer)
+    sentences = sentences_of(mlm, TEXTS)
+    longest = max(len(s.input_ids) * len(s.targets) for s in sentences)
+    assert longest > BUDGETS[0] * 10
+    for variant in VARIANTS:
+        expected = [naive.token_logprobs(text, variant) for text in TEXTS]
+        spread = np.concatenate(expected).std()
+        assert spread > 0.3, "conditionals too flat for the comparison to mean anything"
+        for budget in BUDGETS:
+            got = PLLEngine(mlm, variant, budget).token_logprobs(sentences)
+            for text, g, e in zip(TEXTS, got, expected):
+                assert g.shape == e.shape, text
+                np.testing.assert_allclose(g, e, rtol=0, atol=1e-5, err_msg=f"{family} {variant} {budget} {text!r}")
+
+
+@pytest.mark.parametrize("family", tiny.FAMILIES)
+def test_engine_in_float64_equals_reference_to_rounding(family, tiny_model_dir):
+    """In float64 the only difference left is rounding: packing, gathering and masking are exact."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir(family)), dtype="float64"))
+    naive = NaiveScorer(mlm.model, mlm.tokenizer)
+    sentences = sentences_of(mlm, TEXTS)
+    for variant in VARIANTS:
+        got = PLLEngine(mlm, variant, BUDGETS[0]).token_logprobs(sentences)
+        for text, g in zip(TEXTS, got):
+            np.testing.assert_allclose(g, naive.token_logprobs(text, variant), rtol=0, atol=1e-9)
+
+
+def test_full_logits_fallback_is_exact(tiny_model_dir):
+    """Architectures outside the head table go through the full model; that path must agree too."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("roberta"))))
+    sentences = sentences_of(mlm, TEXTS)
+    fast = PLLEngine(mlm, "original", 500).token_logprobs(sentences)
+    mlm.head = None
+    slow = PLLEngine(mlm, "original", 500).token_logprobs(sentences)
+    for f, s in zip(fast, slow):
+        np.testing.assert_allclose(f, s, rtol=0, atol=1e-5)
+
+
+def test_word_l2r_masks_later_pieces_of_the_same_word(tiny_model_dir):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    text = "internationalization unbelievably the"
+    (sentence,) = sentences_of(mlm, [text])
+    original = PLLEngine(mlm, "original").token_logprobs([sentence])[0]
+    l2r = PLLEngine(mlm, "word_l2r").token_logprobs([sentence])[0]
+    words = sentence.piece_words
+    has_later_piece = np.array([(words[t + 1 :] == words[t]).any() for t in sentence.targets])
+    assert has_later_piece.any() and (~has_later_piece).any()
+    # A target with no later piece in its word sees the same input in both variants.
+    np.testing.assert_array_equal(original[~has_later_piece], l2r[~has_later_piece])
+    assert np.abs(original[has_later_piece] - l2r[has_later_piece]).min() > 1e-4

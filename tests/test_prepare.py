@@ -1,0 +1,64 @@
+"""Tokenisation into engine inputs: what is scored, word counts, and rows that cannot be scored."""
+
+from __future__ import annotations
+
+import pytest
+
+from distributed_scoring.config import ModelSpec
+from distributed_scoring.models import load_tokenizer
+from distributed_scoring.prepare import Preparer
+
+
+@pytest.fixture(scope="module")
+def preparers(tiny_model_dir):
+    def get(family: str) -> Preparer:
+        tokenizer, max_length = load_tokenizer(ModelSpec(str(tiny_model_dir(family))))
+        return Preparer(tokenizer, max_length)
+
+    return get
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "modernbert"])
+def test_specials_are_never_targets_and_words_are_whitespace_words(family, preparers):
+    prep = preparers(family)
+    text = "Naïve  café owners\tserve crème brûlée."
+    (p,) = prep.prepare_texts([text])
+    assert p.error is None
+    specials = set(prep.tokenizer.all_special_ids) - {prep.tokenizer.unk_token_id}
+    assert all(p.input_ids[t] not in specials for t in p.targets)
+    assert sum(p.input_ids[i] in specials for i in range(len(p.input_ids))) == len(p.input_ids) - len(p.targets)
+    assert p.n_words == 6
+    # Every word gets at least one piece and pieces are assigned in order.
+    assert sorted(set(p.target_words)) == list(range(6))
+    assert p.target_words == sorted(p.target_words)
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\t \u3000"])
+def test_blank_text_is_an_error_row(text, preparers):
+    (p,) = preparers("bert").prepare_texts([text])
+    assert p.error == "empty or whitespace-only text"
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_over_long_text_is_an_error_not_truncated(family, preparers):
+    prep = preparers(family)
+    n_specials = len(prep.tokenizer("the")["input_ids"]) - 1
+    fits = " ".join(["the"] * (prep.max_length - n_specials))
+    too_long = fits + " the"
+    ok, long = prep.prepare_texts([fits, too_long])
+    assert ok.error is None and len(ok.input_ids) == prep.max_length
+    assert long.error is not None and "not truncated" in long.error
+    assert f"maximum of {prep.max_length}" in long.error
+
+
+def test_roberta_positions_leave_room_for_the_padding_offset(preparers):
+    from tiny import MAX_POSITIONS
+
+    assert preparers("roberta").max_length == MAX_POSITIONS - 2
+    assert preparers("bert").max_length == MAX_POSITIONS
+
+
+def test_one_token_sentence_and_duplicates(preparers):
+    one, dup1, dup2 = preparers("bert").prepare_texts(["the", "Hi there", "Hi there"])
+    assert one.error is None and len(one.targets) == 1 and one.n_words == 1
+    assert dup1 == dup2

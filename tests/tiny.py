@@ -1,0 +1,162 @@
+"""Tiny randomly initialised masked LMs with real tokenizers trained in-process (no downloads).
+
+Each family gets the tokenizer type it ships with (WordPiece, byte-level BPE, SentencePiece-style
+Unigram), trained on a small English corpus with a small vocabulary so that many words split into
+several pieces, which the `word_l2r` variant needs. Weights use a larger initialiser range than the
+default so that conditionals are far from uniform and a wrong position or mask shows in the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Masked language models score sentences by pseudo-log-likelihood.",
+    "A researcher rescored the hypotheses of an automatic speech recogniser.",
+    "Unbelievably, the transformers library changed its tokenizer interface again!",
+    "She sells seashells by the seashore, and he buys them back.",
+    "Pseudo-perplexity is computed over the whole corpus, not averaged per sentence.",
+    "Distributed scoring shards corpora across actors that each hold a replica.",
+    "The committee's recommendations were implemented immediately afterwards.",
+    "Antibodies recognise antigens through complementarity-determining regions.",
+    "Why would anyone tokenize internationalization into so many pieces?",
+    "Colourless green ideas sleep furiously.",
+    "It's 2026 and the cluster runs nightly audits at 03:00.",
+    "Naïve café owners serve crème brûlée with jalapeño garnish.",
+    "Numbers like 3.14159 and 2.71828 appear in mathematical writing.",
+]
+
+BERT_SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+ROBERTA_SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+SPM_SPECIALS = ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+
+FAMILIES = ("bert", "roberta", "distilbert", "albert", "electra", "modernbert", "deberta-v2")
+
+SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+MAX_POSITIONS = 96
+
+
+def _wordpiece(vocab_size: int = 220) -> dict[str, int]:
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.train_from_iterator(CORPUS, trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=BERT_SPECIALS))
+    return tok.get_vocab()
+
+
+def _bpe(specials: list[str], vocab_size: int = 300) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    model = json.loads(tok.to_str())["model"]
+    merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    return model["vocab"], merges
+
+
+def _unigram(vocab_size: int = 200) -> list[tuple[str, float]]:
+    tok = Tokenizer(models.Unigram())
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPM_SPECIALS, unk_token="<unk>")
+    tok.train_from_iterator(CORPUS, trainer)
+    return [tuple(piece) for piece in json.loads(tok.to_str())["model"]["vocab"]]
+
+
+def make_tokenizer(family: str):
+    """A real transformers tokenizer of the family's own type."""
+    from transformers import (
+        AlbertTokenizer,
+        BertTokenizer,
+        DebertaV2Tokenizer,
+        DistilBertTokenizer,
+        ElectraTokenizer,
+        PreTrainedTokenizerFast,
+        RobertaTokenizer,
+    )
+
+    if family in ("bert", "distilbert", "electra"):
+        cls = {"bert": BertTokenizer, "distilbert": DistilBertTokenizer, "electra": ElectraTokenizer}[family]
+        return cls(vocab=_wordpiece(), do_lower_case=True, model_max_length=MAX_POSITIONS)
+    if family == "roberta":
+        vocab, merges = _bpe(ROBERTA_SPECIALS)
+        return RobertaTokenizer(vocab=vocab, merges=merges, model_max_length=MAX_POSITIONS - 2)
+    if family == "albert":
+        return AlbertTokenizer(vocab=_unigram(), model_max_length=MAX_POSITIONS)
+    if family == "deberta-v2":
+        return DebertaV2Tokenizer(vocab=_unigram(), unk_token="<unk>", pad_token="<pad>", model_max_length=MAX_POSITIONS)
+    if family == "modernbert":
+        vocab, merges = _bpe(BERT_SPECIALS)
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        tok.post_processor = processors.TemplateProcessing(
+            single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+        )
+        return PreTrainedTokenizerFast(
+            tokenizer_object=tok,
+            cls_token="[CLS]",
+            sep_token="[SEP]",
+            pad_token="[PAD]",
+            unk_token="[UNK]",
+            mask_token="[MASK]",
+            model_max_length=MAX_POSITIONS,
+        )
+    raise ValueError(family)
+
+
+def make_model(family: str, tokenizer, seed: int = 0):
+    """A randomly initialised masked LM of the family, sized for fast CPU tests."""
+    import transformers as T
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+    if family == "bert":
+        config = T.BertConfig(**SIZES, **common, max_position_embeddings=MAX_POSITIONS)
+        model = T.BertForMaskedLM(config)
+    elif family == "roberta":
+        config = T.RobertaConfig(**SIZES, **common, max_position_embeddings=MAX_POSITIONS, type_vocab_size=1)
+        model = T.RobertaForMaskedLM(config)
+    elif family == "distilbert":
+        config = T.DistilBertConfig(
+            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, initializer_range=0.2,
+            dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=MAX_POSITIONS,
+        )
+        model = T.DistilBertForMaskedLM(config)
+    elif family == "albert":
+        config = T.AlbertConfig(**SIZES, **common, embedding_size=16, max_position_embeddings=MAX_POSITIONS)
+        model = T.AlbertForMaskedLM(config)
+    elif family == "electra":
+        config = T.ElectraConfig(**SIZES, **common, embedding_size=16, max_position_embeddings=MAX_POSITIONS)
+        model = T.ElectraForMaskedLM(config)
+    elif family == "modernbert":
+        config = T.ModernBertConfig(
+            **SIZES, **common, max_position_embeddings=MAX_POSITIONS, global_attn_every_n_layers=2,
+            local_attention=8, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
+            bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+        )
+        model = T.ModernBertForMaskedLM(config)
+    elif family == "deberta-v2":
+        config = T.DebertaV2Config(
+            **SIZES, **common, max_position_embeddings=MAX_POSITIONS, relative_attention=True,
+            position_buckets=16, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+        )
+        model = T.DebertaV2ForMaskedLM(config)
+    else:
+        raise ValueError(family)
+    return model.eval()
+
+
+def save_tiny(family: str, folder: Path, seed: int = 0) -> Path:
+    """Write a loadable model folder (safetensors + tokenizer files) and return it."""
+    tokenizer = make_tokenizer(family)
+    model = make_model(family, tokenizer, seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
