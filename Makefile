@@ -20,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite
+	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite --ray
 
 test: setup
 	$(BIN)/python -m pytest -q

@@ -8,7 +8,7 @@ import logging
 import sys
 from typing import Sequence
 
-from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RunConfig, ScoringOptions
+from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import DataLossError, UserError
 
 
@@ -31,6 +31,15 @@ def _add_score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
     p.add_argument("--shard-rows", type=int, default=1000, help="rows per shard: the unit of work and resume")
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
+    ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
+    ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
+    ray.add_argument("--address", default=None,
+                     help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+    ray.add_argument("--num-actors", type=int, default=None,
+                     help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)")
+    ray.add_argument("--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)")
+    ray.add_argument("--stall-timeout", type=float, default=1800.0,
+                     help="fail when no shard finishes for this many seconds (default 1800)")
 
 
 def _config(args: argparse.Namespace) -> RunConfig:
@@ -43,9 +52,15 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .runner import run_local
+    if args.ray or args.address:
+        from .pipeline import run_ray
 
-    summary = run_local(_config(args), overwrite=args.overwrite)
+        options = RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout)
+        summary = run_ray(_config(args), options, overwrite=args.overwrite)
+    else:
+        from .runner import run_local
+
+        summary = run_local(_config(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2))
     return 0
 
@@ -77,10 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    import transformers
+    from .models import quiet_transformers
 
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
+    quiet_transformers()
     try:
         return args.func(args)
     except UserError as exc:

@@ -77,6 +77,30 @@ class InputSpec:
 
 
 @dataclass(frozen=True)
+class RayOptions:
+    """Where and how wide a Ray run goes.
+
+    `address` None joins `RAY_ADDRESS` when it is set (as inside `ray job submit`), else starts an
+    embedded local Ray. `num_actors` and `cpus_per_actor` default from the cluster's resources (see
+    `pipeline.plan_resources`). A run with no shard finished for `stall_timeout_s` fails instead of
+    hanging.
+    """
+
+    address: str | None = None
+    num_actors: int | None = None
+    cpus_per_actor: float | None = None
+    stall_timeout_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        if self.num_actors is not None and self.num_actors < 1:
+            raise UserError(f"num_actors must be at least 1, got {self.num_actors}")
+        if self.cpus_per_actor is not None and self.cpus_per_actor <= 0:
+            raise UserError(f"cpus_per_actor must be positive, got {self.cpus_per_actor}")
+        if self.stall_timeout_s <= 0:
+            raise UserError(f"stall_timeout_s must be positive, got {self.stall_timeout_s}")
+
+
+@dataclass(frozen=True)
 class RunConfig:
     """One scoring run: inputs, model, options and the output folder."""
 

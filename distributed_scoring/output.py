@@ -4,8 +4,9 @@ Layout: `DIR/rows/part-<shard>.parquet` (the scored rows, readable as one datase
 `pyarrow.parquet.read_table("DIR/rows")`), `DIR/summary.json`, and the bookkeeping `DIR/_run.json`
 and `DIR/_done/<shard>.json`.
 
-A shard's file is written under a temporary name and moved into place; its marker is written only after
-that, so a marker always means a complete file. A rerun on the same folder skips marked shards (resume),
+A shard's file is written under a hidden temporary name (which dataset readers skip) and moved into
+place; its marker is written only after that, so a marker always means a complete file. Temporary files
+left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
 and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options).
 Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
 """
@@ -16,7 +17,6 @@ import hashlib
 import json
 import posixpath
 import uuid
-from pathlib import Path
 from typing import Iterable
 
 import pyarrow as pa
@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from .config import RunConfig
 from .errors import UserError
 from .sources import Shard
+from .storage import filesystem, scheme
 
 ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
@@ -64,10 +65,11 @@ class OutputDir:
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
-        if "://" in uri:
-            self.fs, self.root = pafs.FileSystem.from_uri(uri)
-        else:
-            self.fs, self.root = pafs.LocalFileSystem(), str(Path(uri).resolve())
+        self.fs, self.root = filesystem(uri)
+        if self.fs is None:
+            raise OutputError(f"cannot write to {uri!r}: use a local path or an s3://, gs:// or file:// URI")
+        # What other processes (Ray workers, whatever their working folder) open as the same folder.
+        self.location = self.root if scheme(uri) in (None, "file") else uri
 
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
@@ -84,9 +86,11 @@ class OutputDir:
             self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
         self.fs.create_dir(self.path(DONE_DIR), recursive=True)
         self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+        for stale in self._files(ROWS_DIR, suffix=".tmp"):
+            self.fs.delete_file(stale)
         previous = self.read_json(RUN_FILE)
         if previous is None:
-            if self._parts():
+            if self._files(ROWS_DIR, suffix=".parquet"):
                 raise OutputError(
                     f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
                 )
@@ -101,13 +105,12 @@ class OutputDir:
         return self.done_keys()
 
     def done_keys(self) -> set[str]:
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path(DONE_DIR), allow_not_found=True))
-        return {posixpath.basename(i.path).removesuffix(".json") for i in infos if i.path.endswith(".json")}
+        return {posixpath.basename(p).removesuffix(".json") for p in self._files(DONE_DIR, suffix=".json")}
 
     def write_shard(self, key: str, table: pa.Table, signature: dict) -> None:
         """Write the shard's rows, then its marker (with the scorer's signature)."""
         final = self.part_path(key)
-        temporary = f"{final}.{uuid.uuid4().hex}.tmp"
+        temporary = self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp")
         pq.write_table(table, temporary, filesystem=self.fs)
         self.fs.move(temporary, final)
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), {"rows": table.num_rows, "signature": signature})
@@ -128,6 +131,6 @@ class OutputDir:
     def _exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    def _parts(self) -> list[str]:
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path(ROWS_DIR), allow_not_found=True))
-        return [i.path for i in infos if i.path.endswith(".parquet")]
+    def _files(self, folder: str, suffix: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
+        return [i.path for i in infos if i.path.endswith(suffix)]

@@ -14,7 +14,7 @@ from .output import OutputDir, fingerprint
 from .prepare import Preparer
 from .progress import Progress
 from .scorer import Scorer
-from .sources import plan_shards, read_shard
+from .sources import plan_shards, read_unit, read_units
 
 logger = logging.getLogger(__name__)
 
@@ -32,10 +32,10 @@ def run_local(config: RunConfig, overwrite: bool = False, progress: bool | None 
         preparer = Preparer(scorer.mlm.tokenizer, scorer.mlm.max_length)
         bar = Progress(sum(s.rows for s in todo), bar=progress)
         try:
-            for shard in todo:
-                table = scorer(preparer(read_shard(shard, config.inputs)))
-                out.write_shard(shard.key, table, scorer.mlm.signature)
-                bar.update(shard.rows)
+            for unit in read_units(todo):
+                for shard, rows in read_unit(unit, config.inputs):
+                    out.write_shard(shard.key, scorer(preparer(rows)), scorer.mlm.signature)
+                    bar.update(shard.rows)
         finally:
             bar.close()
     return summarize(out, plan, config)

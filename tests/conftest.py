@@ -36,3 +36,15 @@ def offline_model_dir():
     from distributed_scoring.offline_models import fetch_model
 
     return fetch_model
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """One local Ray for the whole session: CPUs over-declared (2 cores here) so that scoring actors
+    never starve read/write tasks, no dashboard, no usage stats."""
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    import ray
+
+    ray.init(num_cpus=6, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
+    yield ray
+    ray.shutdown()

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# A local multi-process Ray cluster on loopback, for development: one head and N worker nodes, each a
+# separate `ray start --block` process, with token authentication on.
+#
+#   cluster/local_cluster.sh start [--workers N] [--cpus C] [--dir DIR] [--port P] [--dashboard-port D]
+#   cluster/local_cluster.sh env   [--dir DIR]    # prints the exports that point ray CLI / jobs at it
+#   cluster/local_cluster.sh stop  [--dir DIR]
+#
+# `stop` ends only the processes `start` launched (their PIDs are in DIR/pids; each `ray start --block`
+# shuts its own node down on SIGTERM). It never runs `ray stop`, which would kill every Ray on the machine.
+# The token lives in DIR/auth_token, not ~/.ray, so the cluster does not touch the user's own Ray setup.
+set -euo pipefail
+
+cmd=${1:-}; shift || true
+workers=1 cpus=2 dir=${DSCORE_CLUSTER_DIR:-/tmp/dscore-local-cluster} port=6390 dashboard_port=8275
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workers) workers=$2; shift 2 ;;
+    --cpus) cpus=$2; shift 2 ;;
+    --dir) dir=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    --dashboard-port) dashboard_port=$2; shift 2 ;;
+    *) echo "unknown option $1" >&2; exit 2 ;;
+  esac
+done
+
+print_env() {
+  echo "export RAY_AUTH_MODE=token"
+  echo "export RAY_AUTH_TOKEN_PATH=$dir/auth_token"
+  echo "export RAY_ADDRESS=http://127.0.0.1:$(cat "$dir/dashboard_port")"
+}
+
+running() {  # a live process (an exited one awaiting its reaper, a zombie, does not count)
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state#Z}" = "$state" ]
+}
+
+free_port() {  # a free TCP port on loopback (Ray's agent and client ports have fixed defaults)
+  python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_started() {  # $1 pid, $2 log: until the node reports it started; fail fast if it died
+  for _ in $(seq 1 120); do
+    grep -q "Ray runtime started" "$2" 2>/dev/null && return 0
+    if ! running "$1"; then
+      echo "a Ray node failed to start; the end of $2:" >&2
+      tail -n 15 "$2" >&2
+      return 1
+    fi
+    sleep 1
+  done
+  echo "a Ray node did not start within 120 s; see $2" >&2
+  return 1
+}
+
+case "$cmd" in
+  start)
+    if [ -s "$dir/pids" ]; then echo "a cluster started from $dir may be running; stop it first" >&2; exit 1; fi
+    if [ ${#dir} -gt 40 ]; then  # Ray's socket paths below DIR/ray must stay under 107 bytes
+      echo "--dir $dir is too long for Ray's socket paths; use one of at most 40 characters" >&2
+      exit 2
+    fi
+    mkdir -p "$dir"
+    python -c 'import secrets; print(secrets.token_hex(32))' > "$dir/auth_token"
+    chmod 600 "$dir/auth_token"
+    echo "$dashboard_port" > "$dir/dashboard_port"
+    export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" RAY_USAGE_STATS_ENABLED=0
+    ray start --head --block --node-ip-address 127.0.0.1 --port "$port" --num-cpus "$cpus" \
+      --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$dashboard_port" \
+      --dashboard-agent-listen-port "$(free_port)" --ray-client-server-port "$(free_port)" \
+      --temp-dir "$dir/ray" --disable-usage-stats > "$dir/head.log" 2>&1 &
+    echo $! >> "$dir/pids"
+    wait_started $! "$dir/head.log" || { "$0" stop --dir "$dir"; exit 1; }
+    for i in $(seq 1 "$workers"); do
+      ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
+        --dashboard-agent-listen-port "$(free_port)" --disable-usage-stats > "$dir/worker-$i.log" 2>&1 &
+      echo $! >> "$dir/pids"
+      wait_started $! "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
+    done
+    echo "local Ray cluster up: 1 head + $workers workers, $cpus CPUs each. To use it:"
+    print_env
+    ;;
+  env)
+    print_env
+    ;;
+  stop)
+    [ -f "$dir/pids" ] || { echo "no cluster started from $dir" >&2; exit 0; }
+    while read -r pid; do kill -TERM "$pid" 2>/dev/null || true; done < "$dir/pids"
+    for _ in $(seq 1 30); do
+      alive=0
+      while read -r pid; do running "$pid" && alive=1; done < "$dir/pids"
+      [ "$alive" = 0 ] && break
+      sleep 1
+    done
+    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done < "$dir/pids"
+    rm -f "$dir/pids"
+    echo "stopped the cluster started from $dir"
+    ;;
+  *)
+    sed -n '2,12p' "$0" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,27 @@
+"""Score a corpus on a Ray cluster: the entry point for `ray job submit`.
+
+    ray job submit --working-dir . -- python jobs/score_corpus.py \
+        --input s3://bucket/corpus/ --model bert-base-cased --output s3://bucket/scores/run-1
+
+Inside a submitted job RAY_ADDRESS points at the cluster, so the pipeline joins it. Every option of
+`dscore score` is accepted (`--variant`, `--text-column`, `--num-actors`, ...); `--input` may be
+repeated. Rerunning the same command after a failure resumes into the same output.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from distributed_scoring.cli import main as dscore
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
+    parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
+    args, rest = parser.parse_known_args(argv)
+    return dscore(["score", *args.input, "--ray", *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

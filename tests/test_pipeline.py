@@ -1,0 +1,164 @@
+"""The Ray Data pipeline: same rows as in-process scoring, a killed actor, a killed driver, sizing."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_scoring import schema as S
+from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from distributed_scoring.errors import UserError
+from distributed_scoring.pipeline import StallError, consume, plan_resources, run_ray
+from distributed_scoring.runner import run_local
+
+import tiny
+
+RAY = RayOptions(stall_timeout_s=300)
+
+
+def rows(out) -> dict[str, dict]:
+    return {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
+
+
+def done_markers(out) -> int:
+    return len(list((out / "_done").glob("*.json"))) if (out / "_done").exists() else 0
+
+
+def make_corpus(folder, n_lines: int) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "many.txt"
+    path.write_text("\n".join(tiny.CORPUS[i % len(tiny.CORPUS)] for i in range(n_lines)) + "\n")
+    return str(path)
+
+
+@pytest.mark.ray
+def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_model_dir):
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "plain.txt").write_bytes("Hello there.\n\n  \nNaïve café ☃\n".encode() + b"\xff bad\n" + b"x " * 120 + b"\n")
+    with gzip.open(data / "packed.jsonl.gz", "wt") as f:
+        f.write('{"text": "Compressed JSON lines."}\nnot json\n{"text": null}\n{"text": "Another one."}\n')
+    pq.write_table(pa.table({"text": ["From Parquet.", "Second row."]}), data / "table.parquet")
+    inputs = (f"file://{data}/plain.txt", str(data / "packed.jsonl.gz"), str(data / "table.parquet"))
+    config = RunConfig(InputSpec(inputs, shard_rows=2), ModelSpec(str(tiny_model_dir("bert"))),
+                       ScoringOptions(variant="word_l2r", per_token=True), str(tmp_path / "local"))
+    local = run_local(config)
+    ray_config = RunConfig(config.inputs, config.model, config.scoring, str(tmp_path / "ray"))
+    distributed = run_ray(ray_config, RAY)
+    a, b = rows(tmp_path / "local"), rows(tmp_path / "ray")
+    assert a.keys() == b.keys() and len(a) == 12
+    for key in a:
+        assert (a[key][S.STATUS], a[key][S.ERROR]) == (b[key][S.STATUS], b[key][S.ERROR]), key
+        if a[key][S.STATUS] == "ok":
+            assert a[key][S.PLL] == pytest.approx(b[key][S.PLL], abs=1e-5)
+            assert a[key][S.TOKENS] == b[key][S.TOKENS]
+    assert {k for k, v in b.items() if v[S.STATUS] == "error"} == {
+        "plain.txt:2", "plain.txt:3", "plain.txt:5", "plain.txt:6", "packed.jsonl.gz:2", "packed.jsonl.gz:3"}
+    for key in ("rows", "ok", "errors", "n_tokens", "n_words"):
+        assert local[key] == distributed[key]
+    assert distributed["sum_pll"] == pytest.approx(local["sum_pll"], abs=1e-4)
+    assert {v[S.MODEL] for v in b.values()} == {config.model.name}
+
+
+def _kill_scoring_actor_when(out, min_done: int, killed: list) -> None:
+    deadline = time.time() + 120
+    while time.time() < deadline and not killed:
+        if done_markers(out) >= min_done:
+            for proc in psutil.process_iter(["cmdline"]):
+                if "ScoreStage" in " ".join(proc.info["cmdline"] or []):
+                    proc.send_signal(signal.SIGKILL)
+                    killed.append(proc.pid)
+        time.sleep(0.05)
+
+
+@pytest.mark.ray
+def test_a_killed_scoring_actor_is_replaced_and_no_row_is_lost_or_doubled(ray_local, tmp_path, tiny_model_dir):
+    corpus = make_corpus(tmp_path / "in", 120)
+    out = tmp_path / "out"
+    config = RunConfig(InputSpec((corpus,), shard_rows=2), ModelSpec(str(tiny_model_dir("bert"))), output=str(out))
+    killed: list[int] = []
+    killer = threading.Thread(target=_kill_scoring_actor_when, args=(out, 3, killed))
+    killer.start()
+    summary = run_ray(config, RAY)
+    killer.join()
+    assert killed, "the scoring actor was never found and killed"
+    assert done_markers(out) == 60
+    ids = Counter(r[S.ID] for r in pq.read_table(out / "rows", columns=[S.ID]).to_pylist())
+    assert set(ids) == {f"many.txt:{i}" for i in range(1, 121)} and set(ids.values()) == {1}
+    assert summary["rows"] == summary["rows_expected"] == 120 and summary["ok"] == 120
+
+
+@pytest.mark.ray
+def test_rerun_after_a_killed_driver_scores_only_unfinished_shards(ray_local, tmp_path, tiny_model_dir):
+    corpus = make_corpus(tmp_path / "in", 160)
+    out = tmp_path / "out"
+    model = str(tiny_model_dir("bert"))
+    command = [sys.executable, "-m", "distributed_scoring.cli", "score", corpus, "--model", model,
+               "--output", str(out), "--shard-rows", "2", "--ray"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    driver = subprocess.Popen(command, start_new_session=True, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while done_markers(out) < 5 and time.time() < deadline and driver.poll() is None:
+        time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the embedded Ray it started
+    driver.wait()
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.parquet")}
+    done_before = done_markers(out)
+    assert 5 <= done_before < 80, f"{done_before} of 80 shards done when killed"
+
+    config = RunConfig(InputSpec((corpus,), shard_rows=2), ModelSpec(model), output=str(out))
+    summary = run_ray(config, RAY)
+    after = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.parquet")}
+    rescored = [name for name in before if after[name] != before[name]]
+    assert len(after) == 80 and len(rescored) <= len(before) - done_before  # only unmarked files redone
+    ids = Counter(r[S.ID] for r in pq.read_table(out / "rows", columns=[S.ID]).to_pylist())
+    assert len(ids) == 160 and set(ids.values()) == {1}
+    assert summary["rows"] == 160 and not list((out / "rows").glob(".*.tmp"))
+
+
+@pytest.mark.parametrize(
+    "cluster, options, device, expected",
+    [
+        ({"CPU": 4}, RayOptions(), "auto", (1, 2.0, 0.0, 2, (1, 1))),  # embedded Ray on 2 cores
+        ({"CPU": 64}, RayOptions(), "auto", (15, 4.0, 0.0, 4, (1, 3))),
+        ({"CPU": 64, "GPU": 8}, RayOptions(), "auto", (8, 1.0, 1.0, 1, (1, 8))),
+        ({"CPU": 64, "GPU": 8}, RayOptions(num_actors=2), "cpu", (2, 4.0, 0.0, 4, (1, 2))),
+    ],
+)
+def test_resources_leave_cpus_for_the_other_stages(cluster, options, device, expected):
+    r = plan_resources(cluster, options, device)
+    assert (r.actors, r.cpus_per_actor, r.gpus_per_actor, r.threads_per_actor, r.prepare_actors) == expected
+    assert cluster["CPU"] - r.actors * r.cpus_per_actor >= 1.5
+
+
+def test_resource_requests_that_would_stall_are_refused():
+    with pytest.raises(UserError, match="Ray Data stalls"):
+        plan_resources({"CPU": 4}, RayOptions(num_actors=2), "cpu")
+    with pytest.raises(UserError, match="no GPUs"):
+        plan_resources({"CPU": 8}, RayOptions(), "cuda")
+    with pytest.raises(UserError, match="need 4 GPUs"):
+        plan_resources({"CPU": 8, "GPU": 2}, RayOptions(num_actors=4), "auto")
+
+
+def test_no_progress_turns_into_an_error():
+    def slow():
+        yield {"rows": 1}
+        time.sleep(5)
+        yield {"rows": 1}
+
+    seen = []
+    with pytest.raises(StallError, match="no shard finished"):
+        consume(slow(), seen.append, stall_timeout_s=0.5)
+    assert seen == [{"rows": 1}]
