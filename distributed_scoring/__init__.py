@@ -3,14 +3,14 @@
 The public facade; the modules behind it each own one stage (see docs/ARCHITECTURE.md).
 """
 
-from .config import InputSpec, ModelSpec, RunConfig, ScoringOptions
+from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import DataLossError, UserError
 
-__all__ = ["InputSpec", "ModelSpec", "RunConfig", "ScoringOptions", "UserError", "DataLossError", "run_local"]
+__all__ = ["InputSpec", "ModelSpec", "RayOptions", "RunConfig", "ScoringOptions", "UserError", "DataLossError", "score"]
 
 
-def run_local(config: RunConfig, overwrite: bool = False, progress: bool | None = None) -> dict:
-    """Score a corpus in this process; see `runner.run_local`."""
-    from .runner import run_local as _run_local
+def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
+    """PLL of every row of a corpus, in this process or on Ray; see `runner.score`."""
+    from .runner import score as _score
 
-    return _run_local(config, overwrite=overwrite, progress=progress)
+    return _score(config, ray, overwrite=overwrite)

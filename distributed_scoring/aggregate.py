@@ -5,6 +5,8 @@ Reads only four small columns, one file at a time, so memory stays flat however 
 
 from __future__ import annotations
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import schema as S
@@ -21,6 +23,8 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
+    by_partition: dict[str | None, CorpusStats] = {}
+    columns = _STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
     problems = []
     signatures: dict[str, dict] = {}
     for shard in plan:
@@ -32,10 +36,12 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
         if part.metadata.num_rows != shard.rows:
             problems.append(f"shard {shard.key} has {part.metadata.num_rows} rows, expected {shard.rows}")
-        for batch in part.iter_batches(columns=_STAT_COLUMNS):
+        for batch in part.iter_batches(columns=columns):
             batch_stats = CorpusStats.of_table(batch)
             stats += batch_stats
             by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + batch_stats
+            if config.inputs.partitioned:
+                _add_by_partition(by_partition, pa.Table.from_batches([batch]))
     expected = sum(s.rows for s in plan)
     if problems or stats.rows != expected:
         raise DataLossError(
@@ -53,8 +59,17 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         "signature": _one_or_all(list(signatures.values())),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
     }
+    if config.inputs.partitioned:
+        summary["by_partition"] = {str(name): s.to_dict() for name, s in sorted(by_partition.items(), key=str)}
     out.write_json(SUMMARY_FILE, summary)
     return summary
+
+
+def _add_by_partition(totals: dict[str | None, CorpusStats], table: pa.Table) -> None:
+    """Add a batch's statistics per partition value (a row without a value counts under None)."""
+    for value in pc.unique(table[S.PARTITION]).to_pylist():
+        mask = pc.is_null(table[S.PARTITION]) if value is None else pc.equal(table[S.PARTITION], value)
+        totals[value] = totals.get(value, CorpusStats()) + CorpusStats.of_table(table.filter(mask))
 
 
 def _one_or_all(signatures: list[dict]) -> dict | list[dict] | None:

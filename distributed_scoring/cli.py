@@ -30,6 +30,9 @@ def _add_score_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
     p.add_argument("--shard-rows", type=int, default=1000, help="rows per shard: the unit of work and resume")
+    p.add_argument("--partition-column", default=None,
+                   help="column whose value partitions the rows (kept as `partition`; figures per partition)")
+    p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
@@ -44,23 +47,25 @@ def _add_score_arguments(p: argparse.ArgumentParser) -> None:
 
 def _config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
-        inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows),
+        inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
+                         args.partition_column, args.partition_by_file),
         model=ModelSpec(args.model, args.revision, args.device, args.dtype),
         scoring=ScoringOptions(args.variant, args.batch_tokens, args.per_token, args.word_scores),
         output=args.output,
     )
 
 
+def _ray_options(args: argparse.Namespace) -> RayOptions | None:
+    """Ray options when --ray or --address was given, else None (score in this process)."""
+    if not (args.ray or args.address):
+        return None
+    return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout)
+
+
 def _score(args: argparse.Namespace) -> int:
-    if args.ray or args.address:
-        from .pipeline import run_ray
+    from .runner import score
 
-        options = RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout)
-        summary = run_ray(_config(args), options, overwrite=args.overwrite)
-    else:
-        from .runner import run_local
-
-        summary = run_local(_config(args), overwrite=args.overwrite)
+    summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2))
     return 0
 

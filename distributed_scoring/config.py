@@ -62,16 +62,26 @@ class InputSpec:
     """The corpus: files (or folders, globs, URIs), which column holds the text, which the id.
 
     `shard_rows` is the unit of work and of resume: each shard is read, scored and written as a whole.
+    Rows get a `partition` column from `partition_column`, or the input file's name with
+    `partition_by_file` (for per-partition figures, e.g. the audit).
     """
 
     paths: tuple[str, ...]
     text_column: str = "text"
     id_column: str | None = None
     shard_rows: int = 1000
+    partition_column: str | None = None
+    partition_by_file: bool = False
+
+    @property
+    def partitioned(self) -> bool:
+        return self.partition_column is not None or self.partition_by_file
 
     def __post_init__(self) -> None:
         if not self.paths:
             raise UserError("no input given: pass at least one file, folder, glob or URI")
+        if self.partition_column is not None and self.partition_by_file:
+            raise UserError("partition either by a column or by input file, not both")
         if self.shard_rows < 1:
             raise UserError(f"shard_rows must be positive, got {self.shard_rows}")
 

@@ -35,6 +35,17 @@ class MaskedBatch:
     sentence: np.ndarray  # (B,) index of the row's sentence in the input sequence
     slot: np.ndarray  # (B,) index of the row's target within its sentence
 
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def halves(self) -> tuple["MaskedBatch", "MaskedBatch"]:
+        """The first and second half of the rows (for retrying a batch that ran out of memory)."""
+        middle = len(self) // 2
+        return tuple(MaskedBatch(*(a[part] for a in self.astuple())) for part in (slice(None, middle), slice(middle, None)))
+
+    def astuple(self) -> tuple[np.ndarray, ...]:
+        return (self.input_ids, self.attention_mask, self.positions, self.labels, self.sentence, self.slot)
+
 
 def mask_matrix(sentence: Sentence, variant: str) -> np.ndarray:
     """(n, L) bool: row k marks the positions masked in copy k.

@@ -50,6 +50,8 @@ def fingerprint(config: RunConfig, plan: Iterable[Shard]) -> dict:
         "text_column": config.inputs.text_column,
         "id_column": config.inputs.id_column,
         "shard_rows": config.inputs.shard_rows,
+        "partition_column": config.inputs.partition_column,
+        "partition_by_file": config.inputs.partition_by_file,
         "model": config.model.name,
         "revision": config.model.revision,
         "dtype": config.model.dtype,

@@ -1,13 +1,13 @@
-"""The Ray Data pipeline: the only place that calls `map_batches`.
+"""The Ray Data execution of a run: the only place that calls `map_batches`.
 
 read (tasks) -> prepare (CPU actors, tokenizer) -> score (actors, one model replica each; one GPU each
-on GPU clusters) -> write (tasks) -> aggregate (driver, over the written files).
+on GPU clusters) -> write (tasks); the driver then aggregates over the written files (`runner.py`).
 
 Rows of this dataset are work items, not sentences: first a read unit, then one shard per row, with
 the shard's table carried as Arrow IPC bytes. A shard thus moves through the stages as one indivisible
 row whatever Ray Data does with blocks, so its file is written whole and marked done exactly once; the
 shard of a killed actor is scored again by its replacement (Ray Data restarts pool actors and retries
-their tasks). The stages are the same objects the in-process runner uses.
+their tasks). The stages are the workload's own (`workloads.py`), as in the in-process execution.
 """
 
 from __future__ import annotations
@@ -23,15 +23,13 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from .aggregate import summarize
-from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from .config import InputSpec, RayOptions, RunConfig
 from .errors import UserError
-from .models import load_tokenizer, quiet_transformers
-from .output import OutputDir, fingerprint
-from .prepare import Preparer
+from .models import quiet_transformers
+from .output import OutputDir
 from .progress import Progress
-from .scorer import Scorer
-from .sources import Shard, plan_shards, read_unit, read_units
+from .sources import Shard, read_unit, read_units
+from .workloads import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -130,12 +128,11 @@ def read_stage(batch: pa.Table, spec: InputSpec) -> Iterator[pa.Table]:
 
 
 class PrepareStage:
-    """Tokenises on CPU; holds the tokenizer, never the model."""
+    """Tokenises on CPU; holds the workload's preparer (a tokenizer, never the model)."""
 
-    def __init__(self, model: ModelSpec) -> None:
+    def __init__(self, workload: Workload) -> None:
         quiet_transformers()
-        tokenizer, max_length = load_tokenizer(model)
-        self.preparer = Preparer(tokenizer, max_length)
+        self.preparer = workload.make_preparer()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.concat_tables([payload(r[SHARD], self.preparer(unpack(r[TABLE]))) for r in _each(batch)])
@@ -144,13 +141,13 @@ class PrepareStage:
 class ScoreStage:
     """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs."""
 
-    def __init__(self, model: ModelSpec, scoring: ScoringOptions, threads: int) -> None:
+    def __init__(self, workload: Workload, threads: int) -> None:
         import torch
 
         torch.set_num_threads(threads)
         quiet_transformers()
-        self.scorer = Scorer(model, scoring)
-        self.signature = json.dumps(self.scorer.mlm.signature)
+        self.scorer = workload.make_scorer()
+        self.signature = json.dumps(self.scorer.signature)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.concat_tables(
@@ -170,7 +167,8 @@ def write_stage(batch: pa.Table, output: str) -> pa.Table:
     return pa.table({"key": keys, "rows": rows})
 
 
-def build_dataset(config: RunConfig, units: list[list[Shard]], resources: StageResources, output: str):
+def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]], resources: StageResources,
+                  output: str):
     import ray
 
     context = ray.data.DataContext.get_current()
@@ -181,14 +179,14 @@ def build_dataset(config: RunConfig, units: list[list[Shard]], resources: StageR
     common = dict(batch_size=1, batch_format="pyarrow")
     prepare_min, prepare_max = resources.prepare_actors
     ds = ray.data.from_items(items, override_num_blocks=len(items))
-    ds = ds.map_batches(read_stage, fn_kwargs={"spec": config.inputs}, num_cpus=IO_CPUS, **common)
+    ds = ds.map_batches(read_stage, fn_kwargs={"spec": spec}, num_cpus=IO_CPUS, **common)
     ds = ds.map_batches(
-        PrepareStage, fn_constructor_kwargs={"model": config.model}, num_cpus=1,
+        PrepareStage, fn_constructor_kwargs={"workload": workload}, num_cpus=1,
         compute=ray.data.ActorPoolStrategy(min_size=prepare_min, max_size=prepare_max), **common,
     )
     ds = ds.map_batches(
         ScoreStage,
-        fn_constructor_kwargs={"model": config.model, "scoring": config.scoring, "threads": resources.threads_per_actor},
+        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor},
         num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
         compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
     )
@@ -248,21 +246,13 @@ def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeou
         on_item(value)
 
 
-def run_ray(config: RunConfig, options: RayOptions, overwrite: bool = False) -> dict:
-    """Score every input row on a Ray cluster and return the summary (also written to summary.json)."""
+def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
+    """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
     import ray
 
-    plan = plan_shards(config.inputs)
-    out = OutputDir(config.output)
-    done = out.start(fingerprint(config, plan), overwrite)
-    todo = [shard for shard in plan if shard.key not in done]
-    if done:
-        logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
-    if todo:
-        with ray_session(options):
-            resources = plan_resources(ray.cluster_resources(), options, config.model.device)
-            logger.info("scoring %d shards on Ray: %s", len(todo), resources)
-            dataset = build_dataset(config, read_units(todo), resources, out.location)
-            progress = Progress(sum(s.rows for s in todo), bar=False)
-            consume(dataset.iter_rows(), lambda row: progress.update(row["rows"]), options.stall_timeout_s)
-    return summarize(out, plan, config)
+    with ray_session(options):
+        resources = plan_resources(ray.cluster_resources(), options, workload.device)
+        logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
+        dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location)
+        progress = Progress(sum(s.rows for s in todo), bar=False)
+        consume(dataset.iter_rows(), lambda row: progress.update(row["rows"]), options.stall_timeout_s)

@@ -9,6 +9,7 @@ log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head st
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Sequence
 
 import numpy as np
@@ -16,6 +17,8 @@ import torch
 
 from .masking import MaskedBatch, Sentence, pack
 from .models import MaskedLM
+
+logger = logging.getLogger(__name__)
 
 
 class PLLEngine:
@@ -31,11 +34,24 @@ class PLLEngine:
         out = [np.empty(len(s.targets), dtype=np.float64) for s in sentences]
         batches = pack(sentences, self.variant, self.batch_tokens, self.mlm.mask_token_id, self.mlm.pad_token_id)
         for batch in batches:
-            logprobs = self.forward(batch).double().cpu().numpy()
-            for sentence in np.unique(batch.sentence):
-                rows = batch.sentence == sentence
-                out[sentence][batch.slot[rows]] = logprobs[rows]
+            for part, logprobs in self._forward_fitting(batch):
+                for sentence in np.unique(part.sentence):
+                    rows = part.sentence == sentence
+                    out[sentence][part.slot[rows]] = logprobs[rows]
         return out
+
+    def _forward_fitting(self, batch: MaskedBatch) -> list[tuple[MaskedBatch, np.ndarray]]:
+        """Forward a batch; on a CUDA out-of-memory error halve the budget and retry it in halves."""
+        try:
+            return [(batch, self.forward(batch).double().cpu().numpy())]
+        except torch.cuda.OutOfMemoryError:
+            if len(batch) == 1:
+                raise
+            torch.cuda.empty_cache()
+            self.batch_tokens = max(1, self.batch_tokens // 2)
+            logger.warning("out of memory on a batch of %d rows; token budget halved to %d", len(batch), self.batch_tokens)
+            first, second = batch.halves()
+            return self._forward_fitting(first) + self._forward_fitting(second)
 
     @torch.inference_mode()
     def forward(self, batch: MaskedBatch) -> torch.Tensor:

@@ -67,7 +67,7 @@ def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
 
 
 class Preparer:
-    """Tokenise a table of read rows (`schema.READ_SCHEMA`) into `schema.PREPARED_SCHEMA`."""
+    """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`."""
 
     def __init__(self, tokenizer: Any, max_length: int) -> None:
         self.tokenizer = tokenizer
@@ -98,12 +98,13 @@ class Preparer:
         return batch.encodings
 
     def __call__(self, table: pa.Table) -> pa.Table:
-        rows = table.select([S.ID, S.TEXT, S.STATUS, S.ERROR]).to_pylist()
+        rows = table.to_pylist()
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
         prepared: list[Prepared | None] = [None] * len(rows)
         for i, p in zip(ok, self.prepare_texts([rows[i][S.TEXT] for i in ok])):
             prepared[i] = p
-        columns: dict[str, list] = {name: [] for name in S.PREPARED_SCHEMA.names}
+        schema = S.prepared_schema(S.PARTITION in table.column_names)
+        columns: dict[str, list] = {name: [] for name in schema.names}
         for row, p in zip(rows, prepared):
             error = row[S.ERROR] if p is None else p.error
             p = p or Prepared()
@@ -116,4 +117,6 @@ class Preparer:
             columns[S.PIECE_WORDS].append(p.piece_words)
             columns[S.TARGET_WORDS].append(p.target_words)
             columns[S.N_WORDS].append(p.n_words)
-        return pa.Table.from_pydict(columns, schema=S.PREPARED_SCHEMA)
+            if S.PARTITION in columns:
+                columns[S.PARTITION].append(row[S.PARTITION])
+        return pa.Table.from_pydict(columns, schema=schema)

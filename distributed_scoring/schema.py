@@ -13,6 +13,7 @@ ID = "id"
 TEXT = "text"
 STATUS = "status"
 ERROR = "error"
+PARTITION = "partition"  # optional: a column's value or the input file's name, carried to the output
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -35,14 +36,13 @@ TOKENS = "tokens"
 TOKEN_LOGPROBS = "token_logprobs"
 WORD_SCORES = "word_scores"
 
-READ_SCHEMA = pa.schema(
-    [
-        pa.field(ID, pa.string(), nullable=False),
-        pa.field(TEXT, pa.string()),
-        pa.field(STATUS, pa.string(), nullable=False),
-        pa.field(ERROR, pa.string()),
-    ]
-)
+READ_FIELDS = [
+    pa.field(ID, pa.string(), nullable=False),
+    pa.field(TEXT, pa.string()),
+    pa.field(STATUS, pa.string(), nullable=False),
+    pa.field(ERROR, pa.string()),
+]
+PARTITION_FIELD = pa.field(PARTITION, pa.string())
 
 PREPARED_FIELDS = [
     pa.field(INPUT_IDS, pa.list_(pa.int32())),
@@ -51,15 +51,27 @@ PREPARED_FIELDS = [
     pa.field(TARGET_WORDS, pa.list_(pa.int32())),
     pa.field(N_WORDS, pa.int32()),
 ]
-PREPARED_SCHEMA = pa.schema(list(READ_SCHEMA) + PREPARED_FIELDS)
 
 
-def output_schema(per_token: bool = False, word_scores: bool = False) -> pa.Schema:
+def _with_partition(fields: list[pa.Field], partition: bool) -> pa.Schema:
+    return pa.schema(fields + [PARTITION_FIELD] if partition else fields)
+
+
+def read_schema(partition: bool = False) -> pa.Schema:
+    return _with_partition(READ_FIELDS, partition)
+
+
+def prepared_schema(partition: bool = False) -> pa.Schema:
+    return _with_partition(READ_FIELDS + PREPARED_FIELDS, partition)
+
+
+def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
     `n_words` the number of whitespace-separated words (both 0 on error rows). `model` and `variant`
     say which scorer produced the row, so outputs of several runs can be concatenated safely.
+    `partition` is last, when the run was asked to partition its rows.
     """
     fields = [
         pa.field(ID, pa.string(), nullable=False),
@@ -81,4 +93,4 @@ def output_schema(per_token: bool = False, word_scores: bool = False) -> pa.Sche
         ]
     if word_scores:
         fields.append(pa.field(WORD_SCORES, pa.list_(pa.float64())))
-    return pa.schema(fields)
+    return _with_partition(fields, partition)

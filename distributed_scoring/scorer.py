@@ -39,7 +39,7 @@ class Scorer:
         self.model_name = model.name
         self.options = options
         self.engine = PLLEngine(self.mlm, options.variant, options.batch_tokens)
-        self.schema = S.output_schema(options.per_token, options.word_scores)
+        self.signature = self.mlm.signature
 
     def __call__(self, prepared: pa.Table) -> pa.Table:
         rows = prepared.to_pylist()
@@ -48,10 +48,11 @@ class Scorer:
         scored: list[np.ndarray | str | None] = [None] * len(rows)
         for i, result in zip(ok, results):
             scored[i] = result
-        columns: dict[str, list] = {name: [] for name in self.schema.names}
+        schema = S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in prepared.column_names)
+        columns: dict[str, list] = {name: [] for name in schema.names}
         for row, result in zip(rows, scored):
             self._append(columns, row, result)
-        return pa.Table.from_pydict(columns, schema=self.schema)
+        return pa.Table.from_pydict(columns, schema=schema)
 
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
         """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
@@ -98,3 +99,5 @@ class Scorer:
         if self.options.word_scores:
             words = np.bincount(row[S.TARGET_WORDS], weights=logprobs, minlength=n_words) if ok else None
             columns[S.WORD_SCORES].append(words.tolist() if ok else None)
+        if S.PARTITION in columns:
+            columns[S.PARTITION].append(row[S.PARTITION])

@@ -2,7 +2,7 @@
 
 A shard is a fixed range of records of one file, planned once on the driver; its key names its output
 file, so a rerun finds exactly which shards are done. Every input record becomes one row
-(`schema.READ_SCHEMA`), bad ones included, so that record numbers in ids stay true.
+(`schema.read_schema`), bad ones included, so that record numbers in ids stay true.
 
 Line formats (text, JSONL, CSV, TSV) are planned by one pass that notes the byte offset of every
 shard's first record, so an uncompressed shard is read by seeking. A compressed or stream-only file
@@ -56,6 +56,8 @@ def plan_shards(spec: InputSpec) -> list[Shard]:
     """Every shard of every input, in order; checks the text and id columns up front."""
     shards: list[Shard] = []
     for f in find_inputs(spec.paths):
+        if spec.partition_column is not None and f.fmt == "text":
+            raise InputError(f"{f.path}: a text file has no columns to partition by; use --partition-by-file")
         if f.fmt == "parquet":
             shards += _parquet_plan(f, spec)
         elif f.fmt == "hf":
@@ -78,12 +80,12 @@ def read_units(shards: list[Shard]) -> list[list[Shard]]:
 
 
 def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
-    """Each shard of the unit with its rows as `schema.READ_SCHEMA`, in order."""
+    """Each shard of the unit with its rows as `schema.read_schema`, in order."""
     f = unit[0].file
     if f.fmt == "parquet":
-        yield unit[0], _rows_table(_parquet_rows(unit[0], spec))
+        yield unit[0], _rows_table(_parquet_rows(unit[0], spec), f, spec)
     elif f.fmt == "hf":
-        yield unit[0], _rows_table(_hf_rows(unit[0], spec))
+        yield unit[0], _rows_table(_hf_rows(unit[0], spec), f, spec)
     else:
         yield from _read_line_unit(unit, spec)
 
@@ -101,12 +103,19 @@ def error_row(row_id: str, text: str | None, error: str) -> dict:
     return {S.ID: row_id, S.TEXT: text, S.STATUS: S.STATUS_ERROR, S.ERROR: error}
 
 
-def _rows_table(rows: Iterator[dict]) -> pa.Table:
-    return pa.Table.from_pylist(list(rows), schema=S.READ_SCHEMA)
+def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table:
+    """The rows as a table; with partitioning on, a `partition` column (a record's own value, else
+    the file's name when partitioning by file)."""
+    rows = list(rows)
+    if spec.partition_by_file:
+        for row in rows:
+            row[S.PARTITION] = f.name
+    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned))
 
 
 def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
-    for role, column in (("text", spec.text_column), ("id", spec.id_column)):
+    roles = (("text", spec.text_column), ("id", spec.id_column), ("partition", spec.partition_column))
+    for role, column in roles:
         if column is not None and column not in columns:
             raise InputError(
                 f"{f.path}: no {role} column {column!r}; its columns are {', '.join(map(repr, columns))}. "
@@ -116,6 +125,13 @@ def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
 
 def _id_and_text(record: dict, row_id: str, spec: InputSpec) -> dict:
     """The row of a record with named fields (JSONL, CSV, TSV, Parquet, datasets)."""
+    row = _record_row(record, row_id, spec)
+    if spec.partition_column is not None and record.get(spec.partition_column) is not None:
+        row[S.PARTITION] = str(record[spec.partition_column])
+    return row
+
+
+def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
     if spec.id_column is not None:
         if record.get(spec.id_column) is None:
             return error_row(row_id, None, f"record has no {spec.id_column!r} value for its id")
@@ -221,7 +237,7 @@ def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard,
                 offset, raw = _next_record(records, f)
                 rows.append(_parse_record(raw, f, f"{f.name}:{number}", spec, first=offset == 0))
             index = shard.start + shard.rows
-            yield shard, _rows_table(iter(rows))
+            yield shard, _rows_table(iter(rows), f, spec)
 
 
 def _next_record(records: Iterator[tuple[int, bytes]], f: InputFile) -> tuple[int, bytes]:
@@ -276,8 +292,12 @@ def _parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     return [Shard(f, start, min(spec.shard_rows, n_rows - start)) for start in range(0, n_rows, spec.shard_rows)]
 
 
+def _named_columns(spec: InputSpec) -> list[str]:
+    return [c for c in (spec.text_column, spec.id_column, spec.partition_column) if c is not None]
+
+
 def _parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    columns = [spec.text_column] + ([spec.id_column] if spec.id_column else [])
+    columns = _named_columns(spec)
     table = _read_row_range(_parquet_file(shard.file), columns, shard.start, shard.rows)
     yield from _table_rows(table, shard, spec)
 
@@ -318,6 +338,6 @@ def _hf_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
 
 
 def _hf_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    columns = [spec.text_column] + ([spec.id_column] if spec.id_column else [])
+    columns = _named_columns(spec)
     dataset = _hf_dataset(shard.file).select_columns(columns).with_format("arrow")
     yield from _table_rows(dataset[shard.start : shard.start + shard.rows], shard, spec)

@@ -137,3 +137,23 @@ def test_rerun_resumes_and_refuses_a_different_run(corpus, tmp_path, tiny_model_
     assert rc == 2 and "different run" in err and "variant" in err
     assert score(capsys, *args, "--variant", "word_l2r", "--overwrite")[0] == 0
     assert {r[S.VARIANT] for r in rows(out).values()} == {"word_l2r"}
+
+
+def test_partition_column_and_partition_by_file(tmp_path, tiny_model_dir, capsys):
+    jsonl = tmp_path / "p.jsonl"
+    jsonl.write_text('{"text": "Hello world", "source": "news"}\n{"text": "", "source": "web"}\n'
+                     '{"text": "Good morning", "source": "web"}\n{"text": "No source here"}\n')
+    model = tiny_model_dir("bert")
+    rc, summary, _ = score(capsys, jsonl, "--model", model, "--output", tmp_path / "a", "--partition-column", "source")
+    assert rc == 0
+    r = rows(tmp_path / "a")
+    assert [r[f"p.jsonl:{i}"][S.PARTITION] for i in range(1, 5)] == ["news", "web", "web", None]
+    assert {k: (v["rows"], v["ok"]) for k, v in summary["by_partition"].items()} == {
+        "news": (1, 1), "web": (2, 1), "None": (1, 1)}
+    text = tmp_path / "t.txt"
+    text.write_text("one line\ntwo lines\n")
+    rc, summary, _ = score(capsys, text, jsonl, "--model", model, "--output", tmp_path / "b", "--partition-by-file")
+    assert rc == 0 and set(summary["by_partition"]) == {"t.txt", "p.jsonl"}
+    assert {v[S.PARTITION] for v in rows(tmp_path / "b").values()} == {"t.txt", "p.jsonl"}
+    rc, _, err = score(capsys, text, "--model", model, "--output", tmp_path / "c", "--partition-column", "source")
+    assert rc == 2 and "--partition-by-file" in err

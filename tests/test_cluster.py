@@ -15,7 +15,7 @@ import pytest
 
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.runner import run_local
+from distributed_scoring.runner import score
 
 import tiny
 
@@ -65,7 +65,7 @@ def test_submitted_job_scores_like_the_in_process_path(ray_local, tmp_path, tiny
     assert ray_local.get(ray_local.put("still alive")) == "still alive"  # only our cluster was stopped
 
     local = tmp_path / "local"
-    run_local(RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(model), output=str(local)))
+    score(RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(model), output=str(local)))
     job = {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
     expected = {r[S.ID]: r for r in pq.read_table(local / "rows").to_pylist()}
     assert job.keys() == expected.keys() and len(job) == len(tiny.CORPUS) + 1

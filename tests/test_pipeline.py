@@ -19,8 +19,8 @@ import pytest
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.errors import UserError
-from distributed_scoring.pipeline import StallError, consume, plan_resources, run_ray
-from distributed_scoring.runner import run_local
+from distributed_scoring.pipeline import StallError, consume, plan_resources
+from distributed_scoring.runner import score
 
 import tiny
 
@@ -53,9 +53,9 @@ def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_mo
     inputs = (f"file://{data}/plain.txt", str(data / "packed.jsonl.gz"), str(data / "table.parquet"))
     config = RunConfig(InputSpec(inputs, shard_rows=2), ModelSpec(str(tiny_model_dir("bert"))),
                        ScoringOptions(variant="word_l2r", per_token=True), str(tmp_path / "local"))
-    local = run_local(config)
+    local = score(config)
     ray_config = RunConfig(config.inputs, config.model, config.scoring, str(tmp_path / "ray"))
-    distributed = run_ray(ray_config, RAY)
+    distributed = score(ray_config, RAY)
     a, b = rows(tmp_path / "local"), rows(tmp_path / "ray")
     assert a.keys() == b.keys() and len(a) == 12
     for key in a:
@@ -90,7 +90,7 @@ def test_a_killed_scoring_actor_is_replaced_and_no_row_is_lost_or_doubled(ray_lo
     killed: list[int] = []
     killer = threading.Thread(target=_kill_scoring_actor_when, args=(out, 3, killed))
     killer.start()
-    summary = run_ray(config, RAY)
+    summary = score(config, RAY)
     killer.join()
     assert killed, "the scoring actor was never found and killed"
     assert done_markers(out) == 60
@@ -119,7 +119,7 @@ def test_rerun_after_a_killed_driver_scores_only_unfinished_shards(ray_local, tm
     assert 5 <= done_before < 80, f"{done_before} of 80 shards done when killed"
 
     config = RunConfig(InputSpec((corpus,), shard_rows=2), ModelSpec(model), output=str(out))
-    summary = run_ray(config, RAY)
+    summary = score(config, RAY)
     after = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.parquet")}
     rescored = [name for name in before if after[name] != before[name]]
     assert len(after) == 80 and len(rescored) <= len(before) - done_before  # only unmarked files redone

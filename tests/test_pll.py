@@ -78,3 +78,27 @@ def test_word_l2r_masks_later_pieces_of_the_same_word(tiny_model_dir):
     # A target with no later piece in its word sees the same input in both variants.
     np.testing.assert_array_equal(original[~has_later_piece], l2r[~has_later_piece])
     assert np.abs(original[has_later_piece] - l2r[has_later_piece]).min() > 1e-4
+
+
+def test_out_of_memory_halves_the_budget_and_retries_the_batch(tiny_model_dir, monkeypatch):
+    """A CUDA OOM (simulated: no GPU here) in a batch splits it and lowers the budget; results unchanged."""
+    import torch
+
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    sentences = sentences_of(mlm, TEXTS)
+    expected = PLLEngine(mlm, "original", 2000).token_logprobs(sentences)
+    engine = PLLEngine(mlm, "original", 2000)
+    forward = engine.forward
+    sizes = []
+
+    def forward_with_memory_limit(batch):
+        sizes.append(len(batch))
+        if len(batch) > 7:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (simulated)")
+        return forward(batch)
+
+    monkeypatch.setattr(engine, "forward", forward_with_memory_limit)
+    got = engine.token_logprobs(sentences)
+    assert max(sizes) > 7 and engine.batch_tokens < 2000
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)

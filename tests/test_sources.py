@@ -23,7 +23,7 @@ def read_all(spec: InputSpec) -> list[dict]:
     rows = []
     for unit in read_units(plan):
         for shard, table in read_unit(unit, spec):
-            assert table.num_rows == shard.rows and table.schema == S.READ_SCHEMA
+            assert table.num_rows == shard.rows and table.schema == S.read_schema(spec.partitioned)
             rows += table.to_pylist()
     return rows
 

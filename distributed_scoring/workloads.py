@@ -1,0 +1,54 @@
+"""What runs on each shard: a workload's prepare and score stages, built once per worker.
+
+Both executions (in-process in `runner.py`, Ray actors in `pipeline.py`) take a `Workload`, so a new
+kind of scoring (PLL, causal-LM log-probabilities, pairwise joints) brings its two stage factories and
+reuses reading, sharding, writing, resume and fault tolerance unchanged. Factories must be picklable
+(module-level functions and `functools.partial` of them), since Ray ships them to its workers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Protocol
+
+import pyarrow as pa
+
+from .config import ModelSpec, ScoringOptions
+
+
+class ShardScorer(Protocol):
+    """A score stage: prepared rows in, output rows out, and the signature its markers record."""
+
+    signature: dict
+
+    def __call__(self, prepared: pa.Table) -> pa.Table: ...
+
+
+@dataclass(frozen=True)
+class Workload:
+    """`name` enters the run's fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources)."""
+
+    name: str
+    make_preparer: Callable[[], Callable[[pa.Table], pa.Table]]
+    make_scorer: Callable[[], ShardScorer]
+    device: str
+
+
+def _pll_preparer(model: ModelSpec) -> Callable[[pa.Table], pa.Table]:
+    from .models import load_tokenizer
+    from .prepare import Preparer
+
+    tokenizer, max_length = load_tokenizer(model)
+    return Preparer(tokenizer, max_length)
+
+
+def _pll_scorer(model: ModelSpec, scoring: ScoringOptions) -> Any:
+    from .scorer import Scorer
+
+    return Scorer(model, scoring)
+
+
+def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
+    """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
+    return Workload("pll", partial(_pll_preparer, model), partial(_pll_scorer, model, scoring), model.device)
