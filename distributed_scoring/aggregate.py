@@ -19,12 +19,9 @@ from .stats import CorpusStats
 _STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
 
 
-def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
-    """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
-    stats = CorpusStats()
-    by_input: dict[str, CorpusStats] = {}
-    by_partition: dict[str | None, CorpusStats] = {}
-    columns = _STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
+def check_complete(out: OutputDir, plan: list[Shard]) -> list[dict]:
+    """Every planned shard marked done and holding exactly its rows (rows in == rows out), from the
+    markers and the files' metadata alone; returns the distinct scorer signatures of the markers."""
     problems = []
     signatures: dict[str, dict] = {}
     for shard in plan:
@@ -33,9 +30,26 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
             problems.append(f"shard {shard.key} ({shard.file.path}, rows {shard.start + 1}-{shard.start + shard.rows}) is not done")
             continue
         signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
+        rows = pq.read_metadata(out.part_path(shard.key), filesystem=out.fs).num_rows
+        if rows != shard.rows:
+            problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows}")
+    if problems:
+        raise DataLossError(
+            f"{sum(s.rows for s in plan)} rows in, fewer out: " + "; ".join(problems[:5])
+            + (" ..." if len(problems) > 5 else "") + ". Rerun the same command to score the unfinished shards."
+        )
+    return list(signatures.values())
+
+
+def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
+    """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
+    signatures = check_complete(out, plan)
+    stats = CorpusStats()
+    by_input: dict[str, CorpusStats] = {}
+    by_partition: dict[str | None, CorpusStats] = {}
+    columns = _STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
+    for shard in plan:
         part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
-        if part.metadata.num_rows != shard.rows:
-            problems.append(f"shard {shard.key} has {part.metadata.num_rows} rows, expected {shard.rows}")
         for batch in part.iter_batches(columns=columns):
             batch_stats = CorpusStats.of_table(batch)
             stats += batch_stats
@@ -43,12 +57,8 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
             if config.inputs.partitioned:
                 _add_by_partition(by_partition, pa.Table.from_batches([batch]))
     expected = sum(s.rows for s in plan)
-    if problems or stats.rows != expected:
-        raise DataLossError(
-            f"{expected} rows in, {stats.rows} rows out: " + "; ".join(problems[:5])
-            + (" ..." if len(problems) > 5 else "")
-            + ". Rerun the same command to score the unfinished shards."
-        )
+    if stats.rows != expected:
+        raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
     summary = {
         **stats.to_dict(),
         "rows_expected": expected,
@@ -56,7 +66,7 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         "variant": config.scoring.variant,
         "inputs": list(config.inputs.paths),
         "shards": len(plan),
-        "signature": _one_or_all(list(signatures.values())),
+        "signature": _one_or_all(signatures),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
     }
     if config.inputs.partitioned:

@@ -12,27 +12,19 @@ from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions,
 from .errors import DataLossError, UserError
 
 
-def _add_score_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="text files (one sentence per line), JSONL or Parquet with a text column")
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """Which masked LM, where its results go, and how it runs: shared by every scoring command."""
     p.add_argument("--model", required=True, help="local model folder or Hub id of a masked LM")
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
     p.add_argument("--variant", choices=VARIANTS, default="original",
                    help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)")
     p.add_argument("--device", choices=DEVICES, default="auto")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--revision", default=None, help="model revision (Hub models)")
-    p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
-    p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
     p.add_argument("--shard-rows", type=int, default=1000, help="rows per shard: the unit of work and resume")
-    p.add_argument("--partition-column", default=None,
-                   help="column whose value partitions the rows (kept as `partition`; figures per partition)")
-    p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
@@ -45,12 +37,30 @@ def _add_score_arguments(p: argparse.ArgumentParser) -> None:
                      help="fail when no shard finishes for this many seconds (default 1800)")
 
 
+def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True) -> None:
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them")
+    _add_model_arguments(p)
+    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    if per_token_flag:
+        p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
+    p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
+    p.add_argument("--partition-column", default=None,
+                   help="column whose value partitions the rows (kept as `partition`; figures per partition)")
+    p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
+
+
+def _model(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
+    return ModelSpec(name or args.model, args.revision, args.device, args.dtype)
+
+
 def _config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
                          args.partition_column, args.partition_by_file),
-        model=ModelSpec(args.model, args.revision, args.device, args.dtype),
-        scoring=ScoringOptions(args.variant, args.batch_tokens, args.per_token, args.word_scores),
+        model=_model(args),
+        scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores),
         output=args.output,
     )
 
@@ -67,6 +77,88 @@ def _score(args: argparse.Namespace) -> int:
 
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
+    from .baseline import METRICS, Thresholds
+    from .outliers import OutlierRule
+
+    t, o = Thresholds(), OutlierRule()
+    g = p.add_argument_group("audit", "baseline comparison and outliers")
+    g.add_argument("--baseline", default=None, help="the previous run's audit.json (or its folder; path or URI)")
+    g.add_argument("--metric", choices=METRICS, default=t.metric, help=f"PPPL compared with the baseline (default {t.metric})")
+    g.add_argument("--max-pppl-increase", type=float, default=t.max_pppl_increase,
+                   help=f"relative PPPL rise that counts as a regression (default {t.max_pppl_increase})")
+    g.add_argument("--max-error-rate-increase", type=float, default=t.max_error_rate_increase,
+                   help=f"absolute error-rate rise that counts as a regression (default {t.max_error_rate_increase})")
+    g.add_argument("--min-rows", type=int, default=t.min_rows,
+                   help=f"partitions with fewer rows are reported, not judged (default {t.min_rows})")
+    g.add_argument("--outlier-k", type=float, default=o.k,
+                   help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})")
+    g.add_argument("--outlier-scope", choices=("overall", "partition"), default=o.scope,
+                   help="one outlier rule for the corpus, or one per partition")
+    g.add_argument("--low-tail", action="store_true", help="also flag sentences far below the median NLL/token")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    from .audit import AuditConfig
+    from .baseline import Thresholds
+    from .outliers import OutlierRule
+    from .snapshot import audit_snapshot
+
+    config = AuditConfig(
+        outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
+        thresholds=Thresholds(metric=args.metric, max_pppl_increase=args.max_pppl_increase,
+                              max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows),
+    )
+    ray = _ray_options(args) or RayOptions(stall_timeout_s=args.stall_timeout)
+    result = audit_snapshot(_config(args), ray, args.baseline, config, overwrite=args.overwrite)
+    audit, comparison = result.audit, result.comparison
+    print(json.dumps({
+        "rows": audit["overall"]["rows"], "pppl_token": audit["overall"]["pppl_token"],
+        "pppl_word": audit["overall"]["pppl_word"], "outliers": audit["outliers"]["count"],
+        "verdict": comparison.verdict if comparison else "no baseline",
+        "regressed": [c.name for c in comparison.regressions] if comparison else [],
+        "new_partitions": comparison.new_partitions if comparison else [],
+        "vanished_partitions": comparison.vanished_partitions if comparison else [],
+        "exit_code": result.exit_code, "report": result.report_path,
+    }, indent=2))
+    return result.exit_code
+
+
+def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
+    from .rescoring import METRICS, RescoreOptions
+
+    d = RescoreOptions()
+    p.add_argument("--dev", required=True, help="dev N-best list (JSONL, Parquet or ESPnet JSON): weights are tuned here")
+    p.add_argument("--test", required=True, help="test N-best list: the tuned weights are applied here")
+    p.add_argument("--dev-refs", default=None, help="references of the dev set, if not in the N-best file (utt_id, ref)")
+    p.add_argument("--test-refs", default=None, help="references of the test set, if not in the N-best file")
+    _add_model_arguments(p)
+    p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
+    p.add_argument("--metric", choices=METRICS, default=d.metric, help="wer (ASR, minimised) or bleu (MT, maximised)")
+    p.add_argument("--mlm-alpha", type=float, default=d.mlm_alpha, help="length-penalty exponent on the PLL")
+    p.add_argument("--causal-alpha", type=float, default=d.causal_alpha, help="length-penalty exponent on log P")
+    p.add_argument("--seq-alpha", type=float, default=d.seq_alpha,
+                   help="GNMT normalisation of the sequence model's score (0 off; 0.6 for NMT)")
+    p.add_argument("--lambda-max", type=float, default=d.lambda_max, help="largest LM weight searched")
+    p.add_argument("--bleu-tokenize", default=d.bleu_tokenize, help="sacrebleu tokenizer ('none' for tokenised text)")
+    p.add_argument("--append", default="", help="text appended to each hypothesis before LM scoring ('.' for ASR)")
+
+
+def _rescore(args: argparse.Namespace) -> int:
+    from .rescore_run import RescoreInputs, rescore_nbest
+    from .rescoring import RescoreOptions
+
+    inputs = RescoreInputs(args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, args.shard_rows)
+    options = RescoreOptions(metric=args.metric, mlm_alpha=args.mlm_alpha, causal_alpha=args.causal_alpha,
+                             seq_alpha=args.seq_alpha, lambda_max=args.lambda_max, bleu_tokenize=args.bleu_tokenize)
+    scoring = ScoringOptions(args.variant, args.batch_tokens)
+    causal = _model(args, args.causal_model) if args.causal_model else None
+    result = rescore_nbest(inputs, _model(args), causal, scoring, options, _ray_options(args), args.overwrite)
+    keys = ("metric", "lambda", "gamma", "dev", "test")
+    print(json.dumps({k: result.report[k] for k in keys}, indent=2))
     return 0
 
 
@@ -87,11 +179,34 @@ def build_parser() -> argparse.ArgumentParser:
     score = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
     _add_score_arguments(score)
     score.set_defaults(func=_score)
+    rescore = commands.add_parser(
+        "rescore", help="rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev")
+    _add_rescore_arguments(rescore)
+    rescore.set_defaults(func=_rescore)
+    audit = commands.add_parser(
+        "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
+        description="Exit codes: 0 all holds, 3 a regression against the baseline, 4 the baseline was scored "
+        "by another model (PPPL not compared), 1 rows lost, 2 bad input or options.",
+    )
+    _add_score_arguments(audit, per_token_flag=False)
+    _add_audit_arguments(audit)
+    audit.set_defaults(func=_audit)
     fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
     fetch.add_argument("name", choices=sorted(MODELS))
     fetch.add_argument("--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")
     fetch.set_defaults(func=_fetch_model)
     return parser
+
+
+def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = True) -> int:
+    """`ray job submit` entry points (jobs/): the run goes through Ray, joining the cluster that
+    RAY_ADDRESS names inside a job; with `inputs`, `--input` flags (repeatable) become its inputs."""
+    if not inputs:
+        return main([command, *(sys.argv[1:] if argv is None else argv), "--ray"])
+    parser = argparse.ArgumentParser(prog=f"jobs: dscore {command}", add_help=False)
+    parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
+    args, rest = parser.parse_known_args(argv)
+    return main([command, *args.input, "--ray", *rest])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

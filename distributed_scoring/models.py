@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import pickle
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
@@ -20,6 +19,7 @@ from torch import nn
 
 from .config import ModelSpec
 from .errors import UserError
+from .versions import versions
 
 logger = logging.getLogger(__name__)
 
@@ -143,7 +143,7 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
     """
     from transformers import AutoConfig, AutoTokenizer
 
-    _check_local_folder(spec.name)
+    check_local_folder(spec.name)
     try:
         config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
     except (OSError, ValueError) as exc:
@@ -162,7 +162,7 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
     return tokenizer, max_input_length(config, tokenizer)
 
 
-def _check_local_folder(name: str) -> None:
+def check_local_folder(name: str) -> None:
     """A name that is plainly a path must be an existing folder (else it would be tried as a Hub id)."""
     path = Path(name).expanduser()
     looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
@@ -241,9 +241,7 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
         "dtype": str(autocast_dtype or weights_dtype).removeprefix("torch."),
         "device": device.type,
         "max_length": max_length,
-        "distributed_scoring": _version("distributed-scoring"),
-        "transformers": _version("transformers"),
-        "torch": torch.__version__,
+        **versions(),
     }
     return MaskedLM(
         model=model,
@@ -255,10 +253,3 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
         head=head_factory(model) if head_factory else None,
         signature=signature,
     )
-
-
-def _version(package: str) -> str | None:
-    try:
-        return metadata.version(package)
-    except metadata.PackageNotFoundError:
-        return None

@@ -52,3 +52,25 @@ def _pll_scorer(model: ModelSpec, scoring: ScoringOptions) -> Any:
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
     return Workload("pll", partial(_pll_preparer, model), partial(_pll_scorer, model, scoring), model.device)
+
+
+def _unchanged() -> Callable[[pa.Table], pa.Table]:
+    return _identity
+
+
+def _identity(table: pa.Table) -> pa.Table:
+    return table
+
+
+def _causal_scorer(model: ModelSpec, batch_tokens: int | None) -> Any:
+    from .causal import CausalScorer
+
+    return CausalScorer(model, batch_tokens)
+
+
+def causal_workload(model: ModelSpec, batch_tokens: int | None = None) -> Workload:
+    """Causal-LM log P(W) with the model's BOS/EOS around each sentence (N-best rescoring).
+
+    Its tokenisation depends on the loaded LM's boundary tokens, so it runs in the score stage.
+    """
+    return Workload("causal", _unchanged, partial(_causal_scorer, model, batch_tokens), model.device)

@@ -8,20 +8,9 @@ Inside a submitted job RAY_ADDRESS points at the cluster, so the pipeline joins 
 repeated. Rerunning the same command after a failure resumes into the same output.
 """
 
-from __future__ import annotations
-
-import argparse
 import sys
 
-from distributed_scoring.cli import main as dscore
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], add_help=False)
-    parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
-    args, rest = parser.parse_known_args(argv)
-    return dscore(["score", *args.input, "--ray", *rest])
-
+from distributed_scoring.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(job_main("score"))

@@ -1,7 +1,12 @@
-"""`ray job submit` of jobs/score_corpus.py to the local multi-process cluster of cluster/local_cluster.sh."""
+"""`ray job submit` of every jobs/ entry point to the local multi-process cluster of cluster/local_cluster.sh.
+
+One cluster (a head and a worker process on loopback, token auth on) serves all the submissions of
+this module; the fixture stops it and checks that only its own processes were ended.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -13,13 +18,14 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
+import rescoring_helpers as H
+import tiny
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring.runner import score
 
-import tiny
-
 REPO = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.ray
 
 
 def running(pid: int) -> bool:
@@ -36,13 +42,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.ray
-def test_submitted_job_scores_like_the_in_process_path(ray_local, tmp_path, tiny_model_dir):
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n\n")
-    model = str(tiny_model_dir("roberta"))
+@pytest.fixture(scope="module")
+def cluster(ray_local):
+    """Environment for `ray job submit` against a freshly started local cluster."""
     # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
-    state, out = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp")), tmp_path / "job-out"
+    state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     dashboard = free_port()
     script = ["bash", str(REPO / "cluster" / "local_cluster.sh")]
@@ -50,20 +54,27 @@ def test_submitted_job_scores_like_the_in_process_path(ray_local, tmp_path, tiny
                     "--port", str(free_port()), "--dashboard-port", str(dashboard)], env=env, check=True, timeout=240)
     started = [int(p) for p in (state / "pids").read_text().split()]
     try:
-        job_env = {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(state / "auth_token"),
-                   "RAY_ADDRESS": f"http://127.0.0.1:{dashboard}"}
-        submitted = subprocess.run(
-            ["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", "jobs/score_corpus.py",
-             "--input", str(corpus), "--model", model, "--output", str(out), "--shard-rows", "4"],
-            env=job_env, capture_output=True, text=True, timeout=400,
-        )
-        assert submitted.returncode == 0, submitted.stdout[-3000:] + submitted.stderr[-3000:]
-        assert "succeeded" in submitted.stdout + submitted.stderr
+        yield {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(state / "auth_token"),
+               "RAY_ADDRESS": f"http://127.0.0.1:{dashboard}"}
     finally:
         subprocess.run([*script, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert not any(running(pid) for pid in started)
     assert ray_local.get(ray_local.put("still alive")) == "still alive"  # only our cluster was stopped
 
+
+def submit(env: dict, job: str, *args: str) -> subprocess.CompletedProcess:
+    done = subprocess.run(["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", f"jobs/{job}", *args],
+                          env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "succeeded" in done.stdout + done.stderr
+    return done
+
+
+def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n\n")
+    model, out = str(tiny_model_dir("roberta")), tmp_path / "job-out"
+    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--output", str(out), "--shard-rows", "4")
     local = tmp_path / "local"
     score(RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(model), output=str(local)))
     job = {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
@@ -73,3 +84,21 @@ def test_submitted_job_scores_like_the_in_process_path(ray_local, tmp_path, tiny
         assert job[key][S.STATUS] == row[S.STATUS]
         if row[S.STATUS] == "ok":
             assert job[key][S.PLL] == pytest.approx(row[S.PLL], abs=1e-5)
+
+
+def test_rescore_and_audit_jobs(cluster, tmp_path, tiny_model_dir):
+    model = str(tiny_model_dir("bert"))
+    for split, seed in (("dev", 1), ("test", 2)):
+        records, _ = H.synthetic_nbest(5, 4, seed=seed, prefix=split)
+        (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    submit(cluster, "rescore_nbest.py", "--dev", str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"),
+           "--model", model, "--output", str(tmp_path / "rescored"))
+    report = json.loads((tmp_path / "rescored" / "report.json").read_text())
+    assert {"baseline", "rescored", "oracle"} <= set(report["test"])
+
+    corpus = tmp_path / "news.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    submit(cluster, "pppl_audit.py", "--input", str(corpus), "--model", model, "--output", str(tmp_path / "audit"))
+    audit = json.loads((tmp_path / "audit" / "audit.json").read_text())
+    assert audit["overall"]["rows"] == len(tiny.CORPUS) and set(audit["partitions"]) == {"news.txt"}
+    assert (tmp_path / "audit" / "report.html").exists()

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import torch
 
-import tiny
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.models import load_masked_lm
 from distributed_scoring.pll import PLLEngine

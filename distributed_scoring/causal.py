@@ -1,0 +1,362 @@
+"""Exact sentence log-probabilities log P(W) from a causal LM, for N-best rescoring.
+
+Convention (Salazar et al., 2020, appendix A.1): the sentence is wrapped in the model's
+start and end tokens, `[BOS] w_1 ... w_n [EOS]`, and
+
+    log P(W) = sum_{t=1..n} log p(w_t | BOS, w_<t) + log p(EOS | BOS, w_1..n),
+
+so the end term tells a complete sentence from a truncated one. |W| = n counts the sentence's own
+tokens, not BOS or EOS (they are not counted for length normalisation either). The sentence is
+tokenised without the tokenizer's own special tokens, and the wrapping tokens are chosen as follows:
+
+- BOS and EOS both defined (Llama, Mistral): `[BOS] W [EOS]`.
+- One token for both, or only an EOS (GPT-2's `<|endoftext|>`, Qwen2, GPT-NeoX): that token on both
+  sides, as the paper does for GPT-2 (the end-of-document token is the model's unconditional start).
+- Only a BOS: `[BOS] W`, with no end term; `signature["eos"]` is then null.
+- Neither: refused, since the first token would have no context to be conditioned on.
+
+The engine packs sentences, longest first, into forward passes under a token budget (rows x padded
+length), runs the decoder once per batch, gathers the hidden states of the positions that predict a
+real token, and applies the LM head only to those rows, in float32 and in chunks, so padding never
+goes through the vocabulary projection and the (rows, vocab) logits stay bounded. On CUDA the decoder
+runs under bf16 autocast. Architectures outside `_PLAIN_HEADS` go through the full logits (exact,
+slower).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from . import schema as S
+from .config import ModelSpec
+from .versions import versions
+from .models import (
+    DEFAULT_BATCH_TOKENS,
+    ModelLoadError,
+    check_local_folder,
+    max_input_length,
+    resolve_autocast_dtype,
+    resolve_device,
+)
+
+logger = logging.getLogger(__name__)
+
+LOGP = "logp"  # log P(W) including the end term; N_TOKENS (= |W|) and the status columns come from schema
+
+CAUSAL_SCHEMA = pa.schema(
+    [
+        pa.field(S.TEXT, pa.string(), nullable=False),
+        pa.field(LOGP, pa.float64()),
+        pa.field(S.N_TOKENS, pa.int32(), nullable=False),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+    ]
+)
+
+# Causal-LM classes whose logits are exactly `get_output_embeddings()(base_model(...)[0])`: no logit
+# scaling or soft-capping after the projection. Others are scored through their full logits.
+_PLAIN_HEADS = {
+    "GPT2LMHeadModel",
+    "GPTNeoForCausalLM",
+    "GPTNeoXForCausalLM",
+    "GPTJForCausalLM",
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "OPTForCausalLM",
+}
+
+# Rows of the LM head applied at once: bounds the (rows, vocab) float32 logits (8192 x 50k = 1.6 GB).
+_HEAD_ROWS = 8192
+
+
+@dataclass
+class CausalLM:
+    """A loaded causal LM ready for scoring; `eos_id` is None where the tokenizer has no end token."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    head_dtype: torch.dtype
+    max_length: int
+    bos_id: int
+    eos_id: int | None
+    head: Callable[[torch.Tensor], torch.Tensor] | None
+    signature: dict
+
+    @property
+    def decoder(self) -> torch.nn.Module:
+        return self.model.base_model
+
+    @property
+    def pad_id(self) -> int:
+        """Any id works for right padding: causal attention never lets a real position see it."""
+        return self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.bos_id
+
+    def default_batch_tokens(self) -> int:
+        return DEFAULT_BATCH_TOKENS[self.device.type]
+
+
+def boundary_ids(tokenizer: Any, name: str = "tokenizer") -> tuple[int, int | None]:
+    """(start id, end id or None) wrapped around every sentence; see the module docstring."""
+    bos, eos = tokenizer.bos_token_id, tokenizer.eos_token_id
+    if bos is None and eos is None:
+        raise ModelLoadError(
+            f"the {name} has neither a BOS nor an EOS token, so the first token of a sentence would have no "
+            "context; causal scoring needs a model whose tokenizer defines one of them"
+        )
+    return (eos if bos is None else bos), eos
+
+
+def load_causal_lm(spec: ModelSpec) -> CausalLM:
+    """Load a causal LM and its tokenizer for inference; refuse folders that hold another kind of model.
+
+    Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    check_local_folder(spec.name)
+    try:
+        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
+        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ModelLoadError(
+            f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "
+            "holding a HuggingFace causal LM (config.json, weights, tokenizer files) or a Hub id."
+        ) from exc
+    _check_causal(spec.name, config)
+    bos_id, eos_id = boundary_ids(tokenizer, f"tokenizer of {spec.name!r}")
+    device = resolve_device(spec.device)
+    autocast_dtype = resolve_autocast_dtype(spec.dtype, device)
+    weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    try:
+        model, info = AutoModelForCausalLM.from_pretrained(
+            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True
+        )
+    except ValueError as exc:
+        raise ModelLoadError(f"{spec.name!r} cannot be loaded as a causal LM: {exc}") from exc
+    except OSError as exc:
+        raise ModelLoadError(f"could not load the weights of {spec.name!r}: {exc}") from exc
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"refused to load the pickled checkpoint of {spec.name!r}: it holds objects other than tensors, "
+            "and pickles are only read weights-only (unpickling arbitrary objects can run code). If you "
+            "trust its source, convert it to safetensors there."
+        ) from exc
+    missing = info.get("missing_keys", [])
+    if missing:
+        shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
+        raise ModelLoadError(
+            f"{spec.name!r} lacks {len(missing)} weights of {type(model).__name__} ({shown}); scoring would use "
+            "randomly initialised layers. Use a checkpoint saved with its LM head."
+        )
+    model.eval().to(device)
+    architecture = type(model).__name__
+    if architecture not in _PLAIN_HEADS:
+        logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)", architecture)
+    max_length = max_input_length(config, tokenizer)
+    signature = {
+        "model": spec.name,
+        "revision": spec.revision or getattr(config, "_commit_hash", None),
+        "architecture": architecture,
+        "dtype": str(autocast_dtype or weights_dtype).removeprefix("torch."),
+        "device": device.type,
+        "max_length": max_length,
+        "bos": tokenizer.convert_ids_to_tokens(bos_id),
+        "eos": None if eos_id is None else tokenizer.convert_ids_to_tokens(eos_id),
+        **versions(),
+    }
+    return CausalLM(
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        autocast_dtype=autocast_dtype,
+        head_dtype=weights_dtype,
+        max_length=max_length,
+        bos_id=bos_id,
+        eos_id=eos_id,
+        head=model.get_output_embeddings() if architecture in _PLAIN_HEADS else None,
+        signature=signature,
+    )
+
+
+def _check_causal(name: str, config: Any) -> None:
+    """A folder whose config names only non-causal classes (a masked LM, a classifier) is refused.
+
+    transformers would otherwise load, say, a BERT masked LM as `BertLMHeadModel` with bidirectional
+    attention, and every "log P" would peek at the words it predicts.
+    """
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_MASKED_LM_MAPPING_NAMES,
+    )
+
+    causal_classes = set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values())
+    architectures = getattr(config, "architectures", None) or []
+    if architectures and not causal_classes.intersection(architectures):
+        raise ModelLoadError(
+            f"{name!r} holds a {', '.join(architectures)}, not a causal (left-to-right) LM; pass a model such "
+            "as GPT-2, GPT-NeoX, Llama, Mistral, Qwen2 or OPT"
+        )
+    # Encoders that can act as decoders (BERT, RoBERTa, ...) do so only with `is_decoder` set.
+    seq2seq = getattr(config, "is_encoder_decoder", False)
+    encoder = config.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not seq2seq
+    if encoder and not getattr(config, "is_decoder", False):
+        raise ModelLoadError(
+            f"{name!r} is a {config.model_type} encoder with is_decoder=False: its attention is bidirectional, "
+            "so it gives no left-to-right log P; pass a causal LM (GPT-2, Llama, ...)"
+        )
+
+
+def encode(lm: CausalLM, texts: Sequence[str]) -> list[np.ndarray | str]:
+    """Token ids `[BOS] W [EOS]` of each text (int64), or why it cannot be scored (blank, too long)."""
+    out: list[np.ndarray | str] = []
+    todo = [i for i, t in enumerate(texts) if t.strip()]
+    pieces = lm.tokenizer([texts[i] for i in todo], add_special_tokens=False)["input_ids"] if todo else []
+    encoded = dict(zip(todo, pieces))
+    tail = [] if lm.eos_id is None else [lm.eos_id]
+    for i in range(len(texts)):
+        if i not in encoded:
+            out.append("empty or whitespace-only text")
+            continue
+        ids = np.array([lm.bos_id, *encoded[i], *tail], dtype=np.int64)
+        if len(ids) > lm.max_length:
+            out.append(
+                f"sentence is {len(ids)} tokens long with BOS/EOS, over the model's maximum of {lm.max_length}; "
+                "it was not truncated: split it, or use a model with more positions"
+            )
+        elif len(encoded[i]) == 0:
+            out.append("the tokenizer produced no tokens for this text")
+        else:
+            out.append(ids)
+    return out
+
+
+def pack(lengths: Sequence[int], batch_tokens: int) -> list[np.ndarray]:
+    """Indices of the sequences of each forward pass, longest first; rows x width <= budget (>= 1 row)."""
+    order = np.argsort(-np.asarray(lengths), kind="stable")
+    batches: list[np.ndarray] = []
+    start = 0
+    while start < len(order):
+        width = lengths[order[start]]  # longest first: the first sequence sets the batch's width
+        rows = max(1, batch_tokens // width)
+        batches.append(order[start : start + rows])
+        start += rows
+    return batches
+
+
+class CausalEngine:
+    """Scores token sequences with one loaded causal LM; results do not depend on the batching."""
+
+    def __init__(self, lm: CausalLM, batch_tokens: int | None = None) -> None:
+        self.lm = lm
+        self.batch_tokens = batch_tokens or lm.default_batch_tokens()
+
+    def score_texts(self, texts: Sequence[str]) -> pa.Table:
+        """One `CAUSAL_SCHEMA` row per text: log P(W) and |W|, or an error row (blank, too long)."""
+        encoded = encode(self.lm, texts)
+        ok = [i for i, e in enumerate(encoded) if not isinstance(e, str)]
+        logprobs = dict(zip(ok, self.token_logprobs([encoded[i] for i in ok])))
+        columns: dict[str, list] = {name: [] for name in CAUSAL_SCHEMA.names}
+        tail = 0 if self.lm.eos_id is None else 1
+        for i, (text, e) in enumerate(zip(texts, encoded)):
+            error = e if isinstance(e, str) else None
+            columns[S.TEXT].append(text)
+            columns[LOGP].append(None if error else float(logprobs[i].sum()))
+            columns[S.N_TOKENS].append(0 if error else len(e) - 1 - tail)
+            columns[S.STATUS].append(S.STATUS_ERROR if error else S.STATUS_OK)
+            columns[S.ERROR].append(error)
+        return pa.Table.from_pydict(columns, schema=CAUSAL_SCHEMA)
+
+    def token_logprobs(self, sequences: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64)."""
+        out: list[np.ndarray] = [np.empty(0)] * len(sequences)
+        lengths = [len(s) for s in sequences]
+        for batch in pack(lengths, self.batch_tokens):
+            width = lengths[batch[0]]
+            input_ids = np.full((len(batch), width), self.lm.pad_id, dtype=np.int64)  # (B, T)
+            for row, index in enumerate(batch):
+                input_ids[row, : lengths[index]] = sequences[index]
+            batch_lengths = np.array([lengths[i] for i in batch])
+            flat = self.forward(input_ids, batch_lengths).double().cpu().numpy()  # (R,), R = sum(L_b - 1)
+            for index, values in zip(batch, np.split(flat, np.cumsum(batch_lengths - 1)[:-1])):
+                out[index] = values
+        return out
+
+    @torch.inference_mode()
+    def forward(self, input_ids: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
+        """(R,) log-probability of every real token after the first, row by row, R = sum(lengths - 1)."""
+        device = self.lm.device
+        ids = torch.from_numpy(input_ids).to(device)  # (B, T)
+        n = torch.from_numpy(lengths).to(device)  # (B,)
+        width = ids.shape[1]
+        attention_mask = (torch.arange(width, device=device)[None, :] < n[:, None]).long()  # (B, T)
+        # Position t predicts token t + 1; the positions that predict a real token are t < L - 1.
+        predicts = torch.arange(width - 1, device=device)[None, :] < (n - 1)[:, None]  # (B, T-1)
+        labels = ids[:, 1:][predicts]  # (R,)
+        with self._autocast():
+            if self.lm.head is None:
+                logits = self.lm.model(input_ids=ids, attention_mask=attention_mask).logits  # (B, T, V)
+                rows = logits[:, :-1][predicts]  # (R, V)
+            else:
+                hidden = self.lm.decoder(input_ids=ids, attention_mask=attention_mask)[0]  # (B, T, H)
+                rows = hidden[:, :-1][predicts]  # (R, H)
+        out = torch.empty(len(labels), dtype=self.lm.head_dtype, device=device)
+        for start in range(0, len(labels), _HEAD_ROWS):
+            chunk = slice(start, start + _HEAD_ROWS)
+            logits = self._head(rows[chunk])  # (C, V), head dtype
+            out[chunk] = logits.gather(1, labels[chunk, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
+        return out
+
+    def _head(self, rows: torch.Tensor) -> torch.Tensor:
+        """(C, H) hidden states -> (C, V) logits in the head dtype; (C, V) full-model logits are just cast."""
+        if self.lm.head is None:
+            return rows.to(self.lm.head_dtype)
+        with torch.autocast(self.lm.device.type, enabled=False):
+            return self.lm.head(rows.to(self.lm.head_dtype))
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        dtype = self.lm.autocast_dtype
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.lm.device.type, dtype=dtype)
+
+
+CAUSAL_OUTPUT_SCHEMA = pa.schema(
+    [pa.field(S.ID, pa.string(), nullable=False), *CAUSAL_SCHEMA, pa.field(S.MODEL, pa.string(), nullable=False)]
+)
+
+
+class CausalScorer:
+    """The score stage of the causal-LM workload: read rows in, `CAUSAL_OUTPUT_SCHEMA` rows out.
+
+    Tokenisation happens here, on the scoring actor, since it needs the BOS/EOS convention of the loaded
+    LM; rows that could not be read stay error rows.
+    """
+
+    def __init__(self, spec: ModelSpec, batch_tokens: int | None = None) -> None:
+        self.engine = CausalEngine(load_causal_lm(spec), batch_tokens)
+        self.signature = self.engine.lm.signature
+        self.model_name = spec.name
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        ok = pc.equal(rows[S.STATUS], S.STATUS_OK)
+        scored = self.engine.score_texts(rows.filter(ok)[S.TEXT].to_pylist())
+        failed = rows.filter(pc.invert(ok))
+        unscored = pa.table({
+            S.TEXT: failed[S.TEXT].fill_null(""), LOGP: pa.nulls(failed.num_rows, pa.float64()),
+            S.N_TOKENS: pa.array([0] * failed.num_rows, pa.int32()), S.STATUS: failed[S.STATUS], S.ERROR: failed[S.ERROR],
+        }, schema=CAUSAL_SCHEMA)
+        table = pa.concat_tables([scored, unscored])
+        ids = pa.concat_arrays([rows.filter(ok)[S.ID].combine_chunks(), failed[S.ID].combine_chunks()])
+        return table.add_column(0, S.ID, ids).append_column(S.MODEL, pa.array([self.model_name] * table.num_rows))

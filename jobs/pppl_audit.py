@@ -1,0 +1,16 @@
+"""The nightly corpus PPPL audit on a Ray cluster: the entry point for `ray job submit`.
+
+    ray job submit --working-dir . -- python jobs/pppl_audit.py \
+        --input s3://bucket/snapshots/2026-11-22/ --partition-column source --model bert-base-cased \
+        --output s3://bucket/audits/2026-11-22 --baseline s3://bucket/audits/2026-11-21/audit.json
+
+Every option of `dscore audit` is accepted; `--input` may be repeated. The job's exit code is the
+audit's (0 all holds, 3 regression, 4 baseline from another model), so a regression fails the job.
+"""
+
+import sys
+
+from distributed_scoring.cli import job_main
+
+if __name__ == "__main__":
+    sys.exit(job_main("audit"))

@@ -1,0 +1,54 @@
+"""`dscore audit` end to end on real weights: two consecutive snapshots scored with AntiBERTy through the
+Ray pipeline, the second with shuffled chains injected into one partition."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_scoring.antibodies import spaced, v_genes
+from distributed_scoring.baseline import EXIT_OK, EXIT_REGRESSION
+from distributed_scoring.cli import main
+
+from audit_helpers import corrupt
+
+CHAIN_RESIDUES = 30  # the first residues of each germline gene keep two CPU cores fast
+
+
+def write(path, lines):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+@pytest.mark.ray
+def test_garbage_in_a_new_snapshot_is_flagged_and_fails_the_audit(ray_local, tmp_path, offline_model_dir, capsys):
+    model = str(offline_model_dir("antiberty"))
+    rng = random.Random(0)
+    chains = [spaced(g[:CHAIN_RESIDUES]) for g in rng.sample(sorted(v_genes("human").values()), 24)]
+    garbage = [corrupt(c, rng, "shuffle") for c in chains[12:18]]
+    day1 = [write(tmp_path / "day1" / "heavy_a.txt", chains[:12]), write(tmp_path / "day1" / "heavy_b.txt", chains[12:])]
+    day2 = [write(tmp_path / "day2" / "heavy_a.txt", chains[:12]),
+            write(tmp_path / "day2" / "heavy_b.txt", chains[12:] + garbage)]
+    common = ["--model", model, "--min-rows", "5", "--shard-rows", "8"]
+
+    assert main(["audit", *day1, "--output", str(tmp_path / "out1"), *common]) == EXIT_OK
+    capsys.readouterr()
+    baseline = tmp_path / "out1" / "audit.json"
+    rc = main(["audit", *day2, "--output", str(tmp_path / "out2"), "--baseline", str(baseline), *common])
+    printed = json.loads(capsys.readouterr().out)
+    assert rc == EXIT_REGRESSION and printed["exit_code"] == EXIT_REGRESSION
+    assert set(printed["regressed"]) == {"(overall)", "heavy_b.txt"}
+
+    audit = json.loads((tmp_path / "out2" / "audit.json").read_text())
+    statuses = {name: check["status"] for name, check in audit["baseline"]["partitions"].items()}
+    assert statuses["heavy_a.txt"] == "ok" and statuses["heavy_b.txt"] == "regressed"
+    flagged = set(pq.read_table(tmp_path / "out2" / "outliers.parquet").column("id").to_pylist())
+    injected = {f"heavy_b.txt:{i}" for i in range(13, 19)}
+    assert injected <= flagged, flagged
+    assert len(flagged - injected) <= 1, flagged - injected
+    report = (tmp_path / "out2" / "report.html").read_text()
+    assert "REGRESSION" in report and "heavy_b.txt" in report

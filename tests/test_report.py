@@ -1,0 +1,131 @@
+"""report.html: verdict first, charts embedded as PNG, tables escaped, and it renders in a real browser."""
+
+from __future__ import annotations
+
+import base64
+import html
+import shutil
+import subprocess
+import tempfile
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from audit_helpers import scored_table, write_rows
+from distributed_scoring import schema as S
+from distributed_scoring.audit import AuditConfig, run_audit
+from distributed_scoring.baseline import Thresholds
+from distributed_scoring.report import render_report
+
+HOSTILE = "<script>alert('x')</script> & \"quotes\""
+CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)
+
+
+class Page(HTMLParser):
+    """What a page holds: its images, tables, table rows, verdict classes and body attributes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.images, self.tables, self.rows, self.verdicts, self.scripts, self.body = [], 0, 0, [], 0, {}
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "img":
+            self.images.append(attrs.get("src", ""))
+        self.tables += tag == "table"
+        self.rows += tag == "tr"
+        self.scripts += tag == "script"
+        if tag == "div" and "verdict" in attrs.get("class", ""):
+            self.verdicts.append(attrs["class"])
+        if tag == "body":
+            self.body = attrs
+
+
+@pytest.fixture(scope="module")
+def audits(tmp_path_factory):
+    """A baseline audit and a regressed one whose partition names and garbage text are hostile HTML."""
+    root = tmp_path_factory.mktemp("report")
+    rng = np.random.default_rng(7)
+    base = pa.concat_tables([scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
+                             scored_table(rng, 400, HOSTILE, nll=2.4, lengths=(8, 40), error_rate=0.02)])
+    garbage = scored_table(rng, 12, "news", nll=6.0, lengths=(8, 40), prefix="garbage-")
+    garbage = garbage.set_column(garbage.schema.get_field_index(S.TEXT), S.TEXT, pa.array([HOSTILE] * 12))
+    now = pa.concat_tables([scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
+                            scored_table(rng, 400, HOSTILE, nll=3.0, lengths=(8, 40), error_rate=0.02), garbage])
+    write_rows(root / "base", base, files=2)
+    write_rows(root / "now", now, files=2)
+    first = run_audit(str(root / "base"), str(root / "a-base"), config=CONFIG)
+    second = run_audit(str(root / "now"), str(root / "a-now"), baseline=first.audit_path, config=CONFIG)
+    return first, second
+
+
+def test_report_shows_verdict_charts_and_escaped_tables(audits):
+    _, result = audits
+    text = Path(result.report_path).read_text()
+    page = Page(text)
+    assert page.verdicts == ["verdict regression"] and "exit 3" in text
+    assert len(page.images) == 3  # partitions, histogram, positionwise
+    for src in page.images:
+        assert src.startswith("data:image/png;base64,")
+        png = base64.b64decode(src.split(",", 1)[1])
+        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert page.tables == 2 and page.rows >= 1 + 3 + 1 + 10  # partition table (+overall), worst sentences
+    assert page.scripts == 0 and "<script>alert" not in text
+    assert html.escape(HOSTILE, quote=True) in text
+    assert "garbage-news:" in text  # the garbage rows are the worst sentences
+    assert "http://" not in text and "https://" not in text  # nothing to fetch: it opens offline
+
+
+def test_report_without_baseline_or_per_token_columns(tmp_path):
+    rng = np.random.default_rng(8)
+    table = scored_table(rng, 300, "only", nll=2.0).drop_columns([S.TOKENS, S.TOKEN_LOGPROBS])
+    write_rows(tmp_path / "run", table, files=1)
+    result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=CONFIG)
+    text = Path(result.report_path).read_text()
+    page = Page(text)
+    assert page.verdicts == ["verdict none"] and "No baseline" in text
+    assert len(page.images) == 2 and "--per-token" in text
+
+
+def test_report_is_a_pure_function_of_the_audit(audits):
+    first, second = audits
+    assert render_report(second.audit) != render_report(first.audit)
+    assert "PASS" not in render_report(first.audit)  # no baseline, so no pass either
+    same = dict(second.audit, baseline=dict(second.audit["baseline"], verdict="pass", exit_code=0, regressed=[]))
+    assert "PASS" in render_report(same)
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")
+def test_report_renders_in_headless_chromium(audits, tmp_path):
+    _, result = audits
+    probe = tmp_path / "probe.html"  # the report plus a script that records which images the browser decoded
+    probe.write_text(Path(result.report_path).read_text().replace(
+        "</body>",
+        "<script>window.addEventListener('load', () => document.body.setAttribute('data-decoded', "
+        "[...document.images].filter(i => i.complete && i.naturalWidth > 300).length));</script></body>",
+    ))
+    dom = Page(chromium("--dump-dom", "--virtual-time-budget=5000", probe.as_uri()))
+    assert dom.body.get("data-decoded") == "3"
+    assert len(dom.images) == 3 and dom.tables == 2 and dom.verdicts == ["verdict regression"]
+
+    shot = tmp_path / "report.png"
+    chromium(f"--screenshot={shot}", "--window-size=1280,2400", Path(result.report_path).as_uri())
+    from matplotlib.image import imread
+
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (2400, 1280) and pixels.std() > 0.1  # not a blank page
+
+
+def chromium(*args: str) -> str:
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={profile}", *args],
+            capture_output=True, text=True, timeout=120, check=True,
+        )
+    return done.stdout
