@@ -36,6 +36,24 @@ running() {  # a live process (an exited one awaiting its reaper, a zombie, does
   [ -n "$state" ] && [ "${state#Z}" = "$state" ]
 }
 
+descendants() {  # the given PIDs and every process below them (raylet, GCS, workers, ...)
+  local all="$*" next
+  next=$(ps -eo pid=,ppid= | awk -v p=" $* " 'index(p, " " $2 " ") {print $1}')
+  [ -n "$next" ] && all="$all $(descendants $next)"
+  echo "$all"
+}
+
+wait_gone() {  # $1 seconds: until none of the remaining arguments is running
+  local limit=$1; shift
+  for _ in $(seq 1 "$limit"); do
+    local alive=0
+    for pid in "$@"; do running "$pid" && alive=1; done
+    [ "$alive" = 0 ] && return 0
+    sleep 1
+  done
+  return 1
+}
+
 free_port() {  # a free TCP port on loopback (Ray's agent and client ports have fixed defaults)
   python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -86,14 +104,16 @@ case "$cmd" in
     ;;
   stop)
     [ -f "$dir/pids" ] || { echo "no cluster started from $dir" >&2; exit 0; }
-    while read -r pid; do kill -TERM "$pid" 2>/dev/null || true; done < "$dir/pids"
-    for _ in $(seq 1 30); do
-      alive=0
-      while read -r pid; do running "$pid" && alive=1; done < "$dir/pids"
-      [ "$alive" = 0 ] && break
-      sleep 1
-    done
-    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done < "$dir/pids"
+    started=$(cat "$dir/pids")
+    # shellcheck disable=SC2086
+    all=$(descendants $started)  # noted before any exits, so that no child is orphaned unnoticed
+    for pid in $started; do kill -TERM "$pid" 2>/dev/null || true; done
+    # shellcheck disable=SC2086
+    if ! wait_gone 30 $all; then  # a node that ignored SIGTERM: end it and everything below it
+      for pid in $all; do running "$pid" && kill -KILL "$pid" 2>/dev/null; done
+      # shellcheck disable=SC2086
+      wait_gone 10 $all || { echo "processes of the cluster still run: $all" >&2; exit 1; }
+    fi
     rm -f "$dir/pids"
     echo "stopped the cluster started from $dir"
     ;;

@@ -19,9 +19,9 @@ from .stats import CorpusStats
 _STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
 
 
-def check_complete(out: OutputDir, plan: list[Shard]) -> list[dict]:
-    """Every planned shard marked done and holding exactly its rows (rows in == rows out), from the
-    markers and the files' metadata alone; returns the distinct scorer signatures of the markers."""
+def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> list[dict]:
+    """Every planned shard marked done and holding exactly its rows (rows in x `rows_per_input` ==
+    rows out), from the markers and the files' metadata alone; returns the scorers' distinct signatures."""
     problems = []
     signatures: dict[str, dict] = {}
     for shard in plan:
@@ -31,8 +31,8 @@ def check_complete(out: OutputDir, plan: list[Shard]) -> list[dict]:
             continue
         signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
         rows = pq.read_metadata(out.part_path(shard.key), filesystem=out.fs).num_rows
-        if rows != shard.rows:
-            problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows}")
+        if rows != shard.rows * rows_per_input:
+            problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows * rows_per_input}")
     if problems:
         raise DataLossError(
             f"{sum(s.rows for s in plan)} rows in, fewer out: " + "; ".join(problems[:5])

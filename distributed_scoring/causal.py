@@ -25,7 +25,6 @@ slower).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import pickle
 from dataclasses import dataclass
@@ -40,6 +39,8 @@ from . import schema as S
 from .config import ModelSpec
 from .versions import versions
 from .models import (
+    autocast_region,
+    to_device,
     DEFAULT_BATCH_TOKENS,
     ModelLoadError,
     check_local_folder,
@@ -297,14 +298,14 @@ class CausalEngine:
     def forward(self, input_ids: np.ndarray, lengths: np.ndarray) -> torch.Tensor:
         """(R,) log-probability of every real token after the first, row by row, R = sum(lengths - 1)."""
         device = self.lm.device
-        ids = torch.from_numpy(input_ids).to(device)  # (B, T)
-        n = torch.from_numpy(lengths).to(device)  # (B,)
+        ids = to_device(input_ids, device)  # (B, T)
+        n = to_device(lengths, device)  # (B,)
         width = ids.shape[1]
         attention_mask = (torch.arange(width, device=device)[None, :] < n[:, None]).long()  # (B, T)
         # Position t predicts token t + 1; the positions that predict a real token are t < L - 1.
         predicts = torch.arange(width - 1, device=device)[None, :] < (n - 1)[:, None]  # (B, T-1)
         labels = ids[:, 1:][predicts]  # (R,)
-        with self._autocast():
+        with autocast_region(device, self.lm.autocast_dtype):
             if self.lm.head is None:
                 logits = self.lm.model(input_ids=ids, attention_mask=attention_mask).logits  # (B, T, V)
                 rows = logits[:, :-1][predicts]  # (R, V)
@@ -324,12 +325,6 @@ class CausalEngine:
             return rows.to(self.lm.head_dtype)
         with torch.autocast(self.lm.device.type, enabled=False):
             return self.lm.head(rows.to(self.lm.head_dtype))
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        dtype = self.lm.autocast_dtype
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.lm.device.type, dtype=dtype)
 
 
 CAUSAL_OUTPUT_SCHEMA = pa.schema(

@@ -12,7 +12,7 @@ from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions,
 from .errors import DataLossError, UserError
 
 
-def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000) -> None:
     """Which masked LM, where its results go, and how it runs: shared by every scoring command."""
     p.add_argument("--model", required=True, help="local model folder or Hub id of a masked LM")
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
@@ -24,7 +24,8 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--revision", default=None, help="model revision (Hub models)")
-    p.add_argument("--shard-rows", type=int, default=1000, help="rows per shard: the unit of work and resume")
+    p.add_argument("--shard-rows", type=int, default=shard_rows,
+                   help=f"rows per shard: the unit of work and resume (default {shard_rows})")
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
@@ -162,6 +163,39 @@ def _rescore(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
+    from .joints import PIVOTS, JointOptions
+    from .joints_run import SCHEMES
+
+    d = JointOptions()
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="a text corpus (pairs drawn by --scheme) or one JSONL of given pairs (text, positions: [a, b])")
+    _add_model_arguments(p, shard_rows=50)
+    p.add_argument("--text-column", default="text", help="column holding the text of a corpus (default: text)")
+    p.add_argument("--scheme", choices=SCHEMES, default="random",
+                   help="two tokens uniformly at random, or two adjacent tokens (ignored for given pairs)")
+    p.add_argument("--examples", type=int, default=1000, help="sentences drawn from the corpus (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the drawing of sentences and positions")
+    p.add_argument("--ag-iterations", type=int, default=d.ag_iterations, help="Arnold-Gokhale iterations (default 50)")
+    p.add_argument("--hcb-pivot", choices=PIVOTS, default=d.pivot,
+                   help="HCB pivot: mode of the MLM joint (default), mask, the gold token, or the unary mode")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="approximation: restrict V to the gold tokens and the top-k of each conditional")
+
+
+def _joints(args: argparse.Namespace) -> int:
+    from .joints import JointOptions
+    from .joints_run import JointsInputs, pairwise_joints
+
+    inputs = JointsInputs(tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column,
+                          args.shard_rows)
+    options = JointOptions(pivot=args.hcb_pivot, ag_iterations=args.ag_iterations)
+    summary = pairwise_joints(inputs, _model(args), options, args.batch_tokens, args.top_k, _ray_options(args),
+                              args.overwrite)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -183,6 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
         "rescore", help="rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev")
     _add_rescore_arguments(rescore)
     rescore.set_defaults(func=_rescore)
+    joints = commands.add_parser(
+        "joints", help="pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, G-KL")
+    _add_joints_arguments(joints)
+    joints.set_defaults(func=_joints)
     audit = commands.add_parser(
         "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
         description="Exit codes: 0 all holds, 3 a regression against the baseline, 4 the baseline was scored "

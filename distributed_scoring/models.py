@@ -8,12 +8,14 @@ missing from it still scores exactly, through the full model and a gather of its
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -25,6 +27,9 @@ logger = logging.getLogger(__name__)
 
 # Default token budget of one forward pass (rows x padded length), per device type.
 DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 65536}
+
+# Logits computed per LM-head call: bounds the (rows, V) block (256 MB in float32) for large vocabularies.
+HEAD_ELEMENTS = 1 << 26
 
 # Model types whose learned position ids start after the padding index (fairseq convention).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text"}
@@ -100,6 +105,44 @@ class MaskedLM:
 
     def default_batch_tokens(self) -> int:
         return DEFAULT_BATCH_TOKENS[self.device.type]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast_region(self.device, self.autocast_dtype)
+
+    @torch.inference_mode()
+    def logits_at(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray) -> Iterator[torch.Tensor]:
+        """Vocabulary logits (in `head_dtype`) at one position per row, in chunks of rows, in row order.
+
+        The encoder runs once over the batch; only the gathered hidden states go through the head, at
+        most `HEAD_ELEMENTS` logits at a time. Without a head-table entry, the full model's logits are
+        gathered instead (exact, slower).
+        """
+        ids = to_device(input_ids, self.device)  # (B, T)
+        mask = to_device(attention_mask, self.device)  # (B, T)
+        at = to_device(positions, self.device)  # (B,)
+        rows = torch.arange(len(at), device=self.device)
+        with self.autocast():
+            if self.head is None:
+                yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (B, V)
+                return
+            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (B, H)
+        chunk = max(1, HEAD_ELEMENTS // self.model.config.vocab_size)
+        with torch.autocast(self.device.type, enabled=False):
+            for start in range(0, len(hidden), chunk):
+                yield self.head(hidden[start : start + chunk]).to(self.head_dtype)  # (C, V)
+
+
+def autocast_region(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Mixed-precision region of the encoder/decoder; none when the model runs in its weights' dtype."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on the device: pinned and copied asynchronously to a GPU."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def quiet_transformers() -> None:

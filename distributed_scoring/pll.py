@@ -8,7 +8,6 @@ log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head st
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from typing import Sequence
 
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 
 from .masking import MaskedBatch, Sentence, pack
-from .models import MaskedLM
+from .models import MaskedLM, to_device
 
 logger = logging.getLogger(__name__)
 
@@ -56,35 +55,10 @@ class PLLEngine:
     @torch.inference_mode()
     def forward(self, batch: MaskedBatch) -> torch.Tensor:
         """(B,) log-probability of each row's label at its masked position."""
-        device = self.mlm.device
-        non_blocking = device.type == "cuda"
-        input_ids = _to(batch.input_ids, device, non_blocking)  # (B, T)
-        attention_mask = _to(batch.attention_mask, device, non_blocking)  # (B, T)
-        positions = _to(batch.positions, device, non_blocking)  # (B,)
-        labels = _to(batch.labels, device, non_blocking)  # (B,)
-        rows = torch.arange(len(positions), device=device)
-        with self._autocast():
-            if self.mlm.head is None:
-                logits = self.mlm.model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
-                logits = logits[rows, positions]  # (B, V)
-            else:
-                hidden = self.mlm.encoder(input_ids=input_ids, attention_mask=attention_mask)[0]  # (B, T, H)
-                hidden = hidden[rows, positions]  # (B, H)
-        if self.mlm.head is not None:
-            with torch.autocast(device.type, enabled=False):
-                logits = self.mlm.head(hidden.to(self.mlm.head_dtype))  # (B, V)
-        logits = logits.to(self.mlm.head_dtype)
-        return logits.gather(1, labels[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
-
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        dtype = self.mlm.autocast_dtype
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.mlm.device.type, dtype=dtype)
-
-
-def _to(array: np.ndarray, device: torch.device, non_blocking: bool) -> torch.Tensor:
-    tensor = torch.from_numpy(array)
-    if non_blocking:
-        tensor = tensor.pin_memory()
-    return tensor.to(device, non_blocking=non_blocking)
+        labels = to_device(batch.labels, self.mlm.device)  # (B,)
+        out, start = [], 0
+        for logits in self.mlm.logits_at(batch.input_ids, batch.attention_mask, batch.positions):  # (C, V)
+            rows = labels[start : start + len(logits)]
+            out.append(logits.gather(1, rows[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1))
+            start += len(logits)
+        return torch.cat(out)

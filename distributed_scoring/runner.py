@@ -22,7 +22,7 @@ def start(config: RunConfig, workload: Workload, overwrite: bool = False) -> tup
     """Plan the shards and claim the output folder: (plan, folder, shards still to do)."""
     plan = plan_shards(config.inputs)
     out = OutputDir(config.output)
-    done = out.start({"workload": workload.name, **fingerprint(config, plan)}, overwrite)
+    done = out.start({"workload": workload.name, **workload.settings, **fingerprint(config, plan)}, overwrite)
     todo = [shard for shard in plan if shard.key not in done]
     if done:
         logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))

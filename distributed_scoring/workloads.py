@@ -8,7 +8,7 @@ reuses reading, sharding, writing, resume and fault tolerance unchanged. Factori
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Callable, Protocol
 
@@ -27,12 +27,16 @@ class ShardScorer(Protocol):
 
 @dataclass(frozen=True)
 class Workload:
-    """`name` enters the run's fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources)."""
+    """`name` enters the run's fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources);
+    `rows_per_input` is how many output rows each input row becomes (the no-loss check counts them);
+    `settings` are the workload's own options that change its results (they enter the fingerprint)."""
 
     name: str
     make_preparer: Callable[[], Callable[[pa.Table], pa.Table]]
     make_scorer: Callable[[], ShardScorer]
     device: str
+    rows_per_input: int = 1
+    settings: dict = field(default_factory=dict)
 
 
 def _pll_preparer(model: ModelSpec) -> Callable[[pa.Table], pa.Table]:

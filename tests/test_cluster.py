@@ -86,7 +86,7 @@ def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tin
             assert job[key][S.PLL] == pytest.approx(row[S.PLL], abs=1e-5)
 
 
-def test_rescore_and_audit_jobs(cluster, tmp_path, tiny_model_dir):
+def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):
     model = str(tiny_model_dir("bert"))
     for split, seed in (("dev", 1), ("test", 2)):
         records, _ = H.synthetic_nbest(5, 4, seed=seed, prefix=split)
@@ -102,3 +102,8 @@ def test_rescore_and_audit_jobs(cluster, tmp_path, tiny_model_dir):
     audit = json.loads((tmp_path / "audit" / "audit.json").read_text())
     assert audit["overall"]["rows"] == len(tiny.CORPUS) and set(audit["partitions"]) == {"news.txt"}
     assert (tmp_path / "audit" / "report.html").exists()
+
+    submit(cluster, "pairwise_joints.py", "--input", str(corpus), "--model", model, "--output", str(tmp_path / "joints"),
+           "--examples", "3", "--scheme", "contiguous")
+    report = json.loads((tmp_path / "joints" / "report.json").read_text())
+    assert set(report) == {"contiguous"} and set(report["contiguous"]) == {"MLM", "MRF", "MRF-L", "HCB", "AG"}

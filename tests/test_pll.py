@@ -102,3 +102,17 @@ def test_out_of_memory_halves_the_budget_and_retries_the_batch(tiny_model_dir, m
     assert max(sizes) > 7 and engine.batch_tokens < 2000
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=0, atol=1e-5)
+
+
+def test_head_chunks_do_not_change_results(tiny_model_dir, monkeypatch):
+    """Logits come a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced row
+    would show, blocking differences would not)."""
+    import distributed_scoring.models as models
+
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
+    sentences = sentences_of(mlm, TEXTS)
+    whole = PLLEngine(mlm, "word_l2r", 2000).token_logprobs(sentences)
+    monkeypatch.setattr(models, "HEAD_ELEMENTS", 3 * mlm.model.config.vocab_size)
+    chunked = PLLEngine(mlm, "word_l2r", 2000).token_logprobs(sentences)
+    for w, c in zip(whole, chunked):
+        np.testing.assert_allclose(c, w, rtol=0, atol=1e-12)

@@ -1,0 +1,329 @@
+"""Pairwise joints at scale (`dscore joints`, Torroba-Hennigen et al., 2023): examples drawn from a corpus
+or given, conditionals and the five constructions on the scoring actors, a Table-1 style report.
+
+The driver picks the examples: `examples` sentences sampled uniformly (reservoir sampling, seeded, so
+memory stays at the sample's size), or every record of a JSONL of given pairs (`text`, `positions: [a,
+b]`, optional `id`). They are written to `DIR/examples/examples.parquet` and scored through the same
+shard pipeline as `dscore score`: the prepare stage tokenises and, for the random-pairs and
+contiguous-pairs schemes, draws the two token indices from the sentence's own tokens with a generator
+seeded by (seed, id), so results do not depend on sharding. The score stage writes one row per example
+and construction; the driver sums `joints.JointStats` per construction into `report.json` / `report.md`.
+Positions are 0-based indices into the model's tokens with special tokens excluded.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from . import schema as S
+from .aggregate import check_complete
+from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from .errors import UserError
+from .inputs import InputError
+from .joints import CONSTRUCTIONS, JointOptions, JointStats, PairMetrics
+from .output import OutputDir
+from .runner import execute, start
+from .sources import plan_shards, read_unit, read_units
+from .storage import join, open_binary
+from .workloads import Workload
+
+logger = logging.getLogger(__name__)
+
+SCHEMES = ("random", "contiguous")
+EXAMPLES_FILE = "examples/examples.parquet"
+REPORT_JSON, REPORT_MD, SUMMARY_JSON = "report.json", "report.md", "summary.json"
+METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")
+
+A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
+LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE = (
+    "log_pair", "log_unary_a", "log_unary_b", "a_kl", "g_kl", "ag_change")
+
+EXAMPLES_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+    pa.field(A, pa.int32()), pa.field(B, pa.int32()), pa.field(S.ERROR, pa.string()),
+])
+JOINTS_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+    pa.field(A, pa.int32()), pa.field(B, pa.int32()), pa.field(TOKEN_A, pa.string()), pa.field(TOKEN_B, pa.string()),
+    pa.field(CONSTRUCTION, pa.string(), nullable=False),
+    pa.field(LOG_PAIR, pa.float64()), pa.field(LOG_UNARY_A, pa.float64()), pa.field(LOG_UNARY_B, pa.float64()),
+    pa.field(A_KL, pa.float64()), pa.field(G_KL, pa.float64()), pa.field(AG_CHANGE, pa.float64()),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+    pa.field(S.MODEL, pa.string(), nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class JointsInputs:
+    """A text corpus (pairs drawn by `scheme`) or a JSONL of given pairs; `examples` sentences are drawn."""
+
+    paths: tuple[str, ...]
+    output: str
+    scheme: str = "random"
+    examples: int = 1000
+    seed: int = 0
+    text_column: str = "text"
+    shard_rows: int = 50
+
+    def __post_init__(self) -> None:
+        if self.scheme not in SCHEMES:
+            raise UserError(f"scheme {self.scheme!r} is not one of {SCHEMES}")
+        if self.examples < 1 or self.shard_rows < 1:
+            raise UserError("examples and shard_rows must be positive")
+
+
+def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOptions, batch_tokens: int | None = None,
+                    top_k: int | None = None, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
+    """Draw or read the examples, score them, write the reports; returns summary.json's content, whose
+    `report` is report.json's: {scheme: {construction: {"U-PPL", "P-PPL", "A-KL", "G-KL"}}}."""
+    given = _is_given(inputs.paths)
+    scheme = "given" if given else inputs.scheme
+    examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs)
+    examples_file = _write_examples(inputs.output, examples)
+    config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
+                       ScoringOptions(batch_tokens=batch_tokens), join(inputs.output, "scores"))
+    workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
+    plan, out, todo = start(config, workload, overwrite)
+    execute(workload, config, todo, out, ray)
+    check_complete(out, plan, workload.rows_per_input)
+    summary = _summary(config.output, scheme, model, options, top_k)
+    _write_reports(inputs.output, summary)
+    return summary
+
+
+def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
+                    batch_tokens: int | None, top_k: int | None) -> Workload:
+    return Workload(
+        f"joints-{scheme}", partial(PairPreparer, model, examples_file, scheme, seed),
+        partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
+        settings={"seed": seed, "ag_iterations": options.ag_iterations, "hcb_pivot": options.pivot, "top_k": top_k},
+    )
+
+
+# Driver: the examples.
+
+
+def _is_given(paths: tuple[str, ...]) -> bool:
+    """A single JSONL whose first record has `positions`: pairs given explicitly."""
+    if len(paths) != 1 or not paths[0].lower().endswith((".jsonl", ".jsonl.gz", ".ndjson")):
+        return False
+    with open_binary(paths[0], seekable=False) as stream:
+        for line in stream:
+            if line.strip():
+                try:
+                    return "positions" in json.loads(line)
+                except (json.JSONDecodeError, TypeError):
+                    return False
+    return False
+
+
+def _given_examples(paths: tuple[str, ...]) -> list[dict]:
+    """Every record of the given-pairs JSONL; a malformed one is kept with its error (rows in = rows out)."""
+    rows = []
+    with open_binary(paths[0], seekable=False) as stream:
+        for number, line in enumerate(stream, start=1):
+            row_id = f"{paths[0].rsplit('/', 1)[-1]}:{number}"
+            try:
+                record = json.loads(line)
+                row_id = str(record.get("id", row_id))
+                a, b = record["positions"]
+                if not all(isinstance(v, int) and v >= 0 for v in (a, b)) or a == b:
+                    raise ValueError
+                rows.append({S.ID: row_id, S.TEXT: record.get("text"), A: a, B: b, S.ERROR: None})
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
+                rows.append({S.ID: row_id, S.TEXT: None, A: None, B: None,
+                             S.ERROR: "not a record with text and positions [a, b] (two different indices >= 0)"})
+    return rows
+
+
+def _sampled_examples(inputs: JointsInputs) -> list[dict]:
+    """`examples` readable sentences, uniformly at random (reservoir sampling), in id order."""
+    spec = InputSpec(inputs.paths, inputs.text_column, shard_rows=10_000)
+    rng = random.Random(inputs.seed)
+    sample: list[dict] = []
+    seen = 0
+    for unit in read_units(plan_shards(spec)):
+        for _, rows in read_unit(unit, spec):
+            for row in rows.filter(pc.equal(rows[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT]).to_pylist():
+                seen += 1
+                if len(sample) < inputs.examples:
+                    sample.append(row)
+                elif (slot := rng.randrange(seen)) < inputs.examples:
+                    sample[slot] = row
+    if not sample:
+        raise InputError(f"no readable sentence in {', '.join(inputs.paths)}")
+    logger.info("drew %d of %d sentences", len(sample), seen)
+    return [{**row, A: None, B: None, S.ERROR: None} for row in sorted(sample, key=lambda r: r[S.ID])]
+
+
+def _write_examples(output: str, rows: list[dict]) -> str:
+    folder = OutputDir(output)
+    folder.fs.create_dir(folder.path("examples"), recursive=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=EXAMPLES_SCHEMA), folder.path(EXAMPLES_FILE), filesystem=folder.fs)
+    return join(folder.location, EXAMPLES_FILE)
+
+
+# The workload's stages.
+
+
+def draw_pair(n_tokens: int, scheme: str, rng: random.Random) -> tuple[int, int]:
+    """Two token indices: uniformly at random (a < b), or a random adjacent pair."""
+    if scheme == "contiguous":
+        a = rng.randrange(n_tokens - 1)
+        return a, a + 1
+    a, b = sorted(rng.sample(range(n_tokens), 2))
+    return a, b
+
+
+class PairPreparer:
+    """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
+
+    def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
+        from .models import load_tokenizer
+        from .prepare import Preparer
+
+        self.preparer = Preparer(*load_tokenizer(model))
+        self.scheme, self.seed = scheme, seed
+        table = pq.read_table(examples_file, columns=[S.ID, A, B, S.ERROR])
+        self.given = {r[S.ID]: r for r in table.to_pylist()}
+
+    def __call__(self, rows: pa.Table) -> pa.Table:
+        prepared = self.preparer(rows)
+        records = prepared.to_pylist()
+        pairs = [self._pair(r) for r in records]
+        # The example's own problem first (a malformed given pair), then reading/tokenising, then the pair.
+        errors = [self.given[r[S.ID]][S.ERROR] or r[S.ERROR] or (p if isinstance(p, str) else None)
+                  for r, p in zip(records, pairs)]
+        status = [S.STATUS_ERROR if e else S.STATUS_OK for e in errors]
+        return (prepared.set_column(prepared.schema.get_field_index(S.STATUS), S.STATUS, pa.array(status))
+                .set_column(prepared.schema.get_field_index(S.ERROR), S.ERROR, pa.array(errors, pa.string()))
+                .append_column(A, pa.array([p[0] if isinstance(p, tuple) else None for p in pairs], pa.int32()))
+                .append_column(B, pa.array([p[1] if isinstance(p, tuple) else None for p in pairs], pa.int32())))
+
+    def _pair(self, row: dict) -> tuple[int, int] | str | None:
+        """The pair, an error message, or None for a row that already failed."""
+        example = self.given[row[S.ID]]
+        if example[S.ERROR]:
+            return example[S.ERROR]
+        if row[S.STATUS] != S.STATUS_OK:
+            return None
+        n = len(row[S.TARGETS])
+        if example[A] is not None:
+            if max(example[A], example[B]) >= n:
+                return f"positions [{example[A]}, {example[B]}] out of range: the sentence has {n} non-special tokens"
+            return example[A], example[B]
+        if n < 2:
+            return "a pair needs at least two non-special tokens"
+        return draw_pair(n, self.scheme, random.Random(f"{self.seed}/{row[S.ID]}"))
+
+
+class JointsScorer:
+    """Conditionals (2|V| passes per example, batched) and the five constructions' metrics."""
+
+    def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None) -> None:
+        from .conditionals import ConditionalsEngine
+        from .models import load_masked_lm
+
+        self.mlm = load_masked_lm(model)
+        self.engine = ConditionalsEngine(self.mlm, batch_tokens, top_k)
+        self.options, self.model_name = options, model.name
+        self.signature = {**self.mlm.signature, "ag_iterations": options.ag_iterations,
+                          "hcb_pivot": options.pivot, "top_k": top_k}
+
+    def __call__(self, prepared: pa.Table) -> pa.Table:
+        from .conditionals import Pair
+        from .joints import score_pair
+
+        rows = prepared.to_pylist()
+        ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
+        pairs = [Pair(np.asarray(rows[i][S.INPUT_IDS]), np.asarray(rows[i][S.TARGETS]), rows[i][A], rows[i][B]) for i in ok]
+        scores: dict[int, Any] = {}
+        for index, cond in self.engine.conditionals(pairs):
+            scores[ok[index]] = score_pair(cond, self.options)
+        out = []
+        for i, row in enumerate(rows):
+            tokens = self._gold_tokens(row) if i in scores else (None, None)
+            for name in CONSTRUCTIONS:
+                m = scores[i].metrics[name] if i in scores else None
+                out.append({
+                    S.ID: row[S.ID], S.TEXT: row[S.TEXT], A: row[A], B: row[B], TOKEN_A: tokens[0], TOKEN_B: tokens[1],
+                    CONSTRUCTION: name, LOG_PAIR: m and m.log_pair, LOG_UNARY_A: m and m.log_unary_a,
+                    LOG_UNARY_B: m and m.log_unary_b, A_KL: m and m.a_kl, G_KL: m and m.g_kl,
+                    AG_CHANGE: scores[i].ag_change if i in scores and name == "AG" else None,
+                    S.STATUS: S.STATUS_OK if m else S.STATUS_ERROR, S.ERROR: None if m else row[S.ERROR],
+                    S.MODEL: self.model_name,
+                })
+        return pa.Table.from_pylist(out, schema=JOINTS_SCHEMA)
+
+    def _gold_tokens(self, row: dict) -> tuple[str, str]:
+        ids = [row[S.INPUT_IDS][row[S.TARGETS][k]] for k in (row[A], row[B])]
+        return tuple(self.mlm.tokenizer.convert_ids_to_tokens(ids))
+
+
+# Driver: the report.
+
+
+def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptions, top_k: int | None) -> dict:
+    table = pq.read_table(join(scores_dir, "rows"), columns=[
+        CONSTRUCTION, S.STATUS, LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE])
+    ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
+    totals = {name: JointStats() for name in CONSTRUCTIONS}
+    for r in ok.to_pylist():
+        metrics = PairMetrics(r[LOG_PAIR], r[LOG_UNARY_A], r[LOG_UNARY_B], r[A_KL], r[G_KL])
+        totals[r[CONSTRUCTION]] += JointStats.of(metrics)
+    changes = [c for c in ok[AG_CHANGE].to_pylist() if c is not None]
+    examples = table.num_rows // len(CONSTRUCTIONS)
+    return {
+        "report": {scheme: {name: {"U-PPL": s.u_ppl, "P-PPL": s.p_ppl, "A-KL": s.a_kl, "G-KL": s.g_kl}
+                            for name, s in totals.items()}},
+        "scheme": scheme,
+        "examples": examples,
+        "scored": totals["MLM"].n,
+        "errors": examples - totals["MLM"].n,
+        "model": model.name,
+        "ag": {"iterations": options.ag_iterations, "last_change_max": max(changes, default=None),
+               "last_change_mean": sum(changes) / len(changes) if changes else None},
+        "hcb_pivot": options.pivot,
+        "vocabulary": "all token ids" if top_k is None else f"gold + top-{top_k} candidates (approximation)",
+    }
+
+
+def render_markdown(summary: dict) -> str:
+    """The paper's Table 1 layout: constructions as rows, scheme x metric as columns."""
+    report = summary["report"]
+    schemes = [s for s in ("random", "contiguous", "given") if s in report]
+    header = "| construction | " + " | ".join(f"{s} {m}" for s in schemes for m in METRIC_NAMES) + " |"
+    lines = [f"# Pairwise joints: {summary['model']}", "",
+             f"{summary['scored']} examples scored ({summary['errors']} errors); natural log; lower is better. "
+             f"AG: {summary['ag']['iterations']} iterations, last change max {_fmt(summary['ag']['last_change_max'])}. "
+             f"HCB pivot: {summary['hcb_pivot']}. Vocabulary: {summary['vocabulary']}.", "",
+             header, "|---|" + "---:|" * (len(schemes) * len(METRIC_NAMES))]
+    for name in CONSTRUCTIONS:
+        cells = [_fmt(report[s][name][m]) for s in schemes for m in METRIC_NAMES]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _fmt(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def _write_reports(output: str, summary: dict) -> None:
+    folder = OutputDir(output)
+    folder.write_json(REPORT_JSON, summary["report"])
+    folder.write_json(SUMMARY_JSON, summary)
+    with folder.fs.open_output_stream(folder.path(REPORT_MD)) as stream:
+        stream.write(render_markdown(summary).encode())
