@@ -26,7 +26,6 @@ slower).
 from __future__ import annotations
 
 import logging
-import pickle
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -37,16 +36,14 @@ import torch
 
 from . import schema as S
 from .config import ModelSpec
-from .versions import versions
 from .models import (
-    autocast_region,
-    to_device,
     DEFAULT_BATCH_TOKENS,
     ModelLoadError,
+    autocast_region,
     check_local_folder,
+    load_pretrained,
     max_input_length,
-    resolve_autocast_dtype,
-    resolve_device,
+    to_device,
 )
 
 logger = logging.getLogger(__name__)
@@ -137,45 +134,24 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
         ) from exc
     _check_causal(spec.name, config)
     bos_id, eos_id = boundary_ids(tokenizer, f"tokenizer of {spec.name!r}")
-    device = resolve_device(spec.device)
-    autocast_dtype = resolve_autocast_dtype(spec.dtype, device)
-    weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
-    try:
-        model, info = AutoModelForCausalLM.from_pretrained(
-            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True
-        )
-    except ValueError as exc:
-        raise ModelLoadError(f"{spec.name!r} cannot be loaded as a causal LM: {exc}") from exc
-    except OSError as exc:
-        raise ModelLoadError(f"could not load the weights of {spec.name!r}: {exc}") from exc
-    except pickle.UnpicklingError as exc:
-        raise ModelLoadError(
-            f"refused to load the pickled checkpoint of {spec.name!r}: it holds objects other than tensors, "
-            "and pickles are only read weights-only (unpickling arbitrary objects can run code). If you "
-            "trust its source, convert it to safetensors there."
-        ) from exc
-    missing = info.get("missing_keys", [])
-    if missing:
+    loaded = load_pretrained(AutoModelForCausalLM, spec, "causal LM", "Pass a decoder LM (GPT-2, Llama, ...).")
+    model = loaded.model
+    if loaded.missing_keys:
+        missing = loaded.missing_keys
         shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
         raise ModelLoadError(
             f"{spec.name!r} lacks {len(missing)} weights of {type(model).__name__} ({shown}); scoring would use "
             "randomly initialised layers. Use a checkpoint saved with its LM head."
         )
-    model.eval().to(device)
     architecture = type(model).__name__
     if architecture not in _PLAIN_HEADS:
         logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)", architecture)
     max_length = max_input_length(config, tokenizer)
+    device, autocast_dtype, weights_dtype = loaded.device, loaded.autocast_dtype, loaded.weights_dtype
     signature = {
-        "model": spec.name,
-        "revision": spec.revision or getattr(config, "_commit_hash", None),
-        "architecture": architecture,
-        "dtype": str(autocast_dtype or weights_dtype).removeprefix("torch."),
-        "device": device.type,
-        "max_length": max_length,
+        **loaded.signature(spec, max_length),
         "bos": tokenizer.convert_ids_to_tokens(bos_id),
         "eos": None if eos_id is None else tokenizer.convert_ids_to_tokens(eos_id),
-        **versions(),
     }
     return CausalLM(
         model=model,

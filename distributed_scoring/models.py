@@ -231,27 +231,41 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
     return min(bounds)
 
 
-def load_masked_lm(spec: ModelSpec) -> MaskedLM:
-    """Load a masked LM with its head for inference; refuse checkpoints that lack MLM head weights.
+@dataclass
+class Loaded:
+    """A model fresh from `load_pretrained`: on its device, in eval mode, with its dtypes."""
 
-    Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
-    """
-    from transformers import AutoModelForMaskedLM
+    model: nn.Module
+    missing_keys: list[str]
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    weights_dtype: torch.dtype
 
-    tokenizer, max_length = load_tokenizer(spec)
+    def signature(self, spec: ModelSpec, max_length: int) -> dict:
+        """The reproducibility signature every score records (model, revision, dtype, versions...)."""
+        return {
+            "model": spec.name,
+            "revision": spec.revision or getattr(self.model.config, "_commit_hash", None),
+            "architecture": type(self.model).__name__,
+            "dtype": str(self.autocast_dtype or self.weights_dtype).removeprefix("torch."),
+            "device": self.device.type,
+            "max_length": max_length,
+            **versions(),
+        }
+
+
+def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> Loaded:
+    """`auto_class.from_pretrained` with the project's rules: float32 weights (float64 when asked),
+    safetensors preferred, pickles only weights-only, and errors that say what to do."""
     device = resolve_device(spec.device)
-    autocast_dtype = resolve_autocast_dtype(spec.dtype, device)
     weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
-        model, info = AutoModelForMaskedLM.from_pretrained(
+        model, info = auto_class.from_pretrained(
             spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True
         )
     except ValueError as exc:
-        raise ModelLoadError(
-            f"{spec.name!r} cannot be loaded as a masked LM: {exc}. Masked-LM scoring needs an encoder "
-            "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...)."
-        ) from exc
+        raise ModelLoadError(f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
     except OSError as exc:
         raise _load_error(spec, "weights", exc) from exc
     except pickle.UnpicklingError as exc:
@@ -260,7 +274,23 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
             "and pickles are only read weights-only (unpickling arbitrary objects can run code). If you "
             "trust its source, convert it to safetensors there."
         ) from exc
-    missing = [k for k in info.get("missing_keys", []) if not k.endswith(_BENIGN_MISSING)]
+    model.eval().to(device)
+    return Loaded(model, list(info.get("missing_keys", [])), device,
+                  resolve_autocast_dtype(spec.dtype, device), weights_dtype)
+
+
+def load_masked_lm(spec: ModelSpec) -> MaskedLM:
+    """Load a masked LM with its head for inference; refuse checkpoints that lack MLM head weights.
+
+    Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer, max_length = load_tokenizer(spec)
+    loaded = load_pretrained(AutoModelForMaskedLM, spec, "masked LM", "Masked-LM scoring needs an encoder "
+                             "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...).")
+    model = loaded.model
+    missing = [k for k in loaded.missing_keys if not k.endswith(_BENIGN_MISSING)]
     if missing:
         shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
         raise ModelLoadError(
@@ -268,24 +298,12 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
             f"checkpoint ({shown}). It was probably saved from a bare encoder or a fine-tuned classifier; "
             "scoring it would use a randomly initialised head. Use a checkpoint saved with its MLM head."
         )
-    model.eval().to(device)
     head_factory = _HEADS.get(type(model).__name__)
     if head_factory is None:
-        logger.warning(
-            "%s is not in the head table; scoring it through full logits (exact, but slower)",
-            type(model).__name__,
-        )
-    config = model.config
-    signature = {
-        "model": spec.name,
-        "revision": spec.revision or getattr(config, "_commit_hash", None),
-        "architecture": type(model).__name__,
-        "attention": config._attn_implementation,
-        "dtype": str(autocast_dtype or weights_dtype).removeprefix("torch."),
-        "device": device.type,
-        "max_length": max_length,
-        **versions(),
-    }
+        logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)",
+                       type(model).__name__)
+    device, autocast_dtype, weights_dtype = loaded.device, loaded.autocast_dtype, loaded.weights_dtype
+    signature = {**loaded.signature(spec, max_length), "attention": model.config._attn_implementation}
     return MaskedLM(
         model=model,
         tokenizer=tokenizer,
