@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass
-from importlib import metadata
 from typing import Mapping, NamedTuple
 
 import numpy as np
@@ -35,6 +34,7 @@ import pyarrow as pa
 
 from . import schema as S
 from .errors import UserError
+from .metrics import Metric, metric_for
 from .nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, SEQ_LEN, TEXT, UTT_ID, NBestError, require_references
 
 logger = logging.getLogger(__name__)
@@ -211,7 +211,7 @@ def rescore(
     if mlm is None and causal is None:
         raise UserError("rescoring needs the scores of at least one LM (masked or causal)")
     options = options or RescoreOptions()
-    metric = _metric(options)
+    metric = metric_for(options.metric, options.bleu_tokenize, options.bleu_lowercase)
     splits = [_Split.build(name, table, mlm, causal, options, metric) for name, table in zip(SPLITS, (dev, test))]
     lambdas, gammas = options.lambdas(), options.gammas(mlm is not None, causal is not None)
     dev_grid = _grid(splits[0], lambdas, gammas, metric)  # (n_gamma, n_lambda)
@@ -316,97 +316,6 @@ def render_markdown(report: dict) -> str:
     return "\n".join(lines)
 
 
-# Metrics: per-hypothesis sufficient statistics, summed, then the corpus figure once.
-
-
-class _Wer:
-    """Statistics per hypothesis: [word edits, reference words], from jiwer's alignment."""
-
-    name = "wer"
-    higher_is_better = False
-    scale = "fraction (jiwer's corpus WER: total edits / total reference words)"
-
-    def statistics(self, refs: list[str], hyps: list[str]) -> np.ndarray:
-        import jiwer
-
-        out = jiwer.process_words(refs, hyps)
-        stats = np.zeros((len(hyps), 2), dtype=np.int64)  # (H, 2)
-        for row, (chunks, ref_words) in enumerate(zip(out.alignments, out.references)):
-            edits = 0
-            for c in chunks:
-                if c.type in ("substitute", "delete"):
-                    edits += c.ref_end_idx - c.ref_start_idx
-                elif c.type == "insert":
-                    edits += c.hyp_end_idx - c.hyp_start_idx
-            stats[row] = (edits, len(ref_words))
-        return stats
-
-    def corpus(self, totals: np.ndarray) -> float:
-        if totals[1] == 0:
-            raise NBestError("every reference is empty, so WER is undefined; check the references")
-        return float(totals[0] / totals[1])
-
-    def sentence(self, stats: np.ndarray) -> np.ndarray:
-        """(H,) higher is better: minus the word edits."""
-        return -stats[:, 0].astype(np.float64)
-
-    def signature(self) -> str:
-        return f"jiwer {metadata.version('jiwer')}, default word transform (whitespace split)"
-
-
-class _Bleu:
-    """Statistics per hypothesis: [hyp length, ref length, matches 1..4, n-grams 1..4], sacrebleu's order."""
-
-    name = "bleu"
-    higher_is_better = True
-    scale = "sacrebleu corpus BLEU, 0-100"
-
-    def __init__(self, tokenize: str, lowercase: bool) -> None:
-        from sacrebleu.metrics import BLEU
-
-        # effective_order only changes sentence scores; the counts are what is kept.
-        self.bleu = BLEU(tokenize=tokenize, lowercase=lowercase, effective_order=True)
-        self.corpus_bleu = BLEU(tokenize=tokenize, lowercase=lowercase)
-        self.corpus_bleu.num_refs = 1  # one reference per utterance; sacrebleu notes it for the signature
-        self.order = self.bleu.max_ngram_order
-
-    def statistics(self, refs: list[str], hyps: list[str]) -> np.ndarray:
-        out = np.zeros((len(hyps), 2 + 2 * self.order), dtype=np.int64)  # (H, K)
-        for row, (ref, hyp) in enumerate(zip(refs, hyps)):
-            s = self.bleu.sentence_score(hyp, [ref])
-            out[row] = [s.sys_len, s.ref_len, *s.counts, *s.totals]
-        return out
-
-    def corpus(self, totals: np.ndarray) -> float:
-        return self._score(totals, effective_order=False)
-
-    def sentence(self, stats: np.ndarray) -> np.ndarray:
-        """(H,) smoothed sentence BLEU (exp smoothing, effective order, as sacrebleu's sentence_bleu)."""
-        return np.array([self._score(row, effective_order=True) for row in stats])
-
-    def _score(self, stats: np.ndarray, effective_order: bool) -> float:
-        from sacrebleu.metrics import BLEU
-
-        n = self.order
-        return BLEU.compute_bleu(
-            correct=[int(v) for v in stats[2 : 2 + n]],
-            total=[int(v) for v in stats[2 + n :]],
-            sys_len=int(stats[0]),
-            ref_len=int(stats[1]),
-            smooth_method=self.corpus_bleu.smooth_method,
-            smooth_value=self.corpus_bleu.smooth_value,
-            effective_order=effective_order,
-            max_ngram_order=n,
-        ).score
-
-    def signature(self) -> str:
-        return str(self.corpus_bleu.get_signature())
-
-
-def _metric(options: RescoreOptions) -> _Wer | _Bleu:
-    return _Wer() if options.metric == "wer" else _Bleu(options.bleu_tokenize, options.bleu_lowercase)
-
-
 @dataclass(frozen=True)
 class _SplitResult:
     """One split's figures (baseline, rescored, oracle, counts) and output rows."""
@@ -440,7 +349,7 @@ class _Split:
         mlm: Mapping[str, TextScore] | None,
         causal: Mapping[str, TextScore] | None,
         options: RescoreOptions,
-        metric: _Wer | _Bleu,
+        metric: Metric,
     ) -> "_Split":
         table = _ordered(name, table)
         require_references(table, name)
@@ -491,7 +400,7 @@ class _Split:
         """(K,) metric statistics summed over the chosen hypotheses."""
         return self.stats[np.arange(len(choice)), choice].sum(axis=0)
 
-    def result(self, lam: float, gamma: float, metric: _Wer | _Bleu) -> _SplitResult:
+    def result(self, lam: float, gamma: float, metric: Metric) -> _SplitResult:
         chosen = self.choose(lam, self.lm(gamma))
         baseline = self.choose(0.0, self.lm(gamma))
         sentence = np.where(np.isfinite(self.seq), 0.0, -np.inf)  # (U, N) padding never wins
@@ -545,7 +454,7 @@ class _Split:
         )
 
 
-def _grid(split: _Split, lambdas: np.ndarray, gammas: np.ndarray, metric: _Wer | _Bleu) -> np.ndarray:
+def _grid(split: _Split, lambdas: np.ndarray, gammas: np.ndarray, metric: Metric) -> np.ndarray:
     """(n_gamma, n_lambda) corpus metric of the split at every grid point."""
     out = np.empty((len(gammas), len(lambdas)))
     for i, gamma in enumerate(gammas):

@@ -19,6 +19,7 @@ from distributed_scoring import nbest
 from distributed_scoring import rescoring as R
 from distributed_scoring import schema as S
 from distributed_scoring.errors import UserError
+from distributed_scoring.metrics import BleuStats, WerStats
 from distributed_scoring.rescoring import RescoreOptions, TextScore, rescore
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
@@ -215,7 +216,7 @@ def test_bleu_statistics_sum_to_sacrebleus_corpus_figure():
     refs = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 12))) for _ in range(40)]
     hyps = [" ".join(rng.choice(words) for _ in range(rng.randint(1, 12))) for _ in range(40)]
     for tokenize in ("13a", "none", "intl"):
-        metric = R._Bleu(tokenize, lowercase=False)
+        metric = BleuStats(tokenize, lowercase=False)
         stats = metric.statistics(refs, hyps)
         for pick in (slice(None), slice(0, 7), slice(10, 40, 3)):
             expected = sacrebleu.corpus_bleu(hyps[pick], [refs[pick]], tokenize=tokenize).score
@@ -231,9 +232,9 @@ def test_wer_statistics_sum_to_jiwers_corpus_figure():
     refs = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 8))) for _ in range(50)]
     hyps = [" ".join(rng.choice(words) for _ in range(rng.randint(0, 8))) for _ in range(50)]
     refs[0] = "a  b   c "
-    stats = R._Wer().statistics(refs, hyps)
-    assert R._Wer().corpus(stats.sum(axis=0)) == pytest.approx(jiwer.wer(refs, hyps), abs=1e-12)
-    assert R._Wer().corpus(stats[5:20].sum(axis=0)) == pytest.approx(jiwer.wer(refs[5:20], hyps[5:20]), abs=1e-12)
+    stats = WerStats().statistics(refs, hyps)
+    assert WerStats().corpus(stats.sum(axis=0)) == pytest.approx(jiwer.wer(refs, hyps), abs=1e-12)
+    assert WerStats().corpus(stats[5:20].sum(axis=0)) == pytest.approx(jiwer.wer(refs[5:20], hyps[5:20]), abs=1e-12)
 
 
 def test_length_penalties_and_component_columns():
