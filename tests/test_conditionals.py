@@ -191,3 +191,17 @@ def test_top_k_must_be_positive(tiny_model_dir):
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     with pytest.raises(UserError, match="top_k"):
         ConditionalsEngine(mlm, top_k=0)
+
+
+def test_exact_joints_refuse_a_device_without_room_for_the_tables(tiny_model_dir, monkeypatch):
+    """A vocabulary whose |V| x |V| tables do not fit is a clear error up front, not an OOM kill."""
+    import distributed_scoring.conditionals as conditionals
+
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    vocab = mlm.model.config.vocab_size
+    monkeypatch.setattr(conditionals, "free_memory", lambda device: conditionals.PEAK_TABLES * vocab**2 * 4 - 1)
+    with pytest.raises(UserError, match="--top-k"):
+        ConditionalsEngine(mlm)
+    ConditionalsEngine(mlm, top_k=5)  # the approximation's small tables need no such room
+    monkeypatch.setattr(conditionals, "free_memory", lambda device: conditionals.PEAK_TABLES * vocab**2 * 4)
+    ConditionalsEngine(mlm)
