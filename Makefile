@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup browser demo test bench clean
+.PHONY: setup browser demo test bench bench-smoke clean
 
 setup: $(STAMP)
 
@@ -32,8 +32,16 @@ browser:
 test: setup browser
 	$(BIN)/python -m pytest -q
 
+# Throughput side by side with naive scoring and minicons (its own venv, made on first use), then the
+# Ray pipeline against the number of actors, then pairwise joints; on a quiet machine (about 45 minutes
+# on 2 cores).
 bench: setup
-	$(BIN)/python benchmarks/speed_vs_naive.py
+	$(BIN)/python benchmarks/compare.py --update-results benchmarks/RESULTS.md
+	$(BIN)/python benchmarks/scaling.py --update-results benchmarks/RESULTS.md
+	$(BIN)/python benchmarks/joints_speed.py --update-results benchmarks/RESULTS.md
+
+bench-smoke: setup
+	$(BIN)/python benchmarks/compare.py --preset smoke --out out/bench-smoke
 
 clean:
 	rm -rf $(VENV) out
