@@ -25,7 +25,6 @@ slower).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -41,12 +40,13 @@ from .models import (
     ModelLoadError,
     autocast_region,
     check_local_folder,
+    head_rows,
     load_pretrained,
     max_input_length,
+    some_keys,
     to_device,
+    warn_full_logits,
 )
-
-logger = logging.getLogger(__name__)
 
 LOGP = "logp"  # log P(W) including the end term; N_TOKENS (= |W|) and the status columns come from schema
 
@@ -73,8 +73,6 @@ _PLAIN_HEADS = {
     "OPTForCausalLM",
 }
 
-# Rows of the LM head applied at once: bounds the (rows, vocab) float32 logits (8192 x 50k = 1.6 GB).
-_HEAD_ROWS = 8192
 
 
 @dataclass
@@ -136,34 +134,31 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
     bos_id, eos_id = boundary_ids(tokenizer, f"tokenizer of {spec.name!r}")
     loaded = load_pretrained(AutoModelForCausalLM, spec, "causal LM", "Pass a decoder LM (GPT-2, Llama, ...).")
     model = loaded.model
-    if loaded.missing_keys:
-        missing = loaded.missing_keys
-        shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
-        raise ModelLoadError(
-            f"{spec.name!r} lacks {len(missing)} weights of {type(model).__name__} ({shown}); scoring would use "
-            "randomly initialised layers. Use a checkpoint saved with its LM head."
-        )
     architecture = type(model).__name__
+    if loaded.missing_keys:
+        raise ModelLoadError(
+            f"{spec.name!r} lacks {len(loaded.missing_keys)} weights of {architecture} "
+            f"({some_keys(loaded.missing_keys)}); scoring would use randomly initialised layers. Use a checkpoint "
+            "saved with its LM head."
+        )
     if architecture not in _PLAIN_HEADS:
-        logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)", architecture)
+        warn_full_logits(architecture)
     max_length = max_input_length(config, tokenizer)
-    device, autocast_dtype, weights_dtype = loaded.device, loaded.autocast_dtype, loaded.weights_dtype
-    signature = {
-        **loaded.signature(spec, max_length),
-        "bos": tokenizer.convert_ids_to_tokens(bos_id),
-        "eos": None if eos_id is None else tokenizer.convert_ids_to_tokens(eos_id),
-    }
     return CausalLM(
         model=model,
         tokenizer=tokenizer,
-        device=device,
-        autocast_dtype=autocast_dtype,
-        head_dtype=weights_dtype,
+        device=loaded.device,
+        autocast_dtype=loaded.autocast_dtype,
+        head_dtype=loaded.weights_dtype,
         max_length=max_length,
         bos_id=bos_id,
         eos_id=eos_id,
         head=model.get_output_embeddings() if architecture in _PLAIN_HEADS else None,
-        signature=signature,
+        signature={
+            **loaded.signature(spec, max_length),
+            "bos": tokenizer.convert_ids_to_tokens(bos_id),
+            "eos": None if eos_id is None else tokenizer.convert_ids_to_tokens(eos_id),
+        },
     )
 
 
@@ -289,8 +284,9 @@ class CausalEngine:
                 hidden = self.lm.decoder(input_ids=ids, attention_mask=attention_mask)[0]  # (B, T, H)
                 rows = hidden[:, :-1][predicts]  # (R, H)
         out = torch.empty(len(labels), dtype=self.lm.head_dtype, device=device)
-        for start in range(0, len(labels), _HEAD_ROWS):
-            chunk = slice(start, start + _HEAD_ROWS)
+        step = head_rows(self.lm.model.config.vocab_size)
+        for start in range(0, len(labels), step):
+            chunk = slice(start, start + step)
             logits = self._head(rows[chunk])  # (C, V), head dtype
             out[chunk] = logits.gather(1, labels[chunk, None]).squeeze(1) - torch.logsumexp(logits, dim=-1)
         return out

@@ -126,10 +126,24 @@ class MaskedLM:
                 yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (B, V)
                 return
             hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (B, H)
-        chunk = max(1, HEAD_ELEMENTS // self.model.config.vocab_size)
+        chunk = head_rows(self.model.config.vocab_size)
         with torch.autocast(self.device.type, enabled=False):
             for start in range(0, len(hidden), chunk):
                 yield self.head(hidden[start : start + chunk]).to(self.head_dtype)  # (C, V)
+
+
+def head_rows(vocab_size: int) -> int:
+    """Rows the LM head takes at once, so that one call makes at most `HEAD_ELEMENTS` logits."""
+    return max(1, HEAD_ELEMENTS // vocab_size)
+
+
+def warn_full_logits(architecture: str) -> None:
+    logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)", architecture)
+
+
+def some_keys(keys: list[str], most: int = 6) -> str:
+    """The first `most` of `keys`, sorted, for an error message."""
+    return ", ".join(sorted(keys)[:most]) + (" ..." if len(keys) > most else "")
 
 
 def autocast_region(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -292,25 +306,21 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
     model = loaded.model
     missing = [k for k in loaded.missing_keys if not k.endswith(_BENIGN_MISSING)]
     if missing:
-        shown = ", ".join(sorted(missing)[:6]) + (" ..." if len(missing) > 6 else "")
         raise ModelLoadError(
             f"{spec.name!r} has no trained masked-LM head: {len(missing)} weights are missing from the "
-            f"checkpoint ({shown}). It was probably saved from a bare encoder or a fine-tuned classifier; "
+            f"checkpoint ({some_keys(missing)}). It was probably saved from a bare encoder or a fine-tuned classifier; "
             "scoring it would use a randomly initialised head. Use a checkpoint saved with its MLM head."
         )
     head_factory = _HEADS.get(type(model).__name__)
     if head_factory is None:
-        logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)",
-                       type(model).__name__)
-    device, autocast_dtype, weights_dtype = loaded.device, loaded.autocast_dtype, loaded.weights_dtype
-    signature = {**loaded.signature(spec, max_length), "attention": model.config._attn_implementation}
+        warn_full_logits(type(model).__name__)
     return MaskedLM(
         model=model,
         tokenizer=tokenizer,
-        device=device,
-        autocast_dtype=autocast_dtype,
-        head_dtype=weights_dtype,
+        device=loaded.device,
+        autocast_dtype=loaded.autocast_dtype,
+        head_dtype=loaded.weights_dtype,
         max_length=max_length,
         head=head_factory(model) if head_factory else None,
-        signature=signature,
+        signature={**loaded.signature(spec, max_length), "attention": model.config._attn_implementation},
     )

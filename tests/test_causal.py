@@ -75,6 +75,20 @@ def test_engine_in_float64_equals_reference_to_rounding(family, causal_dir):
         np.testing.assert_allclose(logp, expected, rtol=0, atol=1e-9)
 
 
+def test_head_chunks_do_not_change_results(causal_dir, monkeypatch):
+    """The head takes a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced
+    row would show, blocking differences would not)."""
+    import distributed_scoring.models as models
+
+    lm = load_causal_lm(ModelSpec(str(causal_dir("gpt2")), dtype="float64"))
+    sequences = encode(lm, TEXTS)
+    whole = CausalEngine(lm, BUDGETS[2]).token_logprobs(sequences)
+    monkeypatch.setattr(models, "HEAD_ELEMENTS", 3 * lm.model.config.vocab_size)
+    chunked = CausalEngine(lm, BUDGETS[2]).token_logprobs(sequences)
+    for w, c in zip(whole, chunked):
+        np.testing.assert_allclose(c, w, rtol=0, atol=1e-12)
+
+
 def test_boundary_tokens_follow_the_tokenizer(causal_dir):
     """GPT-2: <|endoftext|> on both sides; Llama: <s> ... </s> with no second <s> although its tokenizer
     adds one by itself; EOS-only: EOS on both sides; BOS-only: no end token."""
