@@ -14,9 +14,10 @@ v = [MASK] rows of the unary tables and an example costs 2|V| passes, not 2|V| +
 All rows of an example have the example's length and differ from one base (both positions masked) at one
 position only, so they are built by one scatter and packed without padding between them; examples are
 sorted longest first and packed under a token budget (rows x padded length) as in `masking.pack`, an
-example's rows running over as many batches as the budget needs. Each row needs the vocabulary projection at one position only: the
-encoder runs once per batch, one hidden state per row is gathered, and the LM head runs on those rows, in
-chunks that bound rows x |V|, in float32 (float64 for a model loaded in float64).
+example's rows running over as many batches as the budget needs. Each row needs the vocabulary
+projection at one position only: the encoder runs once per batch, one hidden state per row is gathered,
+and the LM head runs on those rows (`MaskedLM.logits_at`), in chunks that bound rows x |V|, in float32
+(float64 for a model loaded in float64).
 
 `top_k` restricts each position to a candidate set, an approximation the paper's code also offers: the
 gold token, the top k of q(a | b = gold, w_rest) and the top k of q(a | w_rest) (from a first pass of

@@ -178,7 +178,7 @@ def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     seekable = is_seekable(f.path)
     offsets: list[int] = []
     n_records = 0
-    checked = f.fmt not in ("jsonl",)
+    checked = f.fmt != "jsonl"
     try:
         stream = open_binary(f.path, seekable)
     except OSError as exc:
@@ -289,7 +289,12 @@ def _parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
         raise InputError(f"{f.path}: text column {spec.text_column!r} holds {text_type}, not strings")
     n_rows = parquet.metadata.num_rows
-    return [Shard(f, start, min(spec.shard_rows, n_rows - start)) for start in range(0, n_rows, spec.shard_rows)]
+    return _row_shards(f, n_rows, spec.shard_rows)
+
+
+def _row_shards(f: InputFile, n_rows: int, shard_rows: int) -> list[Shard]:
+    """Shards of a file read by row index (Parquet, datasets): no byte offsets."""
+    return [Shard(f, start, min(shard_rows, n_rows - start)) for start in range(0, n_rows, shard_rows)]
 
 
 def _named_columns(spec: InputSpec) -> list[str]:
@@ -334,7 +339,7 @@ def _hf_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     dataset = _hf_dataset(f)
     _require_columns(f, spec, dataset.column_names)
     n_rows = len(dataset)
-    return [Shard(f, start, min(spec.shard_rows, n_rows - start)) for start in range(0, n_rows, spec.shard_rows)]
+    return _row_shards(f, n_rows, spec.shard_rows)
 
 
 def _hf_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:

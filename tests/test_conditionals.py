@@ -55,13 +55,18 @@ def assert_equal_to_reference(cond, ref, atol: float, label: str) -> None:
     vocab = ref.logits_a.shape[0]
     assert cond.log_a_given_b.shape == (vocab, vocab), label
     assert cond.gold == ref.gold, label
+    assert_tables(cond, ref.logits_a, ref.logits_b, ref.marginal_a, ref.marginal_b, atol, label)
+
+
+def assert_tables(cond, logits_a, logits_b, marginal_a, marginal_b, atol: float, label: str) -> None:
+    """The engine's tables against raw reference logits: (Ka, Kb) at a and at b, and the marginals."""
     expected = {
-        "log_a_given_b": ref.logits_a.log_softmax(0),
-        "log_b_given_a": ref.logits_b.log_softmax(1),
-        "log_a": ref.marginal_a.log_softmax(0),
-        "log_b": ref.marginal_b.log_softmax(0),
-        "logits_a": ref.logits_a,
-        "logits_b": ref.logits_b,
+        "log_a_given_b": logits_a.log_softmax(0),
+        "log_b_given_a": logits_b.log_softmax(1),
+        "log_a": marginal_a.log_softmax(0),
+        "log_b": marginal_b.log_softmax(0),
+        "logits_a": logits_a,
+        "logits_b": logits_b,
     }
     got = {
         "log_a_given_b": cond.log_a_given_b,
@@ -148,24 +153,7 @@ def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_ta
         assert (int(cond.support_a[cond.gold[0]]), int(cond.support_b[cond.gold[1]])) == (ga, gb)
         logits_a = ref.logits_a[sa][:, sb]  # (Ka, Kb) the full raw logits on the candidates
         logits_b = ref.logits_b[sa][:, sb]
-        expected = {
-            "log_a_given_b": logits_a.log_softmax(0),
-            "log_b_given_a": logits_b.log_softmax(1),
-            "log_a": ref.marginal_a[sa].log_softmax(0),
-            "log_b": ref.marginal_b[sb].log_softmax(0),
-            "logits_a": logits_a,
-            "logits_b": logits_b,
-        }
-        got = {
-            "log_a_given_b": cond.log_a_given_b,
-            "log_b_given_a": cond.log_b_given_a,
-            "log_a": cond.log_a,
-            "log_b": cond.log_b,
-            "logits_a": cond.logits_a(),
-            "logits_b": cond.logits_b(),
-        }
-        for key, value in expected.items():
-            np.testing.assert_allclose(got[key].double(), value, rtol=0, atol=1e-5, err_msg=f"{index} {key}")
+        assert_tables(cond, logits_a, logits_b, ref.marginal_a[sa], ref.marginal_b[sb], 1e-5, str(index))
         scores = score_pair(cond)
         assert all(np.isfinite(m.log_pair) and np.isfinite(m.a_kl) for m in scores.metrics.values())
 

@@ -51,18 +51,21 @@ def test_rescoring_finds_the_known_best_hypothesis(which):
     assert result.lam == 1.0
 
 
+# Two utterances whose best hypothesis needs 1/3 < lambda (u1) and lambda < 0.5167 (u2), with LM scores.
+TIE_RECORDS = [
+    dict(utt_id="u1", hyp_id=1, text="b", score=1.0, ref="a"),
+    dict(utt_id="u1", hyp_id=2, text="a", score=0.0, ref="a"),
+    dict(utt_id="u2", hyp_id=1, text="c", score=0.0, ref="c"),
+    dict(utt_id="u2", hyp_id=2, text="d", score=-3.1, ref="c"),
+]
+TIE_SCORES = {"a": TextScore(-10.0, 1), "b": TextScore(-13.0, 1), "c": TextScore(-10.0, 1), "d": TextScore(-4.0, 1)}
+
+
 def test_ties_go_to_the_largest_lambda():
     """Utterance 1 needs lambda > 1/3, utterance 2 needs lambda < 0.5167: the optimal grid points are
     0.35 ... 0.5 and the rule picks 0.5 (the first optimum would be 0.35)."""
-    records = [
-        dict(utt_id="u1", hyp_id=1, text="b", score=1.0, ref="a"),
-        dict(utt_id="u1", hyp_id=2, text="a", score=0.0, ref="a"),
-        dict(utt_id="u2", hyp_id=1, text="c", score=0.0, ref="c"),
-        dict(utt_id="u2", hyp_id=2, text="d", score=-3.1, ref="c"),
-    ]
-    lm = {"a": TextScore(-10.0, 1), "b": TextScore(-13.0, 1), "c": TextScore(-10.0, 1), "d": TextScore(-4.0, 1)}
-    table = nbest.nbest_table(records)
-    result = rescore(table, table, mlm=lm, options=RescoreOptions(**NO_PENALTY))
+    table = nbest.nbest_table(TIE_RECORDS)
+    result = rescore(table, table, mlm=TIE_SCORES, options=RescoreOptions(**NO_PENALTY))
     grid = np.array(result.report["grid"]["dev"][0])
     lambdas = np.array(result.report["grid"]["lambda"])
     assert lambdas[grid == 0].tolist() == [0.35, 0.4, 0.45, 0.5]
@@ -74,16 +77,9 @@ def test_ties_go_to_the_largest_lambda_before_the_largest_gamma():
     """Only the masked LM tells the hypotheses apart (the causal LM scores them all alike), so the
     optimum is 1/3 < lambda * gamma < 0.5167: lambda = 1 with gamma 0.4 or 0.5, ..., up to gamma = 1
     with lambda 0.35 ... 0.5. Largest lambda first gives (1.0, 0.5); largest gamma first would give (0.5, 1.0)."""
-    records = [
-        dict(utt_id="u1", hyp_id=1, text="b", score=1.0, ref="a"),
-        dict(utt_id="u1", hyp_id=2, text="a", score=0.0, ref="a"),
-        dict(utt_id="u2", hyp_id=1, text="c", score=0.0, ref="c"),
-        dict(utt_id="u2", hyp_id=2, text="d", score=-3.1, ref="c"),
-    ]
-    mlm = {"a": TextScore(-10.0, 1), "b": TextScore(-13.0, 1), "c": TextScore(-10.0, 1), "d": TextScore(-4.0, 1)}
-    causal = {t: TextScore(-10.0, 1) for t in mlm}
-    table = nbest.nbest_table(records)
-    result = rescore(table, table, mlm=mlm, causal=causal, options=RescoreOptions(**NO_PENALTY))
+    causal = {t: TextScore(-10.0, 1) for t in TIE_SCORES}
+    table = nbest.nbest_table(TIE_RECORDS)
+    result = rescore(table, table, mlm=TIE_SCORES, causal=causal, options=RescoreOptions(**NO_PENALTY))
     grid = np.array(result.report["grid"]["dev"])
     assert grid[10, 7] == 0.0 and grid[10, 11] > 0  # (gamma 1, lambda 0.35) optimal, (gamma 1, lambda 0.55) not
     assert (result.lam, result.gamma) == (1.0, 0.5)
