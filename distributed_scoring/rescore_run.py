@@ -21,7 +21,7 @@ from . import schema as S
 from .aggregate import check_complete
 from .causal import LOGP
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
-from .nbest import read_nbest, read_references, require_references, unique_texts
+from .nbest import read_nbest, require_references, unique_texts
 from .output import OutputDir
 from .rescoring import RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
 from .runner import execute, score, start
@@ -78,7 +78,7 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
 
 
 def _read(uri: str, refs: str | None, name: str) -> pa.Table:
-    table = read_nbest(uri, references=read_references(refs) if refs else None)
+    table = read_nbest(uri, references=refs)
     require_references(table, name)
     return table
 

@@ -44,6 +44,26 @@ def test_masked_and_causal_lms_in_process(tmp_path, tiny_model_dir, capsys):
     assert len((out / "test.best.txt").read_text().splitlines()) == len(set(test.column("utt_id").to_pylist()))
 
 
+def test_references_from_separate_files_give_the_same_result(tmp_path, tiny_model_dir, capsys):
+    """--dev-refs/--test-refs: the same lists with their references moved to files rescore alike."""
+    model = str(tiny_model_dir("bert"))
+    reports = []
+    for separate in (False, True):
+        args = ["rescore", "--model", model, "--output", str(tmp_path / f"out-{separate}")]
+        for split, seed in (("dev", 1), ("test", 2)):
+            records, _ = H.synthetic_nbest(5, 3, seed=seed, prefix=split[0])
+            if separate:
+                refs = {r["utt_id"]: r.pop("ref") for r in records}
+                refs_path = write_jsonl(tmp_path / f"{split}-refs.jsonl", [{"utt_id": u, "ref": t} for u, t in refs.items()])
+                args += [f"--{split}-refs", refs_path]
+            args += [f"--{split}", write_jsonl(tmp_path / f"{split}-{separate}.jsonl", records)]
+        assert main(args) == 0
+        capsys.readouterr()
+        reports.append(json.loads((tmp_path / f"out-{separate}" / "report.json").read_text()))
+    for split in ("dev", "test"):
+        assert reports[1][split] == reports[0][split]
+
+
 @pytest.mark.ray
 def test_antibody_rescoring_on_ray_lowers_the_residue_error_rate(ray_local, tmp_path, offline_model_dir, capsys):
     """Real weights: chains with substitutions and a noisy sequence-model score; AntiBERTy repairs the
