@@ -31,8 +31,8 @@ from . import schema as S
 from .baseline import AUDIT_FILE, EXIT_OK, SCHEMA_VERSION, Comparison, Thresholds, compare, load_baseline
 from .errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
-from .output import ROWS_DIR, SUMMARY_FILE
-from .stats import CorpusStats
+from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from .stats import STAT_COLUMNS, CorpusStats
 from .versions import package_version
 from .storage import filesystem, join
 
@@ -43,8 +43,7 @@ logger = logging.getLogger(__name__)
 REPORT_FILE = "report.html"
 NO_PARTITION = "(none)"  # the partition of rows whose partition value is null
 
-_STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
-_REQUIRED = [S.ID, S.TEXT, *_STAT_COLUMNS, S.MODEL, S.VARIANT]
+_REQUIRED = [S.ID, S.TEXT, *STAT_COLUMNS, S.MODEL, S.VARIANT]
 
 
 @dataclass(frozen=True)
@@ -210,16 +209,16 @@ def run_audit(
     fs, files, root = _scored_files(rows_dir)
     logger.info("auditing %d Parquet files under %s", len(files), root)
     scan = _scan(fs, files, config)
-    out_fs, out_root = _output_folder(output_dir)
+    out = OutputDir(output_dir)
+    out.fs.create_dir(out.root, recursive=True)
     outliers = write_outliers(
-        scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out_fs,
-        posixpath.join(out_root, OUTLIERS_FILE),
+        scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
     )
     audit = _audit_dict(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
     comparison = compare(audit, base, baseline, config.thresholds) if base else None
     audit["baseline"] = comparison.to_dict() if comparison else None
-    _write_text(out_fs, posixpath.join(out_root, AUDIT_FILE), json.dumps(audit, indent=2, sort_keys=True))
-    _write_text(out_fs, posixpath.join(out_root, REPORT_FILE), render_report(audit, base))
+    out.write_json(AUDIT_FILE, audit)
+    out.write_text(REPORT_FILE, render_report(audit, base))
     result = AuditResult(audit, comparison, output_dir)
     logger.info(
         "audit: %d rows, pppl_token %s, %d outliers, verdict %s (exit %d)",
@@ -257,7 +256,7 @@ def _columns(pf: pq.ParquetFile, path: str, config: AuditConfig) -> list[str]:
             f"with a {config.partition_column!r} column (set AuditConfig.partition_column for another name)"
         )
     per_token = [S.TOKEN_LOGPROBS] if S.TOKEN_LOGPROBS in names else []
-    return [config.partition_column, *_STAT_COLUMNS, S.MODEL, S.VARIANT, *per_token]
+    return [config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *per_token]
 
 
 def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig) -> _Scan:
@@ -284,7 +283,7 @@ def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> None:
     scored = ~np.isnan(nll)
     # searchsorted: 0 = underflow, i = bin i (1-based), bins + 1 = overflow; NaN lands past the end, masked.
     bins = np.searchsorted(config.histogram.log_edges(), nll, side="right")
-    stat_columns = batch.select(_STAT_COLUMNS)
+    stat_columns = batch.select(STAT_COLUMNS)
     to_code = np.empty(len(names.dictionary), dtype=np.int32)
     for i, name in enumerate(names.dictionary.to_pylist()):
         rows = local == i
@@ -355,16 +354,3 @@ def _scorer_signature(fs: pafs.FileSystem, root: str) -> dict | list | None:
         return None
     with fs.open_input_stream(path) as stream:
         return json.loads(stream.read()).get("signature")
-
-
-def _output_folder(output_dir: str) -> tuple[pafs.FileSystem, str]:
-    fs, root = filesystem(output_dir)
-    if fs is None:
-        raise UserError(f"cannot write to {output_dir!r}: use a local path or an s3://, gs:// or file:// URI")
-    fs.create_dir(root, recursive=True)
-    return fs, root
-
-
-def _write_text(fs: pafs.FileSystem, path: str, text: str) -> None:
-    with fs.open_output_stream(path) as stream:
-        stream.write(text.encode())

@@ -27,13 +27,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .aggregate import check_complete
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import UserError
 from .inputs import InputError
-from .joints import CONSTRUCTIONS, JointOptions, JointStats, PairMetrics
-from .output import OutputDir
-from .runner import execute, start
+from .joints import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
+from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from .runner import run
 from .sources import plan_shards, read_unit, read_units
 from .storage import join, open_binary
 from .workloads import Workload
@@ -42,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 SCHEMES = ("random", "contiguous")
 EXAMPLES_FILE = "examples/examples.parquet"
-REPORT_JSON, REPORT_MD, SUMMARY_JSON = "report.json", "report.md", "summary.json"
+REPORT_JSON, REPORT_MD = "report.json", "report.md"
 METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
@@ -94,9 +93,7 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
                        ScoringOptions(batch_tokens=batch_tokens), join(inputs.output, "scores"))
     workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
-    plan, out, todo = start(config, workload, overwrite)
-    execute(workload, config, todo, out, ray)
-    check_complete(out, plan, workload.rows_per_input)
+    run(config, workload, ray, overwrite)
     summary = _summary(config.output, scheme, model, options, top_k)
     _write_reports(inputs.output, summary)
     return summary
@@ -168,10 +165,7 @@ def _sampled_examples(inputs: JointsInputs) -> list[dict]:
 
 
 def _write_examples(output: str, rows: list[dict]) -> str:
-    folder = OutputDir(output)
-    folder.fs.create_dir(folder.path("examples"), recursive=True)
-    pq.write_table(pa.Table.from_pylist(rows, schema=EXAMPLES_SCHEMA), folder.path(EXAMPLES_FILE), filesystem=folder.fs)
-    return join(folder.location, EXAMPLES_FILE)
+    return OutputDir(output).write_table(EXAMPLES_FILE, pa.Table.from_pylist(rows, schema=EXAMPLES_SCHEMA))
 
 
 # The workload's stages.
@@ -275,13 +269,13 @@ class JointsScorer:
 
 
 def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptions, top_k: int | None) -> dict:
-    table = pq.read_table(join(scores_dir, "rows"), columns=[
+    table = pq.read_table(join(scores_dir, ROWS_DIR), columns=[
         CONSTRUCTION, S.STATUS, LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE])
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
-    totals = {name: JointStats() for name in CONSTRUCTIONS}
-    for r in ok.to_pylist():
-        metrics = PairMetrics(r[LOG_PAIR], r[LOG_UNARY_A], r[LOG_UNARY_B], r[A_KL], r[G_KL])
-        totals[r[CONSTRUCTION]] += JointStats.of(metrics)
+    totals = corpus_stats(
+        {r[CONSTRUCTION]: PairMetrics(r[LOG_PAIR], r[LOG_UNARY_A], r[LOG_UNARY_B], r[A_KL], r[G_KL])}
+        for r in ok.to_pylist()
+    )
     changes = [c for c in ok[AG_CHANGE].to_pylist() if c is not None]
     examples = table.num_rows // len(CONSTRUCTIONS)
     return {
@@ -324,6 +318,5 @@ def _fmt(value: float | None) -> str:
 def _write_reports(output: str, summary: dict) -> None:
     folder = OutputDir(output)
     folder.write_json(REPORT_JSON, summary["report"])
-    folder.write_json(SUMMARY_JSON, summary)
-    with folder.fs.open_output_stream(folder.path(REPORT_MD)) as stream:
-        stream.write(render_markdown(summary).encode())
+    folder.write_json(SUMMARY_FILE, summary)
+    folder.write_text(REPORT_MD, render_markdown(summary))

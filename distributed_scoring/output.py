@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 from .config import RunConfig
 from .errors import UserError
 from .sources import Shard
-from .storage import filesystem, scheme
+from .storage import filesystem, join, scheme
 
 ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
@@ -121,8 +121,17 @@ class OutputDir:
         return self.read_json(posixpath.join(DONE_DIR, f"{key}.json"))
 
     def write_json(self, name: str, obj: dict) -> None:
+        self.write_text(name, json.dumps(obj, indent=2, sort_keys=True))
+
+    def write_text(self, name: str, text: str) -> None:
         with self.fs.open_output_stream(self.path(name)) as stream:
-            stream.write(json.dumps(obj, indent=2, sort_keys=True).encode())
+            stream.write(text.encode("utf-8"))
+
+    def write_table(self, name: str, table: pa.Table) -> str:
+        """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""
+        self.fs.create_dir(posixpath.dirname(self.path(name)), recursive=True)
+        pq.write_table(table, self.path(name), filesystem=self.fs)
+        return join(self.location, name)
 
     def read_json(self, name: str) -> dict | None:
         if not self._exists(self.path(name)):

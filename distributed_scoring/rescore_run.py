@@ -18,13 +18,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .aggregate import check_complete
 from .causal import LOGP
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .nbest import read_nbest, require_references, unique_texts
 from .output import OutputDir
 from .rescoring import RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
-from .runner import execute, score, start
+from .output import ROWS_DIR
+from .runner import run, score
 from .storage import join
 from .workloads import causal_workload
 
@@ -67,10 +67,7 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
         mlm = _scores(config.output, texts, S.PLL, "masked LM")
     if causal_model is not None:
         config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))
-        workload = causal_workload(causal_model, scoring.batch_tokens)
-        plan, out, todo = start(config, workload, overwrite)
-        execute(workload, config, todo, out, ray)
-        check_complete(out, plan)
+        run(config, causal_workload(causal_model, scoring.batch_tokens), ray, overwrite)
         causal = _scores(config.output, texts, LOGP, "causal LM")
     result = rescore(dev, test, mlm, causal, options)
     write_outputs(result, inputs.output)
@@ -85,16 +82,12 @@ def _read(uri: str, refs: str | None, name: str) -> pa.Table:
 
 def _write_texts(output: str, texts: list[str]) -> str:
     """The texts as a Parquet corpus with ids; the same texts give the same file (and shard plan)."""
-    folder = OutputDir(output)
-    path = folder.path(TEXTS)
-    folder.fs.create_dir(folder.path("texts"), recursive=True)
     ids = [f"{i:09d}" for i in range(len(texts))]
-    pq.write_table(pa.table({S.ID: ids, S.TEXT: texts}), path, filesystem=folder.fs)
-    return join(folder.location, TEXTS)
+    return OutputDir(output).write_table(TEXTS, pa.table({S.ID: ids, S.TEXT: texts}))
 
 
 def _scores(output: str, texts: list[str], column: str, name: str) -> dict[str, TextScore]:
     """The LM's scores keyed by the original hypothesis texts (ids are positions in `texts`)."""
-    rows = pq.read_table(join(output, "rows"), columns=[S.ID, S.TEXT, column, S.N_TOKENS, S.STATUS, S.ERROR])
+    rows = pq.read_table(join(output, ROWS_DIR), columns=[S.ID, S.TEXT, column, S.N_TOKENS, S.STATUS, S.ERROR])
     original = pa.array([texts[int(i)] for i in rows[S.ID].to_pylist()], pa.string())
     return text_scores(rows.set_column(rows.schema.get_field_index(S.TEXT), S.TEXT, original), column, name)

@@ -248,25 +248,20 @@ def write_outputs(result: Rescored, folder: str) -> list[str]:
 
     `folder` is a local path or an s3://, gs://, file:// URI. Returns the paths written.
     """
-    import pyarrow.parquet as pq
-
     from .output import OutputDir
 
     out = OutputDir(folder)
-    out.fs.create_dir(out.root, recursive=True)
-    pq.write_table(result.hypotheses, out.path(HYPOTHESES_FILE), filesystem=out.fs)
-    pq.write_table(result.best, out.path(BEST_FILE), filesystem=out.fs)
+    out.write_table(HYPOTHESES_FILE, result.hypotheses)
+    out.write_table(BEST_FILE, result.best)
     written = [HYPOTHESES_FILE, BEST_FILE]
     splits = result.best.column(SPLIT).to_pylist()
     texts = result.best.column(TEXT).to_pylist()
     for split in SPLITS:
         lines = "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split)
-        with out.fs.open_output_stream(out.path(best_text_file(split))) as stream:
-            stream.write(lines.encode("utf-8"))
+        out.write_text(best_text_file(split), lines)
         written.append(best_text_file(split))
     out.write_json(REPORT_JSON, result.report)
-    with out.fs.open_output_stream(out.path(REPORT_MD)) as stream:
-        stream.write(render_markdown(result.report).encode("utf-8"))
+    out.write_text(REPORT_MD, render_markdown(result.report))
     return [out.path(name) for name in written + [REPORT_JSON, REPORT_MD]]
 
 

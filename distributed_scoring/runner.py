@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 
-from .aggregate import summarize
+from .aggregate import check_complete, summarize
 from .config import RayOptions, RunConfig
 from .output import OutputDir, fingerprint
 from .progress import Progress
@@ -55,6 +55,13 @@ def execute(workload: Workload, config: RunConfig, todo: list[Shard], out: Outpu
         from .pipeline import execute_ray
 
         execute_ray(workload, config, todo, out, ray)
+
+
+def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, overwrite: bool = False) -> None:
+    """A workload over the corpus, then the no-loss check (for workloads with their own summary)."""
+    plan, out, todo = start(config, workload, overwrite)
+    execute(workload, config, todo, out, ray)
+    check_complete(out, plan, workload.rows_per_input)
 
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
