@@ -14,9 +14,8 @@ from .config import RunConfig
 from .errors import DataLossError
 from .output import SUMMARY_FILE, OutputDir
 from .sources import Shard
-from .stats import CorpusStats
+from .stats import STAT_COLUMNS, CorpusStats
 
-_STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
 
 
 def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> list[dict]:
@@ -47,7 +46,7 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
     by_partition: dict[str | None, CorpusStats] = {}
-    columns = _STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
+    columns = STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
     for shard in plan:
         part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
         for batch in part.iter_batches(columns=columns):

@@ -203,9 +203,10 @@ def _signature_mismatch(current: dict | list, baseline: dict | list) -> str | No
     def pairs(signature: dict | list) -> list[tuple[str, str]]:
         return sorted((s[S.MODEL], s[S.VARIANT]) for s in (signature if isinstance(signature, list) else [signature]))
 
-    if pairs(current) == pairs(baseline) or not pairs(current) or not pairs(baseline):
+    now, before = pairs(current), pairs(baseline)
+    if now == before or not now or not before:
         return None  # the same scorer, or one side has no rows to compare
     return (
-        f"the baseline was scored by {pairs(baseline)}, this run by {pairs(current)} (model, variant): "
+        f"the baseline was scored by {before}, this run by {now} (model, variant): "
         "PPPLs are only comparable under the same model and variant, so only error rates were judged"
     )

@@ -83,7 +83,7 @@ def _score(args: argparse.Namespace) -> int:
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     from .baseline import METRICS, Thresholds
-    from .outliers import OutlierRule
+    from .outliers import SCOPES, OutlierRule
 
     t, o = Thresholds(), OutlierRule()
     g = p.add_argument_group("audit", "baseline comparison and outliers")
@@ -97,7 +97,7 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"partitions with fewer rows are reported, not judged (default {t.min_rows})")
     g.add_argument("--outlier-k", type=float, default=o.k,
                    help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})")
-    g.add_argument("--outlier-scope", choices=("overall", "partition"), default=o.scope,
+    g.add_argument("--outlier-scope", choices=SCOPES, default=o.scope,
                    help="one outlier rule for the corpus, or one per partition")
     g.add_argument("--low-tail", action="store_true", help="also flag sentences far below the median NLL/token")
 

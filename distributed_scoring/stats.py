@@ -23,6 +23,10 @@ def pppl(sum_pll: float, count: int) -> float | None:
     return math.exp(-sum_pll / count)
 
 
+# The columns of scored rows that `CorpusStats.of_table` reads.
+STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
+
+
 @dataclass(frozen=True)
 class CorpusStats:
     """Counts and sums over scored rows; `a + b` merges shards. Only ok rows enter the sums."""
