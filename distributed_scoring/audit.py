@@ -28,7 +28,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .baseline import AUDIT_FILE, EXIT_OK, SCHEMA_VERSION, Comparison, Thresholds, compare, load_baseline
+from .baseline import (
+    AUDIT_FILE, EXIT_OK, ROW_STATS_FILE, ROW_STATS_SCHEMA, SCHEMA_VERSION, Comparison, Thresholds, compare,
+    load_baseline, load_row_stats, row_stats_table,
+)
 from .errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
 from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
@@ -205,17 +208,21 @@ def run_audit(
     """
     from .report import render_report
 
-    base = load_baseline(baseline) if baseline else None
+    base, base_uri = load_baseline(baseline) if baseline else (None, None)
     fs, files, root = _scored_files(rows_dir)
     logger.info("auditing %d Parquet files under %s", len(files), root)
-    scan = _scan(fs, files, config)
     out = OutputDir(output_dir)
     out.fs.create_dir(out.root, recursive=True)
+    with pq.ParquetWriter(out.path(ROW_STATS_FILE), ROW_STATS_SCHEMA, filesystem=out.fs) as row_stats:
+        scan = _scan(fs, files, config, row_stats)
     outliers = write_outliers(
         scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
     )
     audit = _audit_dict(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
-    comparison = compare(audit, base, baseline, config.thresholds) if base else None
+    comparison = None
+    if base is not None:
+        current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs)
+        comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
     audit["baseline"] = comparison.to_dict() if comparison else None
     out.write_json(AUDIT_FILE, audit)
     out.write_text(REPORT_FILE, render_report(audit, base))
@@ -256,11 +263,11 @@ def _columns(pf: pq.ParquetFile, path: str, config: AuditConfig) -> list[str]:
             f"with a {config.partition_column!r} column (set AuditConfig.partition_column for another name)"
         )
     per_token = [S.TOKEN_LOGPROBS] if S.TOKEN_LOGPROBS in names else []
-    return [config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *per_token]
+    return [S.ID, config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *per_token]
 
 
-def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig) -> _Scan:
-    """First pass: every row of every file, in batches."""
+def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig, row_stats: pq.ParquetWriter) -> _Scan:
+    """First pass: every row of every file, in batches; each row's figures go to `row_stats`."""
     scan = _Scan()
     without_tokens = 0
     for path in files:
@@ -268,7 +275,7 @@ def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig) -> _Scan:
             columns = _columns(pf, path, config)
             without_tokens += S.TOKEN_LOGPROBS not in columns
             for batch in pf.iter_batches(batch_size=config.batch_rows, columns=columns):
-                _add_batch(scan, batch, config)
+                row_stats.write_table(_add_batch(scan, batch, config))
             scan.file_rows.append(pf.metadata.num_rows)
     if without_tokens:
         logger.warning("%d of %d files have no %s column (scored without --per-token): their rows are left "
@@ -276,7 +283,8 @@ def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig) -> _Scan:
     return scan
 
 
-def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> None:
+def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> pa.Table:
+    """Add a batch to the scan's figures; returns its per-row figures (for the baseline intervals)."""
     names = pc.fill_null(batch[config.partition_column].cast(pa.string()), NO_PARTITION).dictionary_encode()
     local = names.indices.to_numpy(zero_copy_only=False)  # (R,) code within this batch
     nll = _nll_per_token(batch)  # (R,) NaN for rows without a score
@@ -301,6 +309,7 @@ def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> None:
         lists = batch[S.TOKEN_LOGPROBS].filter(pa.array(scored))
         curves = PositionCurves.of_lists(lists, config.max_position, config.max_length)
         scan.curves = curves if scan.curves is None else scan.curves + curves
+    return row_stats_table(batch, names.dictionary.take(names.indices))
 
 
 def _nll_per_token(batch: pa.RecordBatch) -> np.ndarray:
@@ -320,6 +329,7 @@ def _audit_dict(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfig,
     counts = outliers["by_partition"]
     return {
         "schema_version": SCHEMA_VERSION,
+        "row_stats": ROW_STATS_FILE,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "package_version": package_version("distributed-scoring"),
         "rows_dir": rows_dir,

@@ -64,14 +64,16 @@ class OutlierRule:
 
     k = 3.5 is Iglewicz & Hoaglin's cut for the modified z-score. `low_tail` also flags sentences that
     are far too easy (boilerplate, repeats). Sentences with fewer than `min_tokens` scored tokens are
-    never flagged (their NLL per token is too noisy). `scope="partition"` takes median and MAD within
-    each partition, for corpora whose domains differ in PPPL by design.
+    never flagged (their NLL per token is too noisy). `scope="partition"` (the default) takes median and
+    MAD within each partition, since partitions (sources, domains, species) differ in PPPL by design and
+    one corpus-wide rule flags a whole harder partition; `scope="overall"` is one rule for the corpus.
+    Rows without a partition form one partition, so an unpartitioned corpus gets one rule either way.
     """
 
     k: float = 3.5
     low_tail: bool = False
     min_tokens: int = 1
-    scope: str = "overall"
+    scope: str = "partition"
 
     def __post_init__(self) -> None:
         if not self.k > 0:

@@ -12,7 +12,7 @@ import base64
 import html
 import io
 
-from .baseline import OVERALL
+from .baseline import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED
 
 __all__ = ["render_report"]
 
@@ -23,6 +23,9 @@ _TEXT_CHARS = 300  # text shown per listed sentence
 
 _LABELS = {"pppl_token": "PPPL per token", "pppl_word": "PPPL per word"}
 _BLUE, _GREY, _RED = "#2b6cb0", "#a0aec0", "#c53030"
+_GREEN, _AMBER = "#2f855a", "#b7791f"
+_VERDICT_COLOURS = {REGRESSION: _RED, INSUFFICIENT: _AMBER, IMPROVEMENT: _GREEN, NO_CHANGE: _BLUE}
+_CSS_CLASS = {REGRESSION: "regressed", INSUFFICIENT: "insufficient", IMPROVEMENT: "improved"}
 
 _CSS = """
 body { font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; color: #1a202c;
@@ -35,6 +38,7 @@ h2 { font-size: 19px; margin: 32px 0 8px; border-bottom: 1px solid #e2e8f0; padd
 .verdict ul { margin: 8px 0 0 0; padding-left: 20px; }
 .pass { background: #2f855a; } .regression { background: #c53030; }
 .incomparable { background: #b7791f; } .none { background: #4a5568; }
+.insufficient-data { background: #b7791f; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; }
 .card { border: 1px solid #e2e8f0; border-radius: 6px; padding: 10px 14px; min-width: 140px; }
 .card b { display: block; font-size: 22px; } .card span { color: #4a5568; font-size: 12px; }
@@ -45,18 +49,27 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 td.text { font-family: "DejaVu Sans Mono", monospace; font-size: 12px; overflow-wrap: anywhere;
           min-width: 360px; max-width: 560px; }
 tr.overall td { font-weight: bold; background: #f7fafc; }
-tr.regressed td { background: #fff5f5; }
+tr.regressed td { background: #fff5f5; } tr.insufficient td { background: #fffaf0; }
+tr.improved td { background: #f0fff4; }
 img { max-width: 100%; display: block; margin: 8px 0; }
 """
 
 
 def render_report(audit: dict, baseline: dict | None = None) -> str:
     """The report page for an audit.json dict; `baseline` (the previous audit) adds its histogram."""
+    from matplotlib import rc_context
+
+    with rc_context({"text.parse_math": False}):  # partition names are data: "$x$" is not mathtext
+        return _render(audit, baseline)
+
+
+def _render(audit: dict, baseline: dict | None) -> str:
     comparison = audit.get("baseline")
     body = [
         f"<h1>PPPL audit</h1><p class='meta'>{_meta(audit)}</p>",
         _verdict(comparison),
         _cards(audit),
+        *_changes(comparison),
         "<h2>Pseudo-perplexity per partition</h2>",
         _img(_partition_chart(audit, comparison), "PPPL per partition against the baseline"),
         _partition_table(audit, comparison),
@@ -101,14 +114,17 @@ def _verdict(comparison: dict | None) -> str:
     if comparison is None:
         return "<div class='verdict none'><h2>No baseline: figures only (exit 0)</h2></div>"
     verdict, code = comparison["verdict"], comparison["exit_code"]
+    insufficient = comparison.get("insufficient", [])
     title = {
-        "pass": f"PASS: the corpus and all partitions hold against the baseline (exit {code})",
+        "pass": f"PASS: no scope changed beyond the tolerance, with {_confidence(comparison)} confidence (exit {code})",
         "regression": f"REGRESSION in {len(comparison['regressed'])} place(s) (exit {code})",
+        INSUFFICIENT: f"INSUFFICIENT DATA in {len(insufficient)} place(s): the data cannot tell (exit {code})",
         "incomparable": f"INCOMPARABLE: baseline scored by another model or variant (exit {code})",
     }[verdict]
     checks = {OVERALL: comparison["overall"], **comparison["partitions"]}
     items = [
-        f"<li><b>{_e(name)}</b>: {_e('; '.join(checks[name]['reasons']))}</li>" for name in comparison["regressed"]
+        f"<li><b>{_e(name)}</b> ({_e(checks[name]['status'])}): {_e('; '.join(checks[name]['reasons']))}</li>"
+        for name in [*comparison["regressed"], *insufficient]
     ]
     if comparison["signature_mismatch"]:
         items.append(f"<li>{_e(comparison['signature_mismatch'])}</li>")
@@ -116,7 +132,81 @@ def _verdict(comparison: dict | None) -> str:
         if comparison[key]:
             items.append(f"<li>{label} (not judged): {_e(', '.join(comparison[key]))}</li>")
     items.append(f"<li>baseline: {_e(comparison['source'])}</li>")
-    return f"<div class='verdict {verdict}'><h2>{_e(title)}</h2><ul>{''.join(items)}</ul></div>"
+    css = verdict.replace(" ", "-")
+    return f"<div class='verdict {css}'><h2>{_e(title)}</h2><ul>{''.join(items)}</ul></div>"
+
+
+def _confidence(comparison: dict) -> str:
+    return f"{comparison['thresholds']['confidence']:.0%}"
+
+
+def _changes(comparison: dict | None) -> list[str]:
+    """Per scope: the PPPL ratio with its interval against the no-change band, and the verdict table."""
+    if comparison is None:
+        return []
+    t = comparison["thresholds"]
+    note = (
+        f"<p class='note'>Ratio of {_e(comparison['metric'])} this run / baseline, with its {_confidence(comparison)} "
+        f"interval. Inside the shaded band [1/(1+{t['max_pppl_increase']:g}), 1+{t['max_pppl_increase']:g}] a change "
+        "counts as none; an interval that crosses a band edge cannot tell (insufficient data). Methods: "
+        f"{_e('; '.join(comparison['methods']))}. Seed {t['seed']}.</p>"
+    )
+    return ["<h2>Changes against the baseline</h2>", note, _img(_ratio_chart(comparison), "PPPL ratio per scope"),
+            _verdict_table(comparison)]
+
+
+def _scopes(comparison: dict) -> list[dict]:
+    return [comparison["overall"], *[comparison["partitions"][n] for n in sorted(comparison["partitions"])]]
+
+
+def _ratio_chart(comparison: dict) -> bytes:
+    """One line per scope: the ratio and its interval, coloured by verdict, against the no-change band."""
+    scopes = [c for c in _scopes(comparison) if c["status"] not in (NEW, VANISHED)][:MAX_BARS]
+    fig, ax = _figure(10, 1.4 + 0.42 * max(len(scopes), 2))
+    tol = comparison["thresholds"]["max_pppl_increase"]
+    ax.axvspan(1 / (1 + tol), 1 + tol, color="#e2e8f0", label="no-change band")
+    ax.axvline(1.0, color="#4a5568", linewidth=0.8)
+    y = list(range(len(scopes)))[::-1]
+    drawn = False
+    for i, c in zip(y, scopes):
+        colour = _VERDICT_COLOURS.get(c["status"], _GREY)
+        if c["pppl_ratio"] is None:
+            ax.text(1.0, i, "  no interval: " + (c["reasons"][0] if c["reasons"] else "not judged"), va="center",
+                    fontsize=8, color=colour)
+            continue
+        drawn = True
+        low, high = c["pppl_ratio_low"], c["pppl_ratio_high"]
+        ax.errorbar(c["pppl_ratio"], i, xerr=[[max(c["pppl_ratio"] - low, 0.0)], [max(high - c["pppl_ratio"], 0.0)]], fmt="o",
+                    color=colour, capsize=4)
+        ax.text(high, i, f"  {c['pppl_ratio']:.3f} [{low:.3f}, {high:.3f}] {c['status']}", va="center", fontsize=8)
+    if not drawn:
+        ax.set_xlim(0.8, 1.25)
+    ax.set_yticks(y, [_short(c["name"], 28) for c in scopes])
+    ax.set_xlabel("PPPL ratio this run / baseline")
+    ax.margins(x=0.35)
+    ax.legend(loc="lower right", fontsize=8)
+    return _png(fig)
+
+
+def _verdict_table(comparison: dict) -> str:
+    head = ("<tr><th>scope</th><th>rows (baseline → now)</th><th>baseline PPPL</th><th>PPPL</th><th>ratio</th>"
+            "<th>interval</th><th>error-rate change (points)</th><th>paired</th><th>verdict</th><th>why</th></tr>")
+    body = []
+    for c in _scopes(comparison):
+        ratio = "–" if c.get("pppl_ratio") is None else f"{c['pppl_ratio']:.4f}"
+        interval = "–" if c.get("pppl_ratio") is None else f"{c['pppl_ratio_low']:.4f} – {c['pppl_ratio_high']:.4f}"
+        error = "–" if c.get("error_rate_change") is None else (
+            f"{c['error_rate_change'] * 100:+.2f} [{c['error_rate_change_low'] * 100:+.2f}, "
+            f"{c['error_rate_change_high'] * 100:+.2f}]")
+        body.append(
+            f"<tr class='{_CSS_CLASS.get(c['status'], '')}'><td>{_e(c['name'])}</td>"
+            f"<td class='num'>{_e(c['baseline_rows'] if c['baseline_rows'] is not None else '–')} → "
+            f"{_e(c['rows'] if c['rows'] is not None else '–')}</td><td class='num'>{_num(c['baseline_pppl'])}</td>"
+            f"<td class='num'>{_num(c['pppl'])}</td><td class='num'>{ratio}</td><td class='num'>{interval}</td>"
+            f"<td class='num'>{error}</td><td>{'yes' if c.get('paired') else 'no'}</td><td><b>{_e(c['status'])}</b></td>"
+            f"<td>{_e('; '.join(c['reasons']))}</td></tr>"
+        )
+    return f"<table>{head}{''.join(body)}</table>"
 
 
 def _cards(audit: dict) -> str:
@@ -159,14 +249,14 @@ def _row(name: str, figures: dict | None, check: dict, metric: str) -> dict:
 def _partition_chart(audit: dict, comparison: dict | None) -> bytes:
     """Horizontal grouped bars, baseline (grey) and this run (blue, red when regressed), change annotated."""
     rows = _partition_rows(audit, comparison)
-    rows.sort(key=lambda r: (r["status"] != "regressed", -abs(r["change"] or 0.0), r["name"]))
+    rows.sort(key=lambda r: (r["status"] != REGRESSION, -abs(r["change"] or 0.0), r["name"]))
     rows = sorted(rows[:MAX_BARS], key=lambda r: r["name"], reverse=True)  # top to bottom alphabetical
     fig, ax = _figure(10, 1.2 + 0.42 * max(len(rows), 2))
     y = list(range(len(rows)))
     height = 0.38 if comparison else 0.6
     if comparison:
         ax.barh([i + height / 2 for i in y], [r["baseline"] or 0 for r in rows], height, color=_GREY, label="baseline")
-    colours = [_RED if r["status"] == "regressed" else _BLUE for r in rows]
+    colours = [_RED if r["status"] == REGRESSION else _BLUE for r in rows]
     shift = -height / 2 if comparison else 0
     ax.barh([i + shift for i in y], [r["pppl"] or 0 for r in rows], height, color=colours, label="this run")
     values = [v for r in rows for v in (r["pppl"], r["baseline"]) if v]
@@ -198,7 +288,7 @@ def _partition_table(audit: dict, comparison: dict | None) -> str:
     columns += ["baseline", "change", "status"] if comparison else []
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
     body = [_table_row(overall, "overall", comparison is not None)]
-    body += [_table_row(r, r["status"], comparison is not None) for r in rows]
+    body += [_table_row(r, _CSS_CLASS.get(r["status"], ""), comparison is not None) for r in rows]
     more = "" if len(rows) <= MAX_BARS else (
         f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: regressed and most changed first.</p>"
     )
@@ -288,6 +378,8 @@ def _positionwise_chart(curves: dict) -> bytes:
     shown = [(t, mean) for t, (mean, n) in enumerate(zip(means, tokens), 1) if n >= MIN_POSITION_TOKENS]
     if shown:
         left.plot(*zip(*shown), color=_BLUE, linewidth=1.5)
+    else:
+        _empty(left, f"no position has {MIN_POSITION_TOKENS} or more scored tokens:\ntoo few sentences to draw a curve")
     left.set_title(f"by absolute position (positions with ≥ {MIN_POSITION_TOKENS} tokens)", fontsize=10)
     frequent = sorted(curves["by_length"].items(), key=lambda kv: (-kv[1]["sentences"], int(kv[0])))[:MAX_CURVES]
     for length, curve in sorted(frequent, key=lambda kv: int(kv[0])):
@@ -297,6 +389,8 @@ def _positionwise_chart(curves: dict) -> bytes:
     right.set_title(f"by sentence length (the {len(frequent)} most frequent lengths)", fontsize=10)
     if frequent:
         right.legend(fontsize=8)
+    else:
+        _empty(right, "no sentence length within the audit's max_length")
     for ax in (left, right):
         ax.set_ylim(0, max(ax.dataLim.y1, 0.1) * 1.1)  # spikes read against the whole cross-entropy, not noise
         ax.set_xlabel("position t")
@@ -338,6 +432,12 @@ def _outlier_table(audit: dict) -> str:
             f"<td>{_e(worst)}</td><td class='text'>{_e(text)}</td></tr>"
         )
     return f"{intro}<table>{head}{''.join(body)}</table>"
+
+
+def _empty(ax, why: str) -> None:
+    """A panel with nothing to draw says why, instead of showing an empty frame."""
+    ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", fontsize=10, color="#4a5568")
+    ax.set_xlim(0, 1)
 
 
 def _log_x(ax) -> None:

@@ -5,7 +5,8 @@
         --output s3://bucket/audits/2026-11-22 --baseline s3://bucket/audits/2026-11-21/audit.json
 
 Every option of `dscore audit` is accepted; `--input` may be repeated. The job's exit code is the
-audit's (0 all holds, 3 regression, 4 baseline from another model), so a regression fails the job.
+audit's (0 pass, 3 regression, 5 insufficient data, 4 baseline from another model), so a
+regression, or data too scant to judge, fails the job (`--accept-insufficient` to allow the latter).
 """
 
 import sys

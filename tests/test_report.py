@@ -68,12 +68,16 @@ def test_report_shows_verdict_charts_and_escaped_tables(audits):
     text = Path(result.report_path).read_text()
     page = Page(text)
     assert page.verdicts == ["verdict regression"] and "exit 3" in text
-    assert len(page.images) == 3  # partitions, histogram, positionwise
+    assert len(page.images) == 4  # ratios with intervals, partitions, histogram, positionwise
     for src in page.images:
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert page.tables == 2 and page.rows >= 1 + 3 + 1 + 10  # partition table (+overall), worst sentences
+    assert page.tables == 3  # verdicts per scope, partition figures, worst sentences
+    assert page.rows >= (1 + 3) + (1 + 3) + (1 + 10)
+    assert "Changes against the baseline" in text and "interval" in text
+    verdicts = result.audit["baseline"]["partitions"]
+    assert verdicts[HOSTILE]["status"] == "regression" and verdicts["news"]["status"] != "regression"
     assert page.scripts == 0 and "<script>alert" not in text
     assert html.escape(HOSTILE, quote=True) in text
     assert "garbage-news:" in text  # the garbage rows are the worst sentences
@@ -89,6 +93,20 @@ def test_report_without_baseline_or_per_token_columns(tmp_path):
     page = Page(text)
     assert page.verdicts == ["verdict none"] and "No baseline" in text
     assert len(page.images) == 2 and "--per-token" in text
+
+
+def test_math_in_partition_names_and_short_corpora_render(tmp_path):
+    """Partition names are data, not mathtext; a curve with nothing to draw says why; few rows say
+    "insufficient data" in the banner."""
+    rng = np.random.default_rng(9)
+    names = ["$x^2$ \\frac", "cost: $5 and $6"]
+    small = pa.concat_tables([scored_table(rng, 6, name, lengths=(2, 4)) for name in names])
+    write_rows(tmp_path / "base", small, files=1)
+    first = run_audit(str(tmp_path / "base"), str(tmp_path / "a1"), config=CONFIG)
+    second = run_audit(str(tmp_path / "base"), str(tmp_path / "a2"), baseline=first.audit_path, config=CONFIG)
+    text = Path(second.report_path).read_text()
+    assert Page(text).verdicts == ["verdict insufficient-data"] and "INSUFFICIENT DATA" in text and "exit 5" in text
+    assert all(html.escape(name, quote=True) in text for name in names)
 
 
 def test_report_is_a_pure_function_of_the_audit(audits):
@@ -109,8 +127,8 @@ def test_report_renders_in_headless_chromium(audits, tmp_path):
         "[...document.images].filter(i => i.complete && i.naturalWidth > 300).length));</script></body>",
     ))
     dom = Page(chromium("--dump-dom", "--virtual-time-budget=5000", probe.as_uri()))
-    assert dom.body.get("data-decoded") == "3"
-    assert len(dom.images) == 3 and dom.tables == 2 and dom.verdicts == ["verdict regression"]
+    assert dom.body.get("data-decoded") == "4"
+    assert len(dom.images) == 4 and dom.tables == 3 and dom.verdicts == ["verdict regression"]
 
     shot = tmp_path / "report.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,2400", Path(result.report_path).as_uri())
