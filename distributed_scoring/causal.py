@@ -119,19 +119,9 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
 
     Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    check_local_folder(spec.name)
-    try:
-        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
-        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
-    except (OSError, ValueError, TypeError) as exc:
-        raise ModelLoadError(
-            f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "
-            "holding a HuggingFace causal LM (config.json, weights, tokenizer files) or a Hub id."
-        ) from exc
-    _check_causal(spec.name, config)
-    bos_id, eos_id = boundary_ids(tokenizer, f"tokenizer of {spec.name!r}")
+    config, tokenizer, bos_id, eos_id = load_causal_parts(spec)
     loaded = load_pretrained(AutoModelForCausalLM, spec, "causal LM", "Pass a decoder LM (GPT-2, Llama, ...).")
     model = loaded.model
     architecture = type(model).__name__
@@ -160,6 +150,25 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
             "eos": None if eos_id is None else tokenizer.convert_ids_to_tokens(eos_id),
         },
     )
+
+
+def load_causal_parts(spec: ModelSpec) -> tuple[Any, Any, int, int | None]:
+    """Config, tokenizer and boundary ids of a causal LM, checked, without its weights: what a run
+    checks on the driver before any scoring starts, and what `load_causal_lm` builds on."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    check_local_folder(spec.name)
+    try:
+        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
+        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ModelLoadError(
+            f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "
+            "holding a HuggingFace causal LM (config.json, weights, tokenizer files) or a Hub id."
+        ) from exc
+    _check_causal(spec.name, config)
+    bos_id, eos_id = boundary_ids(tokenizer, f"tokenizer of {spec.name!r}")
+    return config, tokenizer, bos_id, eos_id
 
 
 def _check_causal(name: str, config: Any) -> None:

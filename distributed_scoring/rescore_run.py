@@ -12,6 +12,7 @@ Rerunning the same command after a crash resumes the LM runs and redoes the chea
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -53,11 +54,14 @@ class RescoreInputs:
 def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None,
                   scoring: ScoringOptions, options: RescoreOptions, ray: RayOptions | None = None,
                   overwrite: bool = False) -> Rescored:
-    """Read, score the unique texts with each LM, tune on dev, apply to test, write the outputs."""
+    """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
+    write the outputs."""
+    check_models(model, causal_model)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
     texts = unique_texts(dev, test)
     logger.info("%d + %d hypotheses, %d unique texts", dev.num_rows, test.num_rows, len(texts))
+    started = time.monotonic()
     texts_file = _write_texts(inputs.output, [t + inputs.append for t in texts])
     corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
     mlm = causal = None
@@ -69,9 +73,30 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
         config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))
         run(config, causal_workload(causal_model, scoring.batch_tokens), ray, overwrite)
         causal = _scores(config.output, texts, LOGP, "causal LM")
+    seconds = time.monotonic() - started
     result = rescore(dev, test, mlm, causal, options)
+    result.report["scoring"] = {
+        "hypotheses": dev.num_rows + test.num_rows,
+        "unique_texts": len(texts),
+        "seconds": round(seconds, 3),
+        "hypotheses_per_s": round((dev.num_rows + test.num_rows) / max(seconds, 1e-9), 2),
+        "unique_texts_per_s": round(len(texts) / max(seconds, 1e-9), 2),
+        "note": "each distinct hypothesis text is scored once per LM; a resumed run counts only what it scored",
+    }
     write_outputs(result, inputs.output)
     return result
+
+
+def check_models(model: ModelSpec | None, causal_model: ModelSpec | None) -> None:
+    """Every model the run needs loads its configuration and tokenizer, before any scoring: a bad
+    `--causal-model` must not wait for the whole masked-LM pass to fail."""
+    from .causal import load_causal_parts
+    from .models import load_tokenizer
+
+    if model is not None:
+        load_tokenizer(model)
+    if causal_model is not None:
+        load_causal_parts(causal_model)
 
 
 def _read(uri: str, refs: str | None, name: str) -> pa.Table:

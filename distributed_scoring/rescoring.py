@@ -7,14 +7,22 @@ Salazar et al. (2020), sec. 3.1, 4.3 and appendices A, D. Every hypothesis W of 
 with s the sequence model's log-score, PLL the masked LM's pseudo-log-likelihood, log P the causal
 LM's log-probability, and the GNMT length penalty lp(W) = ((5 + |W|) / 6) ** alpha, each LM's |W|
 counted in that LM's own tokens (alpha = 0 turns a penalty off). With one LM only, gamma is fixed
-(1 for the MLM, 0 for the causal LM). The paper uses alpha = 1.0 on PLL (sec. 4.3) and, for NMT,
-alpha = 0.6 on the sequence score (its |W| is the `seq_len` column when the N-best list has one,
-else the hypothesis's whitespace-separated words); its ASR runs used no penalty.
+(1 for the MLM, 0 for the causal LM).
 
-The weights are tuned on dev by grid search (lambda in steps of 0.05, gamma in steps of 0.1),
-minimising corpus WER (ASR) or maximising corpus BLEU (MT); among equally good points the largest
-lambda wins, then the largest gamma (appendix A). Within an utterance, equal totals go to the
-sequence model's better rank. The search is fast because each hypothesis's metric sufficient
+Defaults follow the paper's own use of length normalisation: its ASR runs apply none (WER: alpha = 0 on
+the LM scores), and its NMT runs (sec. 4.3, appendix A) normalise both the sequence score (alpha =
+0.6, `seq_alpha`) and the PLL (alpha = 1.0). For BLEU the LM alpha is therefore searched on dev jointly
+with the weights, over `BLEU_ALPHAS` (0 included, the paper's 1.0 the top); an explicit `mlm_alpha` /
+`causal_alpha` fixes it. A penalty on by default for WER would reward long hypotheses' PLL per token
+and, as seen on real N-best lists, can cancel what the MLM brings.
+
+The weights are tuned on dev by grid search (lambda in steps of 0.05 up to `lambda_max`, gamma in
+steps of 0.1), minimising corpus WER (ASR) or maximising corpus BLEU (MT); among equally good points
+the largest lambda wins, then the largest gamma, then the smallest alpha (appendix A). The search never
+stops silently at the grid's edge: while the best lambda is the largest searched and the metric still
+improved there, the lambda range is doubled (20 more points each time) up to `lambda_limit`, and the
+report says when an optimum lies on an edge of what was searched. Within an utterance, equal totals
+go to the sequence model's better rank. The search is fast because each hypothesis's metric sufficient
 statistics (word edits and reference words; BLEU n-gram matches and lengths) are computed once with
 jiwer/sacrebleu, and each grid point only takes an argmax per utterance (numpy, all utterances at
 once) and sums the chosen statistics.
@@ -108,21 +116,28 @@ class TextScore(NamedTuple):
     n_tokens: int
 
 
+BLEU_ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # LM length-penalty exponents searched for BLEU
+EXTENSION_POINTS = 20  # lambda values added each time the range is doubled
+
+
 @dataclass(frozen=True)
 class RescoreOptions:
     """How hypotheses are combined and how the weights are tuned (see the module docstring).
 
-    `metric`: `wer` (ASR, minimised) or `bleu` (MT, maximised). `*_alpha`: GNMT length-penalty
-    exponents, 0 for none. Lambda runs over 0, step, ..., lambda_max; gamma over 0, step, ..., 1
-    when both LMs are given. `bleu_tokenize` is sacrebleu's tokenizer (`none` for text that is
-    already tokenised, as the paper's tokenised BLEU).
+    `metric`: `wer` (ASR, minimised) or `bleu` (MT, maximised). `mlm_alpha`, `causal_alpha`: GNMT
+    length-penalty exponents of the LM scores; None means 0 for WER and searched over `BLEU_ALPHAS` for
+    BLEU. `seq_alpha` normalises the sequence score (0 for ASR, 0.6 for NMT in the paper). Lambda runs
+    over 0, step, ..., lambda_max, extended up to `lambda_limit` while the dev optimum sits on the top
+    edge; gamma over 0, step, ..., 1 when both LMs are given. `bleu_tokenize` is sacrebleu's tokenizer
+    (`none` for text that is already tokenised, as the paper's tokenised BLEU).
     """
 
     metric: str = "wer"
-    mlm_alpha: float = 1.0
-    causal_alpha: float = 1.0
+    mlm_alpha: float | None = None
+    causal_alpha: float | None = None
     seq_alpha: float = 0.0
     lambda_max: float = 1.0
+    lambda_limit: float = 64.0
     lambda_step: float = 0.05
     gamma_step: float = 0.1
     bleu_tokenize: str = "13a"
@@ -134,8 +149,11 @@ class RescoreOptions:
         if self.metric not in METRICS:
             raise UserError(f"metric {self.metric!r} is not one of {METRICS} (wer for ASR, bleu for MT)")
         for name in ("mlm_alpha", "causal_alpha", "seq_alpha", "lambda_max"):
-            if not getattr(self, name) >= 0:
-                raise UserError(f"{name} must be >= 0, got {getattr(self, name)}")
+            value = getattr(self, name)
+            if value is not None and not value >= 0:
+                raise UserError(f"{name} must be >= 0, got {value}")
+        if not self.lambda_limit >= self.lambda_max:
+            raise UserError(f"lambda_limit ({self.lambda_limit}) must be at least lambda_max ({self.lambda_max})")
         for name in ("lambda_step", "gamma_step"):
             if not 0 < getattr(self, name) <= 1:
                 raise UserError(f"{name} must be in (0, 1], got {getattr(self, name)}")
@@ -150,6 +168,14 @@ class RescoreOptions:
             return _steps(1.0, self.gamma_step)
         return np.array([1.0 if mlm else 0.0])
 
+    def alphas(self, mlm: bool, causal: bool) -> list[tuple[float, float]]:
+        """The (mlm alpha, causal alpha) pairs searched: fixed where given, else 0 (WER) or `BLEU_ALPHAS`
+        (BLEU) for every LM in use whose alpha is not given."""
+        free = (mlm and self.mlm_alpha is None) or (causal and self.causal_alpha is None)
+        searched = BLEU_ALPHAS if self.metric == "bleu" and free else (0.0,)
+        return [(a if self.mlm_alpha is None else self.mlm_alpha, a if self.causal_alpha is None else self.causal_alpha)
+                for a in searched]
+
 
 @dataclass(frozen=True)
 class Rescored:
@@ -158,6 +184,7 @@ class Rescored:
 
     lam: float
     gamma: float
+    alphas: tuple[float, float]
     hypotheses: pa.Table
     best: pa.Table
     report: dict
@@ -213,30 +240,37 @@ def rescore(
     options = options or RescoreOptions()
     metric = metric_for(options.metric, options.bleu_tokenize, options.bleu_lowercase)
     splits = [_Split.build(name, table, mlm, causal, options, metric) for name, table in zip(SPLITS, (dev, test))]
-    lambdas, gammas = options.lambdas(), options.gammas(mlm is not None, causal is not None)
-    dev_grid = _grid(splits[0], lambdas, gammas, metric)  # (n_gamma, n_lambda)
-    lam, gamma = _pick(dev_grid, lambdas, gammas, metric.higher_is_better)
-    results = [split.result(lam, gamma, metric) for split in splits]
+    search = _search(splits[0], options, mlm is not None, causal is not None, metric)
+    lam, gamma, alphas = search.best
+    results = [split.result(lam, gamma, alphas, metric) for split in splits]
     summaries = {split.name: result.summary for split, result in zip(splits, results)}
-    logger.info("tuned on dev: lambda=%s gamma=%s; %s", lam, gamma, summaries)
+    logger.info("tuned on dev: lambda=%s gamma=%s alpha=%s; %s", lam, gamma, alphas, summaries)
+    for edge in search.edges:
+        logger.warning("rescoring: %s", edge)
     report = {
         "metric": metric.name,
         "higher_is_better": metric.higher_is_better,
         "scale": metric.scale,
         "lambda": lam,
         "gamma": gamma,
+        "mlm_alpha": alphas[0] if mlm is not None else None,
+        "causal_alpha": alphas[1] if causal is not None else None,
         **summaries,
         "lms": {"mlm": mlm is not None, "causal": causal is not None},
         "options": asdict(options),
         "seq_length": splits[0].seq_length_source,
-        "grid": {"lambda": lambdas.tolist(), "gamma": gammas.tolist(), "dev": dev_grid.tolist()},
-        "tie_rule": "largest lambda, then largest gamma; within an utterance, the better sequence-model rank",
+        "grid": {"lambda": search.lambdas.tolist(), "gamma": search.gammas.tolist(),
+                 "alpha": [list(a) for a in search.alphas], "dev": search.grid.tolist()},
+        "edges": search.edges,
+        "tie_rule": "largest lambda, then largest gamma, then smallest alpha; within an utterance, the better "
+                    "sequence-model rank",
         "best_text_order": "utterances in order of first appearance in the N-best input",
         "signature": metric.signature(),
     }
     return Rescored(
         lam=lam,
         gamma=gamma,
+        alphas=alphas,
         hypotheses=pa.concat_tables([r.hypotheses for r in results]),
         best=pa.concat_tables([r.best for r in results]),
         report=report,
@@ -278,7 +312,8 @@ def render_markdown(report: dict) -> str:
         "# N-best rescoring",
         "",
         f"Metric: {label}. LMs: {lms}. "
-        f"Weights tuned on dev: lambda = {report['lambda']:g}, gamma = {report['gamma']:g}.",
+        f"Weights tuned on dev: lambda = {report['lambda']:g}, gamma = {report['gamma']:g}"
+        + "".join(f", {k} = {report[k]:g}" for k in ("mlm_alpha", "causal_alpha") if report[k] is not None) + ".",
         "",
         "| split | utterances | hypotheses | baseline | rescored | oracle | 1-best changed |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -296,12 +331,14 @@ def render_markdown(report: dict) -> str:
            "utterances, so this oracle is approximate)."),
         "",
         "total = score / lp_seq + lambda * [(1 - gamma) * log P / lp_causal + gamma * PLL / lp_mlm], "
-        "lp = ((5 + |W|) / 6) ** alpha, with "
-        f"alpha_seq = {o['seq_alpha']:g}, alpha_mlm = {o['mlm_alpha']:g}, alpha_causal = {o['causal_alpha']:g}"
+        f"lp = ((5 + |W|) / 6) ** alpha, with alpha_seq = {o['seq_alpha']:g}"
         + (f" (sequence lengths: {report['seq_length']})." if report["seq_length"] else "."),
         "",
         f"Grid: lambda from {grid['lambda'][0]:g} to {grid['lambda'][-1]:g} ({len(grid['lambda'])} values), "
-        f"gamma {', '.join(f'{g:g}' for g in grid['gamma'])}. Ties: {report['tie_rule']}.",
+        f"gamma {', '.join(f'{g:g}' for g in grid['gamma'])}, (mlm, causal) alpha "
+        f"{', '.join(str(tuple(a)) for a in grid['alpha'])}. Ties: {report['tie_rule']}.",
+        "",
+        *(f"**Edge:** {edge}" for edge in report["edges"]),
         "",
         f"1-best text files: one line per utterance, {report['best_text_order']}.",
         "",
@@ -330,8 +367,8 @@ class _Split:
     utt: np.ndarray  # (H,) utterance index of each row
     slot: np.ndarray  # (H,) position of each row within its utterance
     seq: np.ndarray  # (U, N) score / lp_seq
-    mlm: np.ndarray  # (U, N) PLL / lp_mlm (0 without an MLM)
-    causal: np.ndarray  # (U, N) log P / lp_causal (0 without a causal LM)
+    mlm: tuple[np.ndarray, np.ndarray]  # (U, N) PLL and (U, N) |W| in MLM tokens (0 without an MLM)
+    causal: tuple[np.ndarray, np.ndarray]  # (U, N) log P and |W| in causal tokens (0 without a causal LM)
     stats: np.ndarray  # (U, N, K) metric statistics
     columns: dict  # per-row component columns for the output table
     seq_length_source: str | None
@@ -355,18 +392,17 @@ class _Split:
         seq_lp = length_penalty(seq_lengths, options.seq_alpha)
         columns: dict[str, np.ndarray | pa.Array] = {SEQ_LP: seq_lp}
         lm_terms = {}
-        for key, scores, alpha, cols in (
-            ("masked LM", mlm, options.mlm_alpha, (PLL, MLM_TOKENS, MLM_LP)),
-            ("causal LM", causal, options.causal_alpha, (CAUSAL_LOGP, CAUSAL_TOKENS, CAUSAL_LP)),
+        for key, scores, cols in (
+            ("masked LM", mlm, (PLL, MLM_TOKENS)),
+            ("causal LM", causal, (CAUSAL_LOGP, CAUSAL_TOKENS)),
         ):
             if scores is None:
                 columns.update({c: pa.nulls(len(texts), HYPOTHESES_SCHEMA.field(c).type) for c in cols})
-                lm_terms[key] = np.zeros(len(texts))
+                lm_terms[key] = (np.zeros(len(texts)), np.zeros(len(texts), dtype=np.int64))
                 continue
             logprob, n_tokens = _lookup(name, key, texts, scores)
-            lp = length_penalty(n_tokens, alpha)
-            columns.update(zip(cols, (logprob, n_tokens, lp)))
-            lm_terms[key] = logprob / lp
+            columns.update(zip(cols, (logprob, n_tokens)))
+            lm_terms[key] = (logprob, n_tokens)
         refs = table.column(REF).to_pylist()
         shape = (int(utt.max()) + 1, int(slot.max()) + 1)
         return cls(
@@ -375,16 +411,18 @@ class _Split:
             utt=utt,
             slot=slot,
             seq=_pad(score / seq_lp, utt, slot, shape, -np.inf),
-            mlm=_pad(lm_terms["masked LM"], utt, slot, shape, 0.0),
-            causal=_pad(lm_terms["causal LM"], utt, slot, shape, 0.0),
+            mlm=tuple(_pad(v, utt, slot, shape, 0) for v in lm_terms["masked LM"]),
+            causal=tuple(_pad(v, utt, slot, shape, 0) for v in lm_terms["causal LM"]),
             stats=_pad(metric.statistics(refs, texts), utt, slot, shape, 0),
             columns=columns,
             seq_length_source=source,
         )
 
-    def lm(self, gamma: float) -> np.ndarray:
-        """(U, N) the LM term: (1 - gamma) * causal + gamma * mlm."""
-        return (1.0 - gamma) * self.causal + gamma * self.mlm
+    def lm(self, gamma: float, alphas: tuple[float, float]) -> np.ndarray:
+        """(U, N) the LM term: (1 - gamma) * log P / lp_causal + gamma * PLL / lp_mlm."""
+        mlm = self.mlm[0] / length_penalty(self.mlm[1], alphas[0])
+        causal = self.causal[0] / length_penalty(self.causal[1], alphas[1])
+        return (1.0 - gamma) * causal + gamma * mlm
 
     def choose(self, lam: float, lm: np.ndarray) -> np.ndarray:
         """(U,) slot of each utterance's 1-best given the (U, N) LM term; argmax takes the first
@@ -395,9 +433,10 @@ class _Split:
         """(K,) metric statistics summed over the chosen hypotheses."""
         return self.stats[np.arange(len(choice)), choice].sum(axis=0)
 
-    def result(self, lam: float, gamma: float, metric: Metric) -> _SplitResult:
-        chosen = self.choose(lam, self.lm(gamma))
-        baseline = self.choose(0.0, self.lm(gamma))
+    def result(self, lam: float, gamma: float, alphas: tuple[float, float], metric: Metric) -> _SplitResult:
+        lm = self.lm(gamma, alphas)
+        chosen = self.choose(lam, lm)
+        baseline = self.choose(0.0, lm)
         sentence = np.where(np.isfinite(self.seq), 0.0, -np.inf)  # (U, N) padding never wins
         sentence[self.utt, self.slot] = metric.sentence(self.stats[self.utt, self.slot])
         oracle = np.argmax(sentence, axis=1)
@@ -409,13 +448,12 @@ class _Split:
             "hypotheses": self.table.num_rows,
             "changed": int((chosen != baseline).sum()),
         }
-        return _SplitResult(summary, *self._tables(lam, gamma, chosen, baseline))
+        return _SplitResult(summary, *self._tables(lam, lm, alphas, chosen, baseline))
 
     def _tables(
-        self, lam: float, gamma: float, chosen: np.ndarray, baseline: np.ndarray
+        self, lam: float, lm: np.ndarray, alphas: tuple[float, float], chosen: np.ndarray, baseline: np.ndarray
     ) -> tuple[pa.Table, pa.Table]:
-        """(HYPOTHESES_SCHEMA rows, BEST_SCHEMA rows) of this split at the tuned weights."""
-        lm = self.lm(gamma)  # (U, N)
+        """(HYPOTHESES_SCHEMA rows, BEST_SCHEMA rows) of this split at the tuned weights; `lm` is (U, N)."""
         padded = self.seq + lam * lm  # (U, N) totals, -inf on padding
         total = padded[self.utt, self.slot]  # (H,)
         # Rank within the utterance: stable sort by -total keeps the sequence model's order among ties.
@@ -427,6 +465,8 @@ class _Split:
             SPLIT: [self.name] * self.table.num_rows,
             **{c: self.table.column(c) for c in NBEST_SCHEMA.names},
             **self.columns,
+            MLM_LP: self._penalty(self.mlm, alphas[0]),
+            CAUSAL_LP: self._penalty(self.causal, alphas[1]),
             LM_SCORE: lm[self.utt, self.slot],
             TOTAL: total,
             RESCORED_RANK: ranks[self.utt, self.slot] + 1,
@@ -448,23 +488,82 @@ class _Split:
             pa.Table.from_pydict(best, schema=BEST_SCHEMA),
         )
 
+    def _penalty(self, lm: tuple[np.ndarray, np.ndarray], alpha: float) -> pa.Array:
+        """(H,) each hypothesis's length penalty under one LM; null where that LM was not used."""
+        used = self.columns[PLL if lm is self.mlm else CAUSAL_LOGP]
+        if isinstance(used, pa.Array) and used.null_count == len(used):
+            return used.cast(pa.float64())
+        return pa.array(length_penalty(lm[1][self.utt, self.slot], alpha))
 
-def _grid(split: _Split, lambdas: np.ndarray, gammas: np.ndarray, metric: Metric) -> np.ndarray:
-    """(n_gamma, n_lambda) corpus metric of the split at every grid point."""
-    out = np.empty((len(gammas), len(lambdas)))
-    for i, gamma in enumerate(gammas):
-        lm = split.lm(gamma)  # (U, N)
-        for j, lam in enumerate(lambdas):
-            out[i, j] = metric.corpus(split.totals(split.choose(lam, lm)))
+
+@dataclass(frozen=True)
+class _Search:
+    """The dev grid (alpha, gamma, lambda) as finally searched, its best point and what lay on an edge."""
+
+    lambdas: np.ndarray
+    gammas: np.ndarray
+    alphas: list[tuple[float, float]]
+    grid: np.ndarray  # (n_alpha, n_gamma, n_lambda) corpus metric on dev
+    best: tuple[float, float, tuple[float, float]]  # lambda, gamma, alphas
+    edges: list[str]
+
+
+def _search(split: _Split, options: RescoreOptions, mlm: bool, causal: bool, metric: Metric) -> _Search:
+    """Grid search on dev. While the best lambda is the top of the range, the range is doubled (up to
+    `options.lambda_limit`); the larger values are adopted only when one of them is strictly better, so a
+    plateau of equal figures keeps its tie-rule choice instead of running to the limit."""
+    lambdas, gammas, alphas = options.lambdas(), options.gammas(mlm, causal), options.alphas(mlm, causal)
+    grid = _grid(split, lambdas, gammas, alphas, metric)
+    adopted = len(lambdas)  # the best point is picked among lambdas[:adopted]
+    best = _pick(grid[:, :, :adopted], lambdas, gammas, alphas, metric.higher_is_better)
+    while best[2] == adopted - 1 and lambdas[-1] < options.lambda_limit:
+        top = lambdas[-1]
+        more = np.round(top + np.arange(1, EXTENSION_POINTS + 1) * (min(2 * top, options.lambda_limit) - top)
+                        / EXTENSION_POINTS, 10)
+        lambdas = np.concatenate([lambdas, more])
+        grid = np.concatenate([grid, _grid(split, more, gammas, alphas, metric)], axis=2)
+        wider = _pick(grid, lambdas, gammas, alphas, metric.higher_is_better)
+        if not _better(grid[wider], grid[best], metric):
+            break
+        adopted, best = len(lambdas), wider
+    a, g, l = best
+    edges = []
+    if l == adopted - 1 and l > 0:
+        if adopted == len(lambdas):
+            edges.append(f"lambda = {lambdas[l]:g} is the largest weight searched (lambda_limit) and the dev metric "
+                         "was still improving there: the best weight may lie beyond it; raise --lambda-limit")
+        elif grid[a, g, adopted] == grid[a, g, l]:
+            edges.append(f"lambda = {lambdas[l]:g} is the largest of the weights searched before a plateau of equally "
+                         f"good ones that goes on past it (searched up to {lambdas[-1]:g}, none better)")
+    if len(alphas) > 1 and a == len(alphas) - 1:
+        edges.append(f"alpha = {alphas[a]} is the largest length-penalty exponent searched")
+    return _Search(lambdas, gammas, alphas, grid, (float(lambdas[l]), float(gammas[g]), alphas[a]), edges)
+
+
+def _better(value: float, other: float, metric: Metric) -> bool:
+    return value > other if metric.higher_is_better else value < other
+
+
+def _grid(split: _Split, lambdas: np.ndarray, gammas: np.ndarray, alphas: list[tuple[float, float]],
+          metric: Metric) -> np.ndarray:
+    """(n_alpha, n_gamma, n_lambda) corpus metric of the split at every grid point."""
+    out = np.empty((len(alphas), len(gammas), len(lambdas)))
+    for a, pair in enumerate(alphas):
+        for g, gamma in enumerate(gammas):
+            lm = split.lm(gamma, pair)  # (U, N)
+            for j, lam in enumerate(lambdas):
+                out[a, g, j] = metric.corpus(split.totals(split.choose(lam, lm)))
     return out
 
 
-def _pick(grid: np.ndarray, lambdas: np.ndarray, gammas: np.ndarray, higher_is_better: bool) -> tuple[float, float]:
-    """The best grid point; among exact ties the largest lambda, then the largest gamma (appendix A)."""
+def _pick(grid: np.ndarray, lambdas: np.ndarray, gammas: np.ndarray, alphas: list, higher_is_better: bool
+          ) -> tuple[int, int, int]:
+    """Indices (alpha, gamma, lambda) of the best grid point; among exact ties the largest lambda, then the
+    largest gamma, then the smallest alpha (appendix A)."""
     objective = grid if higher_is_better else -grid
-    rows, cols = np.nonzero(objective == objective.max())
-    best = max(zip(lambdas[cols], gammas[rows]))
-    return float(best[0]), float(best[1])
+    found = np.argwhere(objective == objective.max())  # (k, 3)
+    a, g, l = max(found.tolist(), key=lambda i: (lambdas[i[2]], gammas[i[1]], -i[0]))
+    return a, g, l
 
 
 def _steps(top: float, step: float) -> np.ndarray:

@@ -83,3 +83,31 @@ def test_antibody_rescoring_on_ray_lowers_the_residue_error_rate(ray_local, tmp_
     assert report["test"]["baseline"] > 0
     assert report["test"]["rescored"] < report["test"]["baseline"], report["test"]
     assert report["test"]["oracle"] <= report["test"]["rescored"]
+
+
+@pytest.mark.parametrize("flag", ["--causal-model", "--model"])
+def test_a_model_that_cannot_load_stops_the_run_before_any_scoring(tmp_path, tiny_model_dir, capsys, flag):
+    """Every model the run needs is checked first: a bad --causal-model used to fail only after the whole
+    masked-LM pass."""
+    records, _ = H.synthetic_nbest(3, 2, seed=1, prefix="d")
+    path = write_jsonl(tmp_path / "n.jsonl", records)
+    out = tmp_path / "out"
+    models = {"--model": str(tiny_model_dir("bert")), "--causal-model": str(tiny_model_dir("bert"))}
+    models[flag] = str(tmp_path / "no-such-model")
+    rc = main(["rescore", "--dev", path, "--test", path, *[x for kv in models.items() for x in kv], "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "no-such-model" in err and len(err.strip().splitlines()) == 1
+    assert not (out / "mlm").exists() and not (out / "texts").exists()
+
+
+def test_the_report_gives_scoring_speed_and_counts_distinct_texts(tmp_path, tiny_model_dir):
+    records, _ = H.synthetic_nbest(4, 3, seed=3, prefix="d")
+    doubled = records + [dict(r, utt_id=r["utt_id"] + "-again") for r in records]  # every text twice
+    path = write_jsonl(tmp_path / "n.jsonl", doubled)
+    assert main(["rescore", "--dev", path, "--test", path, "--model", str(tiny_model_dir("bert")),
+                 "--output", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    distinct = len({r["text"] for r in records})
+    assert report["scoring"]["hypotheses"] == 2 * len(doubled) and report["scoring"]["unique_texts"] == distinct
+    assert report["scoring"]["hypotheses_per_s"] > 0
+    assert pq.read_table(tmp_path / "out" / "mlm" / "rows").num_rows == distinct

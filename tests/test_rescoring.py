@@ -66,7 +66,7 @@ def test_ties_go_to_the_largest_lambda():
     0.35 ... 0.5 and the rule picks 0.5 (the first optimum would be 0.35)."""
     table = nbest.nbest_table(TIE_RECORDS)
     result = rescore(table, table, mlm=TIE_SCORES, options=RescoreOptions(**NO_PENALTY))
-    grid = np.array(result.report["grid"]["dev"][0])
+    grid = np.array(result.report["grid"]["dev"][0][0])  # (alpha 0, gamma 1): one row of lambdas
     lambdas = np.array(result.report["grid"]["lambda"])
     assert lambdas[grid == 0].tolist() == [0.35, 0.4, 0.45, 0.5]
     assert result.lam == 0.5
@@ -80,7 +80,7 @@ def test_ties_go_to_the_largest_lambda_before_the_largest_gamma():
     causal = {t: TextScore(-10.0, 1) for t in TIE_SCORES}
     table = nbest.nbest_table(TIE_RECORDS)
     result = rescore(table, table, mlm=TIE_SCORES, causal=causal, options=RescoreOptions(**NO_PENALTY))
-    grid = np.array(result.report["grid"]["dev"])
+    grid = np.array(result.report["grid"]["dev"][0])  # (gamma, lambda) at the one alpha searched
     assert grid[10, 7] == 0.0 and grid[10, 11] > 0  # (gamma 1, lambda 0.35) optimal, (gamma 1, lambda 0.55) not
     assert (result.lam, result.gamma) == (1.0, 0.5)
 
@@ -160,17 +160,20 @@ def test_vectorised_search_equals_brute_force_with_jiwer_and_sacrebleu(metric, t
     everything = dev_records + test_records
     scores = {"mlm": random_scores(everything, 3), "causal": random_scores(everything, 4)}
     given = {name: scores[name] for name in lms}
-    options = RescoreOptions(metric=metric, bleu_tokenize=tokenize, mlm_alpha=1.0, causal_alpha=0.6, seq_alpha=0.6)
+    options = RescoreOptions(metric=metric, bleu_tokenize=tokenize, mlm_alpha=1.0, causal_alpha=0.6, seq_alpha=0.6,
+                             lambda_limit=1.0)  # the grid itself; the extension is tested below
     result = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), **given, options=options)
     mlm, causal = given.get("mlm"), given.get("causal")
 
-    lambdas = [round(i * 0.05, 10) for i in range(21)]
+    lambdas = result.report["grid"]["lambda"]
+    assert lambdas == [round(i * 0.05, 10) for i in range(21)]
     gammas = [round(i * 0.1, 10) for i in range(11)] if len(lms) == 2 else [1.0 if "mlm" in lms else 0.0]
     reference_grid = [
         [corpus_metric(options, *brute_force(dev_records, mlm, causal, options, lam, g)) for lam in lambdas]
         for g in gammas
     ]
-    np.testing.assert_allclose(result.report["grid"]["dev"], reference_grid, rtol=0, atol=1e-9)
+    assert result.report["grid"]["alpha"] == [[1.0, 0.6]]  # both exponents given: nothing to search
+    np.testing.assert_allclose(result.report["grid"]["dev"][0], reference_grid, rtol=0, atol=1e-9)
     sign = 1 if metric == "bleu" else -1
     best = max(sign * v for row in reference_grid for v in row)
     ties = [(lam, g) for g, row in zip(gammas, reference_grid) for lam, v in zip(lambdas, row) if sign * v == best]
@@ -291,7 +294,8 @@ def test_write_outputs(tmp_path):
     assert report["lambda"] == result.lam and report["gamma"] == result.gamma
     for split in ("dev", "test"):
         assert {"baseline", "rescored", "oracle"} <= set(report[split])
-    assert len(report["grid"]["gamma"]) == 11 and len(report["grid"]["dev"][0]) == 21
+    assert len(report["grid"]["gamma"]) == 11 and len(report["grid"]["dev"][0]) == 11
+    assert len(report["grid"]["dev"][0][0]) == len(report["grid"]["lambda"]) >= 21
     markdown = (tmp_path / "out" / R.REPORT_MD).read_text()
     assert f"lambda = {result.lam:g}" in markdown and f"{100 * report['test']['baseline']:.2f}" in markdown
 
@@ -361,3 +365,86 @@ def test_antibody_nbest_helper():
         residues = r["text"].split()
         assert len(residues) == len(r["ref"].split()) and set(residues) <= set(H.AMINO_ACIDS)
     assert math.isfinite(sum(table.column("score").to_pylist()))
+
+
+# --- defaults and the edges of the search (issue: defaults did nothing, lambda stopped at 1.0) ----------
+
+
+def two_thresholds(low: float, high: float) -> tuple[pa.Table, dict[str, TextScore]]:
+    """Utterance u1 is right only for lambda > `low`, u2 only for lambda < `high` (LM gap of 1 nat each)."""
+    records = [
+        dict(utt_id="u1", hyp_id=1, text="b", score=0.0, ref="a"),
+        dict(utt_id="u1", hyp_id=2, text="a", score=-low, ref="a"),
+        dict(utt_id="u2", hyp_id=1, text="c", score=0.0, ref="c"),
+        dict(utt_id="u2", hyp_id=2, text="d", score=-high, ref="c"),
+    ]
+    lm = {"a": TextScore(-1.0, 1), "b": TextScore(-2.0, 1), "c": TextScore(-2.0, 1), "d": TextScore(-1.0, 1)}
+    return nbest.nbest_table(records), lm
+
+
+def test_the_search_goes_past_lambda_one_when_the_optimum_lies_there():
+    table, lm = two_thresholds(1.5, 2.5)
+    result = rescore(table, table, mlm=lm)
+    assert 1.5 < result.lam < 2.5, result.report["grid"]["lambda"]
+    assert result.report["dev"]["rescored"] == 0.0 < result.report["dev"]["baseline"]
+    assert max(result.report["grid"]["lambda"]) >= 2.0
+    assert not any("raise" in edge for edge in result.report["edges"])  # at most a note on the plateau
+
+
+def test_an_optimum_at_the_limit_is_reported():
+    """Three utterances needing lambda > 0.5, > 1.1, > 1.9: with lambda_limit 1.2 the best weight found is
+    the limit itself while the metric still improves there."""
+    records, lm = [], {}
+    for i, need in enumerate((0.5, 1.1, 1.9)):
+        records += [dict(utt_id=f"u{i}", hyp_id=1, text=f"w{i}", score=0.0, ref=f"r{i}"),
+                    dict(utt_id=f"u{i}", hyp_id=2, text=f"r{i}", score=-need, ref=f"r{i}")]
+        lm.update({f"w{i}": TextScore(-2.0, 1), f"r{i}": TextScore(-1.0, 1)})
+    table = nbest.nbest_table(records)
+    limited = rescore(table, table, mlm=lm, options=RescoreOptions(lambda_limit=1.2))
+    assert limited.lam == 1.2 and "raise --lambda-limit" in limited.report["edges"][0]
+    assert "Edge:" in R.render_markdown(limited.report)
+    free = rescore(table, table, mlm=lm)
+    assert 1.9 < free.lam and free.report["dev"]["rescored"] == 0.0
+
+
+def test_a_plateau_keeps_its_tie_rule_choice_and_says_so():
+    dev, test, lm = known_answer_lists()
+    result = rescore(dev, test, mlm=lm)
+    assert result.lam == 1.0  # every lambda large enough is perfect: larger ones were searched, none better
+    assert max(result.report["grid"]["lambda"]) > 1.0 and "plateau" in result.report["edges"][0]
+
+
+def test_defaults_use_no_length_penalty_for_wer_and_reduce_errors():
+    """A long hypothesis of plausible insertions against the short right one: the PLL sum separates them,
+    a per-token-like PLL (alpha = 1) barely does. Defaults (alpha = 0 for WER) fix both splits."""
+    records, lm = [], {}
+    for i in range(20):
+        ref = f"a{i} b{i} c{i}"
+        wrong = ref + " " + " ".join(f"x{i}" for _ in range(7))
+        records += [dict(utt_id=f"u{i}", hyp_id=1, text=wrong, score=0.0, ref=ref),
+                    dict(utt_id=f"u{i}", hyp_id=2, text=ref, score=-0.5, ref=ref)]
+        lm.update({ref: TextScore(-6.0, 3), wrong: TextScore(-12.0, 10)})
+    table = nbest.nbest_table(records)
+    result = rescore(table, table, mlm=lm)
+    assert result.report["mlm_alpha"] == 0.0 and result.report["grid"]["alpha"] == [[0.0, 0.0]]
+    for split in ("dev", "test"):
+        assert result.report[split]["rescored"] == 0.0 < result.report[split]["baseline"]
+    penalised = rescore(table, table, mlm=lm, options=RescoreOptions(mlm_alpha=1.0, lambda_limit=1.0))
+    assert penalised.report["test"]["rescored"] == penalised.report["test"]["baseline"]
+
+
+def test_bleu_searches_the_length_penalty_jointly_with_lambda():
+    words = "the cat sat on a mat , . dog ran".split()
+    dev_records, test_records = random_lists(5, 25, words), random_lists(6, 25, words)
+    lm = random_scores(dev_records + test_records, 7)
+    result = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
+                     options=RescoreOptions(metric="bleu"))
+    assert [a for a, _ in result.report["grid"]["alpha"]] == list(R.BLEU_ALPHAS)
+    grid = np.array(result.report["grid"]["dev"])  # (alpha, gamma, lambda)
+    a = list(R.BLEU_ALPHAS).index(result.report["mlm_alpha"])
+    chosen = grid[a, 0, result.report["grid"]["lambda"].index(result.lam)]
+    assert chosen == grid.max()
+    for alpha, row in zip(R.BLEU_ALPHAS, grid[:, 0, :]):  # each alpha's row equals a run with that alpha fixed
+        fixed = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
+                        options=RescoreOptions(metric="bleu", mlm_alpha=alpha))
+        np.testing.assert_allclose(np.array(fixed.report["grid"]["dev"])[0, 0, :21], row[:21], atol=1e-12)
