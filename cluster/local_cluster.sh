@@ -24,10 +24,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-print_env() {
+print_env() {  # RAY_ADDRESS: the job server, for `ray job submit`; DSCORE_RAY_ADDRESS: the GCS, for drivers (dscore --ray)
   echo "export RAY_AUTH_MODE=token"
   echo "export RAY_AUTH_TOKEN_PATH=$dir/auth_token"
   echo "export RAY_ADDRESS=http://127.0.0.1:$(cat "$dir/dashboard_port")"
+  echo "export DSCORE_RAY_ADDRESS=127.0.0.1:$(cat "$dir/port")"
+}
+
+alive_nodes() {  # how many nodes the cluster's GCS reports alive
+  RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" python -c '
+import sys, ray
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+print(sum(1 for n in ray.nodes() if n["Alive"]))' "127.0.0.1:$port" 2>/dev/null | tail -n 1
 }
 
 running() {  # a live process (an exited one awaiting its reaper, a zombie, does not count)
@@ -80,9 +88,11 @@ case "$cmd" in
       exit 2
     fi
     mkdir -p "$dir"
+    rm -rf "$dir/ray"  # a previous cluster's session files would make the new nodes fail to join
     python -c 'import secrets; print(secrets.token_hex(32))' > "$dir/auth_token"
     chmod 600 "$dir/auth_token"
     echo "$dashboard_port" > "$dir/dashboard_port"
+    echo "$port" > "$dir/port"
     export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" RAY_USAGE_STATS_ENABLED=0
     ray start --head --block --node-ip-address 127.0.0.1 --port "$port" --num-cpus "$cpus" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$dashboard_port" \
@@ -96,6 +106,13 @@ case "$cmd" in
       echo $! >> "$dir/pids"
       wait_started $! "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
     done
+    joined=$(alive_nodes)
+    if [ "$joined" != "$((workers + 1))" ]; then
+      echo "only ${joined:-0} of $((workers + 1)) Ray nodes are alive (see $dir/*.log); stopping. Another Ray on" \
+        "port $port, or stale files in $dir, can cause this: pick another --port or --dir and start again" >&2
+      "$0" stop --dir "$dir" >&2
+      exit 1
+    fi
     echo "local Ray cluster up: 1 head + $workers workers, $cpus CPUs each. To use it:"
     print_env
     ;;

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Sequence
 
@@ -82,7 +83,7 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
-    from .baseline import METRICS, Thresholds
+    from .baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
     from .outliers import SCOPES, OutlierRule
 
     t, o = Thresholds(), OutlierRule()
@@ -94,11 +95,16 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-error-rate-increase", type=float, default=t.max_error_rate_increase,
                    help=f"absolute error-rate rise that counts as a regression (default {t.max_error_rate_increase})")
     g.add_argument("--min-rows", type=int, default=t.min_rows,
-                   help=f"partitions with fewer rows are reported, not judged (default {t.min_rows})")
+                   help=f"a scope with fewer rows on either side is 'insufficient data' (default {t.min_rows})")
+    g.add_argument("--confidence", type=float, default=t.confidence,
+                   help=f"confidence level of the intervals that verdicts are read from (default {t.confidence})")
+    g.add_argument("--seed", type=int, default=t.seed, help="seed of the bootstrap (recorded in audit.json)")
+    g.add_argument("--accept-insufficient", action="store_true",
+                   help=f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge")
     g.add_argument("--outlier-k", type=float, default=o.k,
                    help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})")
     g.add_argument("--outlier-scope", choices=SCOPES, default=o.scope,
-                   help="one outlier rule for the corpus, or one per partition")
+                   help="one outlier rule per partition (default), or one for the whole corpus")
     g.add_argument("--low-tail", action="store_true", help="also flag sentences far below the median NLL/token")
 
 
@@ -111,7 +117,9 @@ def _audit(args: argparse.Namespace) -> int:
     config = AuditConfig(
         outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
         thresholds=Thresholds(metric=args.metric, max_pppl_increase=args.max_pppl_increase,
-                              max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows),
+                              max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows,
+                              confidence=args.confidence, seed=args.seed,
+                              accept_insufficient=args.accept_insufficient),
     )
     ray = _ray_options(args) or RayOptions(stall_timeout_s=args.stall_timeout)
     result = audit_snapshot(_config(args), ray, args.baseline, config, overwrite=args.overwrite)
@@ -121,6 +129,8 @@ def _audit(args: argparse.Namespace) -> int:
         "pppl_word": audit["overall"]["pppl_word"], "outliers": audit["outliers"]["count"],
         "verdict": comparison.verdict if comparison else "no baseline",
         "regressed": [c.name for c in comparison.regressions] if comparison else [],
+        "insufficient": [c.name for c in comparison.insufficient] if comparison else [],
+        "scopes": {c.name: c.status for c in (comparison.overall, *comparison.partitions)} if comparison else {},
         "new_partitions": comparison.new_partitions if comparison else [],
         "vanished_partitions": comparison.vanished_partitions if comparison else [],
         "exit_code": result.exit_code, "report": result.report_path,
@@ -139,11 +149,16 @@ def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
     _add_model_arguments(p)
     p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
     p.add_argument("--metric", choices=METRICS, default=d.metric, help="wer (ASR, minimised) or bleu (MT, maximised)")
-    p.add_argument("--mlm-alpha", type=float, default=d.mlm_alpha, help="length-penalty exponent on the PLL")
-    p.add_argument("--causal-alpha", type=float, default=d.causal_alpha, help="length-penalty exponent on log P")
+    p.add_argument("--mlm-alpha", type=float, default=d.mlm_alpha,
+                   help="GNMT length-penalty exponent on the PLL (default: 0 for wer; searched on dev for bleu)")
+    p.add_argument("--causal-alpha", type=float, default=d.causal_alpha,
+                   help="GNMT length-penalty exponent on log P (default: 0 for wer; searched on dev for bleu)")
     p.add_argument("--seq-alpha", type=float, default=d.seq_alpha,
                    help="GNMT normalisation of the sequence model's score (0 off; 0.6 for NMT)")
-    p.add_argument("--lambda-max", type=float, default=d.lambda_max, help="largest LM weight searched")
+    p.add_argument("--lambda-max", type=float, default=d.lambda_max,
+                   help=f"top of the first LM-weight grid (default {d.lambda_max:g}; doubled while the optimum sits there)")
+    p.add_argument("--lambda-limit", type=float, default=d.lambda_limit,
+                   help=f"largest LM weight the grid may be extended to (default {d.lambda_limit:g})")
     p.add_argument("--bleu-tokenize", default=d.bleu_tokenize, help="sacrebleu tokenizer ('none' for tokenised text)")
     p.add_argument("--append", default="", help="text appended to each hypothesis before LM scoring ('.' for ASR)")
 
@@ -154,11 +169,12 @@ def _rescore(args: argparse.Namespace) -> int:
 
     inputs = RescoreInputs(args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, args.shard_rows)
     options = RescoreOptions(metric=args.metric, mlm_alpha=args.mlm_alpha, causal_alpha=args.causal_alpha,
-                             seq_alpha=args.seq_alpha, lambda_max=args.lambda_max, bleu_tokenize=args.bleu_tokenize)
+                             seq_alpha=args.seq_alpha, lambda_max=args.lambda_max, lambda_limit=args.lambda_limit,
+                             bleu_tokenize=args.bleu_tokenize)
     scoring = ScoringOptions(args.variant, args.batch_tokens)
     causal = _model(args, args.causal_model) if args.causal_model else None
     result = rescore_nbest(inputs, _model(args), causal, scoring, options, _ray_options(args), args.overwrite)
-    keys = ("metric", "lambda", "gamma", "dev", "test")
+    keys = ("metric", "lambda", "gamma", "mlm_alpha", "causal_alpha", "dev", "test", "edges", "scoring")
     print(json.dumps({k: result.report[k] for k in keys}, indent=2))
     return 0
 
@@ -223,8 +239,10 @@ def build_parser() -> argparse.ArgumentParser:
     joints.set_defaults(func=_joints)
     audit = commands.add_parser(
         "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
-        description="Exit codes: 0 all holds, 3 a regression against the baseline, 4 the baseline was scored "
-        "by another model (PPPL not compared), 1 rows lost, 2 bad input or options.",
+        description="Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "
+        "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
+        "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
+        "compared), 1 rows lost, 2 bad input or options.",
     )
     _add_score_arguments(audit, per_token_flag=False)
     _add_audit_arguments(audit)
@@ -238,13 +256,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = True) -> int:
     """`ray job submit` entry points (jobs/): the run goes through Ray, joining the cluster that
-    RAY_ADDRESS names inside a job; with `inputs`, `--input` flags (repeatable) become its inputs."""
-    if not inputs:
-        return main([command, *(sys.argv[1:] if argv is None else argv), "--ray"])
-    parser = argparse.ArgumentParser(prog=f"jobs: dscore {command}", add_help=False)
-    parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
-    args, rest = parser.parse_known_args(argv)
-    return main([command, *args.input, "--ray", *rest])
+    RAY_ADDRESS names inside a job; with `inputs`, `--input` flags (repeatable) become its inputs.
+
+    A relative `--output` is refused: inside a job it would name a folder in the job's temporary working
+    directory, a different one on every node, deleted when the job ends.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if inputs:
+        parser = argparse.ArgumentParser(prog=f"jobs: dscore {command}", add_help=False)
+        parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
+        args, rest = parser.parse_known_args(argv)
+        argv = [*args.input, *rest]
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--output")
+    given = output.parse_known_args(argv)[0].output
+    if given and "://" not in given and not os.path.isabs(given):
+        print(f"dscore: error: --output {given!r} is relative; in a Ray job it would land in the job's temporary "
+              "working directory on each node: pass an absolute path on storage every node shares, or an "
+              "s3:// / gs:// URI", file=sys.stderr)
+        return 2
+    return main([command, *argv, "--ray"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

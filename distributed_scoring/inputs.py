@@ -51,7 +51,11 @@ def find_inputs(paths: tuple[str, ...]) -> list[InputFile]:
     """Expand every input into files, in a stable order, and check their names are unique."""
     found: list[tuple[str, str, str]] = []  # (path, name, format)
     for given in paths:
-        found += _expand(given)
+        try:
+            found += _expand(given)
+        except OSError as exc:  # an object store that cannot be listed or reached
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"cannot read input {given!r} ({reason}); check the URI, the network and the credentials") from exc
     files = [InputFile(i, path, name, fmt) for i, (path, name, fmt) in enumerate(found)]
     seen: dict[str, str] = {}
     for f in files:

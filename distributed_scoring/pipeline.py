@@ -18,13 +18,14 @@ import logging
 import os
 import queue
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
 from .config import InputSpec, RayOptions, RunConfig
-from .errors import UserError
+from .errors import DataLossError, UserError
 from .models import quiet_transformers
 from .output import OutputDir
 from .progress import Progress
@@ -35,6 +36,9 @@ logger = logging.getLogger(__name__)
 
 UNIT, SHARD, TABLE, SIGNATURE = "unit", "shard", "table", "signature"
 LOCAL_SPARE_CPUS = 2  # logical CPUs an embedded Ray declares beyond the cores, for read/prepare/write
+GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
+NODE_WAIT_S = 60.0  # how long a run on a joined cluster waits for a node that can hold a scoring actor
+NODE_POLL_S = 5.0
 IO_CPUS = 0.25  # read and write tasks wait on storage more than they compute
 # Errors a map task is retried on (up to MAX_RETRIES times), matched against the message: Ray Data's
 # own transient storage errors and common network failures.
@@ -42,8 +46,8 @@ TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temp
 MAX_RETRIES = 3
 
 
-class StallError(RuntimeError):
-    """No shard finished within the no-progress timeout."""
+class StallError(DataLossError):
+    """No shard finished within the no-progress timeout (finished shards are kept: a rerun resumes)."""
 
 
 @dataclass(frozen=True)
@@ -57,34 +61,67 @@ class StageResources:
     prepare_actors: tuple[int, int]
 
 
-def plan_resources(cluster: dict, options: RayOptions, device: str) -> StageResources:
-    """Size the scoring actors so that read, prepare and write always keep CPUs to run on.
+SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room
+_CPU_STEP = 0.25  # granularity of CPUs per actor when it is sized to fit a requested number of actors
 
-    GPU clusters: one actor per GPU (1 GPU, 1 CPU each). CPU clusters: actors of `cpus_per_actor`
-    CPUs (default 4, fewer on a small machine), as many as fit beside 2 CPUs for the other stages;
-    an embedded Ray declares 2 CPUs beyond the machine's cores for them. Ray Data hangs silently when
-    scoring actors take every CPU, so such a request is refused here.
+
+def node_cpus(nodes: list[dict]) -> list[float]:
+    """The CPUs of each alive node (`ray.nodes()` entries), largest first."""
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive", True)]
+    return sorted((c for c in cpus if c > 0), reverse=True)
+
+
+def _placed(cpus: list[float], per_actor: float, actors: int) -> list[float] | None:
+    """Free CPUs per node after placing `actors` actors of `per_actor` CPUs each on the freest nodes;
+    None when they do not all fit, or leave no room for tokenising, reading and writing."""
+    free = list(cpus)
+    for _ in range(actors):
+        i = max(range(len(free)), key=free.__getitem__)
+        if free[i] + 1e-9 < per_actor:
+            return None
+        free[i] -= per_actor
+    if sum(free) + 1e-9 < SPARE_CPUS or max(free) + 1e-9 < 1:
+        return None
+    return free
+
+
+def _most_actors(cpus: list[float], per_actor: float) -> int:
+    actors = 0
+    while _placed(cpus, per_actor, actors + 1) is not None:
+        actors += 1
+    return actors
+
+
+def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> StageResources:
+    """Size the scoring actors node by node, so that every actor fits on one node and read, prepare
+    and write always keep CPUs to run on.
+
+    GPU clusters: one actor per GPU (1 GPU, 1 CPU each). CPU clusters: actors of `cpus_per_actor` CPUs
+    (default: the largest of 4, 3, 2, 1 with which one actor fits beside the other stages), as many as
+    fit; when only the number of actors is given, their CPUs are sized to fit (in quarters of a CPU).
+    An embedded Ray declares 2 CPUs beyond the machine's cores for the other stages. Ray Data waits
+    forever for an actor no node can hold, and hangs silently when actors take every CPU, so both are
+    refused here with what to change.
     """
-    cpus = float(cluster.get("CPU", 0))
-    gpus = float(cluster.get("GPU", 0))
+    cpus = node_cpus(nodes)
+    total = sum(cpus)
+    gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive", True))
     use_gpus = device in ("auto", "cuda") and gpus >= 1
     if device.startswith("cuda") and gpus < 1:
         raise UserError("--device cuda was asked for, but the Ray cluster has no GPUs")
+    if not cpus:
+        raise UserError("the Ray cluster has no alive node with CPUs; start its nodes or check --address")
     if use_gpus:
         cpus_per_actor = options.cpus_per_actor or 1.0
         actors = options.num_actors or int(gpus)
         if actors > gpus:
             raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}")
+        if _placed(cpus, cpus_per_actor, actors) is None:
+            raise UserError(f"{actors} GPU actors x {cpus_per_actor:g} CPUs do not fit beside the other stages on "
+                            f"nodes of {cpus} CPUs; lower --cpus-per-actor")
     else:
-        cpus_per_actor = options.cpus_per_actor or min(4.0, max(1.0, cpus - LOCAL_SPARE_CPUS))
-        actors = options.num_actors or max(1, int((cpus - LOCAL_SPARE_CPUS) // cpus_per_actor))
-    spare = cpus - actors * cpus_per_actor
-    if spare < 1 + 2 * IO_CPUS:
-        raise UserError(
-            f"{actors} scoring actors x {cpus_per_actor:g} CPUs leave {spare:g} of the cluster's {cpus:g} CPUs "
-            f"for reading, tokenising and writing; at least {1 + 2 * IO_CPUS:g} are needed or Ray Data stalls. "
-            "Lower --num-actors or --cpus-per-actor."
-        )
+        cpus_per_actor, actors = _cpu_plan(cpus, options)
+    spare = total - actors * cpus_per_actor
     return StageResources(
         actors=actors,
         cpus_per_actor=cpus_per_actor,
@@ -92,6 +129,43 @@ def plan_resources(cluster: dict, options: RayOptions, device: str) -> StageReso
         threads_per_actor=max(1, int(cpus_per_actor)),
         prepare_actors=(1, max(1, min(actors, int(spare - 2 * IO_CPUS)))),
     )
+
+
+def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
+    """(CPUs per actor, actors) on CPU nodes of `cpus` CPUs each, following what the user fixed."""
+    largest = cpus[0]
+    shape = f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+    per_actor, actors = options.cpus_per_actor, options.num_actors
+    if per_actor is not None and per_actor > largest:
+        raise UserError(f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
+                        f"lower --cpus-per-actor to at most {largest:g}")
+    if per_actor is None and actors is None:
+        fitting = [c for c in (4.0, 3.0, 2.0, 1.0) if c <= largest and _placed(cpus, c, 1) is not None]
+        if not fitting:
+            raise UserError(f"no scoring actor fits beside the CPUs that reading, tokenising and writing need "
+                            f"({SPARE_CPUS:g}) on {shape}; add CPUs or nodes")
+        return fitting[0], _most_actors(cpus, fitting[0])
+    if per_actor is None:
+        steps = int(min(4.0, largest) / _CPU_STEP)
+        fitting = [k * _CPU_STEP for k in range(steps, 0, -1) if _placed(cpus, k * _CPU_STEP, actors) is not None]
+        if not fitting:
+            raise UserError(f"{actors} scoring actors do not fit on {shape} beside the {SPARE_CPUS:g} CPUs that "
+                            "reading, tokenising and writing need, even at a quarter CPU each; lower --num-actors")
+        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, fitting[0], shape)
+        return fitting[0], actors
+    if actors is None:
+        actors = _most_actors(cpus, per_actor)
+        if actors == 0:
+            raise UserError(f"a scoring actor of {per_actor:g} CPUs leaves too few of the CPUs on {shape} for "
+                            f"reading, tokenising and writing ({SPARE_CPUS:g} needed); lower --cpus-per-actor")
+        return per_actor, actors
+    if _placed(cpus, per_actor, actors) is None:
+        raise UserError(
+            f"{actors} scoring actors x {per_actor:g} CPUs do not fit on {shape} beside the {SPARE_CPUS:g} CPUs "
+            "that reading, tokenising and writing need (Ray Data would stall); lower --num-actors or "
+            "--cpus-per-actor, or leave one of them out to have it sized to fit"
+        )
+    return per_actor, actors
 
 
 # Payload rows: a shard and its table.
@@ -139,12 +213,13 @@ class PrepareStage:
 
 
 class ScoreStage:
-    """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs."""
+    """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs, never
+    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin)."""
 
     def __init__(self, workload: Workload, threads: int) -> None:
         import torch
 
-        torch.set_num_threads(threads)
+        torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         quiet_transformers()
         self.scorer = workload.make_scorer()
         self.signature = json.dumps(self.scorer.signature)
@@ -206,7 +281,7 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         yield
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    address = options.address or os.environ.get("RAY_ADDRESS")
+    address = cluster_address(options.address)
     if address:
         ray.init(address=address)
     else:
@@ -216,6 +291,23 @@ def ray_session(options: RayOptions) -> Iterator[None]:
     finally:
         if not address:
             ray.shutdown()
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The Ray cluster a driver joins: `--address`, else $DSCORE_RAY_ADDRESS (what
+    `cluster/local_cluster.sh env` exports), else $RAY_ADDRESS; None for an embedded Ray.
+
+    $RAY_ADDRESS often holds the job server's http:// address (what `ray job submit` needs), which a
+    driver cannot join: that is refused with the address to use instead.
+    """
+    address = given or os.environ.get(GCS_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS")
+    if address and address.lower().startswith(("http://", "https://")):
+        raise UserError(
+            f"{address!r} is the Ray job server's address (for `ray job submit`), not one a driver can join: pass "
+            f"--address HOST:PORT with the head node's GCS port (6379 unless it was started otherwise; "
+            f"cluster/local_cluster.sh env exports it as {GCS_ADDRESS_VARIABLE}), or submit the run as a job"
+        )
+    return address
 
 
 def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float) -> None:
@@ -246,12 +338,28 @@ def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeou
         on_item(value)
 
 
+def _plan_when_ready(options: RayOptions, device: str, joined: bool) -> StageResources:
+    """Plan from the nodes alive now; on a joined cluster whose nodes cannot hold an actor yet, re-plan as
+    nodes join, for up to NODE_WAIT_S, then fail with the planner's message."""
+    import ray
+
+    deadline = time.monotonic() + (NODE_WAIT_S if joined else 0.0)
+    while True:
+        try:
+            return plan_resources(ray.nodes(), options, device)
+        except UserError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info("waiting for nodes to join (%s)", exc)
+            time.sleep(NODE_POLL_S)
+
+
 def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
     """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
     import ray
 
     with ray_session(options):
-        resources = plan_resources(ray.cluster_resources(), options, workload.device)
+        resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
         dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location)
         progress = Progress(sum(s.rows for s in todo), bar=False)

@@ -11,7 +11,10 @@ import io
 from pathlib import Path
 from typing import BinaryIO
 
+import pyarrow as pa
 import pyarrow.fs as pafs
+
+from .errors import UserError
 
 PYARROW_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs")
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
@@ -21,13 +24,26 @@ def scheme(uri: str) -> str | None:
     return uri.split("://", 1)[0].lower() if "://" in uri else None
 
 
+class StorageError(UserError):
+    """A URI that cannot be used (unknown scheme, unreachable store); the message says what to do."""
+
+
 def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
     """(pyarrow filesystem, path in it); None for schemes that only smart-open reads."""
     s = scheme(uri)
     if s is None:
         return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
+    if s in ("hf", "hf-datasets"):
+        raise StorageError(
+            f"{uri!r}: hf:// URIs are not read directly; download the data first (e.g. "
+            "datasets.load_dataset(...).save_to_disk(DIR)) and pass DIR, or a copy of its files on local disk or s3://"
+        )
     if s in PYARROW_SCHEMES:
-        return pafs.FileSystem.from_uri(uri)
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except (OSError, pa.ArrowInvalid) as exc:
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise StorageError(f"cannot reach {uri!r} ({reason}); check the URI, the network and the credentials") from exc
     return None, uri
 
 

@@ -19,7 +19,7 @@ import pytest
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.errors import UserError
-from distributed_scoring.pipeline import StallError, consume, plan_resources
+from distributed_scoring.pipeline import StallError, cluster_address, consume, node_cpus, plan_resources
 from distributed_scoring.runner import score
 
 import tiny
@@ -128,28 +128,67 @@ def test_rerun_after_a_killed_driver_scores_only_unfinished_shards(ray_local, tm
     assert summary["rows"] == 160 and not list((out / "rows").glob(".*.tmp"))
 
 
+def nodes(*cpus: float, gpus: float = 0) -> list[dict]:
+    """`ray.nodes()` entries of alive nodes with these CPUs (GPUs on the first)."""
+    return [{"Alive": True, "Resources": {"CPU": c, **({"GPU": gpus} if gpus and i == 0 else {})}}
+            for i, c in enumerate(cpus)] + [{"Alive": False, "Resources": {"CPU": 64.0}}]  # a dead node never counts
+
+
 @pytest.mark.parametrize(
     "cluster, options, device, expected",
     [
-        ({"CPU": 4}, RayOptions(), "auto", (1, 2.0, 0.0, 2, (1, 1))),  # embedded Ray on 2 cores
-        ({"CPU": 64}, RayOptions(), "auto", (15, 4.0, 0.0, 4, (1, 3))),
-        ({"CPU": 64, "GPU": 8}, RayOptions(), "auto", (8, 1.0, 1.0, 1, (1, 8))),
-        ({"CPU": 64, "GPU": 8}, RayOptions(num_actors=2), "cpu", (2, 4.0, 0.0, 4, (1, 2))),
+        (nodes(4), RayOptions(), "auto", (1, 2.0, 0.0, 2, (1, 1))),  # embedded Ray on 2 cores
+        (nodes(64), RayOptions(), "auto", (15, 4.0, 0.0, 4, (1, 3))),
+        (nodes(64, gpus=8), RayOptions(), "auto", (8, 1.0, 1.0, 1, (1, 8))),
+        (nodes(64, gpus=8), RayOptions(num_actors=2), "cpu", (2, 4.0, 0.0, 4, (1, 2))),
+        # local_cluster.sh start --workers 2 --cpus 2: no 4-CPU actor fits any node; one node stays free
+        (nodes(2, 2, 2), RayOptions(), "auto", (2, 2.0, 0.0, 2, (1, 1))),
+        (nodes(8, 8, 8, 8), RayOptions(), "auto", (7, 4.0, 0.0, 4, (1, 3))),
+        # actors asked for, their CPUs not: sized to fit (the 2-core machine of issue 18)
+        (nodes(4), RayOptions(num_actors=2), "cpu", (2, 1.25, 0.0, 1, (1, 1))),
+        (nodes(2, 2, 2), RayOptions(num_actors=4), "cpu", (4, 1.0, 0.0, 1, (1, 1))),
     ],
 )
 def test_resources_leave_cpus_for_the_other_stages(cluster, options, device, expected):
     r = plan_resources(cluster, options, device)
     assert (r.actors, r.cpus_per_actor, r.gpus_per_actor, r.threads_per_actor, r.prepare_actors) == expected
-    assert cluster["CPU"] - r.actors * r.cpus_per_actor >= 1.5
+    assert sum(node_cpus(cluster)) - r.actors * r.cpus_per_actor >= 1.5
 
 
-def test_resource_requests_that_would_stall_are_refused():
-    with pytest.raises(UserError, match="Ray Data stalls"):
-        plan_resources({"CPU": 4}, RayOptions(num_actors=2), "cpu")
+def test_resource_requests_that_cannot_work_are_refused():
+    with pytest.raises(UserError, match="do not fit"):
+        plan_resources(nodes(4), RayOptions(num_actors=2, cpus_per_actor=2), "cpu")
+    with pytest.raises(UserError, match="no node can hold a scoring actor of 4 CPUs"):
+        plan_resources(nodes(2, 2, 2), RayOptions(cpus_per_actor=4), "cpu")
+    with pytest.raises(UserError, match="no scoring actor fits"):
+        plan_resources(nodes(1), RayOptions(), "cpu")
+    with pytest.raises(UserError, match="even at a quarter CPU"):
+        plan_resources(nodes(2), RayOptions(num_actors=3), "cpu")
     with pytest.raises(UserError, match="no GPUs"):
-        plan_resources({"CPU": 8}, RayOptions(), "cuda")
+        plan_resources(nodes(8), RayOptions(), "cuda")
     with pytest.raises(UserError, match="need 4 GPUs"):
-        plan_resources({"CPU": 8, "GPU": 2}, RayOptions(num_actors=4), "auto")
+        plan_resources(nodes(8, gpus=2), RayOptions(num_actors=4), "auto")
+
+
+@pytest.mark.parametrize("given, env, expected", [
+    ("10.0.0.1:6379", {}, "10.0.0.1:6379"),
+    (None, {"DSCORE_RAY_ADDRESS": "127.0.0.1:6390", "RAY_ADDRESS": "http://127.0.0.1:8275"}, "127.0.0.1:6390"),
+    (None, {"RAY_ADDRESS": "auto"}, "auto"),
+    (None, {}, None),
+])
+def test_the_cluster_address_a_driver_joins(monkeypatch, given, env, expected):
+    for name in ("DSCORE_RAY_ADDRESS", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cluster_address(given) == expected
+
+
+def test_a_job_server_address_is_refused_with_the_one_to_use(monkeypatch):
+    monkeypatch.delenv("DSCORE_RAY_ADDRESS", raising=False)
+    monkeypatch.setenv("RAY_ADDRESS", "http://127.0.0.1:8275")
+    with pytest.raises(UserError, match="job server's address.*--address HOST:PORT"):
+        cluster_address(None)
 
 
 def test_no_progress_turns_into_an_error():
