@@ -94,6 +94,9 @@ case "$cmd" in
     echo "$dashboard_port" > "$dir/dashboard_port"
     echo "$port" > "$dir/port"
     export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" RAY_USAGE_STATS_ENABLED=0
+    # A RAY_ADDRESS left in the shell (say by an earlier `eval "$(local_cluster.sh env)"`) makes the worker
+    # nodes fail to join this head while the head itself comes up: the nodes get their addresses only here.
+    unset RAY_ADDRESS DSCORE_RAY_ADDRESS
     ray start --head --block --node-ip-address 127.0.0.1 --port "$port" --num-cpus "$cpus" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$dashboard_port" \
       --dashboard-agent-listen-port "$(free_port)" --ray-client-server-port "$(free_port)" \

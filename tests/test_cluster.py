@@ -1,7 +1,8 @@
 """`ray job submit` of every jobs/ entry point to the local multi-process cluster of cluster/local_cluster.sh.
 
-One cluster (a head and a worker process on loopback, token auth on) serves all the submissions of
-this module; the fixture stops it and checks that only its own processes were ended.
+One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: the README's
+recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; the fixture
+stops it and checks that only its own processes were ended.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ def cluster(ray_local):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     dashboard = free_port()
     script = ["bash", str(REPO / "cluster" / "local_cluster.sh")]
-    subprocess.run([*script, "start", "--dir", str(state), "--workers", "1", "--cpus", "2",
-                    "--port", str(free_port()), "--dashboard-port", str(dashboard)], env=env, check=True, timeout=240)
+    start = [*script, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
+             "--port", str(free_port()), "--dashboard-port", str(dashboard)]
+    subprocess.run(start, env=env, check=True, timeout=240)
     started = [int(p) for p in (state / "pids").read_text().split()]
+    exports = subprocess.run([*script, "env", "--dir", str(state)], env=env, check=True, capture_output=True, text=True)
+    variables = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.split("\n") if line)
     try:
-        yield {**env, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(state / "auth_token"),
-               "RAY_ADDRESS": f"http://127.0.0.1:{dashboard}"}
+        yield {**env, **variables}
     finally:
         subprocess.run([*script, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert not any(running(pid) for pid in started)
@@ -84,6 +87,30 @@ def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tin
         assert job[key][S.STATUS] == row[S.STATUS]
         if row[S.STATUS] == "ok":
             assert job[key][S.PLL] == pytest.approx(row[S.PLL], abs=1e-5)
+
+
+def test_a_relative_output_is_refused_in_a_job(cluster, tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    done = subprocess.run(["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", "jobs/score_corpus.py",
+                           "--input", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", "out/relative"],
+                          env=cluster, capture_output=True, text=True, timeout=400)
+    assert done.returncode != 0 and "is relative" in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_a_driver_joins_the_cluster_after_eval_env(cluster, tmp_path, tiny_model_dir):
+    """After `eval "$(local_cluster.sh env)"`, RAY_ADDRESS is the job server's http:// address and
+    DSCORE_RAY_ADDRESS the GCS one: `dscore score --ray` joins the cluster with the latter."""
+    assert cluster["RAY_ADDRESS"].startswith("http://") and cluster["DSCORE_RAY_ADDRESS"].startswith("127.0.0.1:")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    done = subprocess.run([sys.executable, "-m", "distributed_scoring.cli", "score", str(corpus), "--model",
+                           str(tiny_model_dir("bert")), "--output", str(tmp_path / "out"), "--ray", "--shard-rows", "5"],
+                          env={**cluster, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["rows"] == len(tiny.CORPUS)
+    assert "2.0 CPUs" in done.stderr or "cpus_per_actor=2.0" in done.stderr  # planned for 2-CPU nodes
 
 
 def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):
