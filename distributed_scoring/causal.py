@@ -159,8 +159,12 @@ def load_causal_parts(spec: ModelSpec) -> tuple[Any, Any, int, int | None]:
 
     check_local_folder(spec.name)
     try:
-        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
-        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
+        config = AutoConfig.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+        tokenizer = AutoTokenizer.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
     except (OSError, ValueError, TypeError) as exc:
         raise ModelLoadError(
             f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "

@@ -25,6 +25,8 @@ def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000) -> 
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--revision", default=None, help="model revision (Hub models)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="let transformers run Python code shipped with the model (off: such models are refused)")
     p.add_argument("--shard-rows", type=int, default=shard_rows,
                    help=f"rows per shard: the unit of work and resume (default {shard_rows})")
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
@@ -54,7 +56,7 @@ def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True
 
 
 def _model(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
-    return ModelSpec(name or args.model, args.revision, args.device, args.dtype)
+    return ModelSpec(name or args.model, args.revision, args.device, args.dtype, args.trust_remote_code)
 
 
 def _config(args: argparse.Namespace) -> RunConfig:

@@ -22,12 +22,15 @@ class ModelSpec:
     `name` is a local folder or a Hub id. `dtype` is the autocast dtype of the encoder: `auto` means
     bfloat16 on CUDA and float32 on CPU; the LM head and the log-softmax run in float32, except with
     `float64`, where the whole model does (for reference-grade precision, at twice the CPU cost).
+    `trust_remote_code` lets transformers run Python files that come with the model folder or Hub repo;
+    off unless asked for, since that code runs with the user's rights on every node.
     """
 
     name: str
     revision: str | None = None
     device: str = "auto"
     dtype: str = "auto"
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:

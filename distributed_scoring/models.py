@@ -202,11 +202,15 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
 
     check_local_folder(spec.name)
     try:
-        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision)
+        config = AutoConfig.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
     except (OSError, ValueError) as exc:
         raise _load_error(spec, "configuration", exc) from exc
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec.name, revision=spec.revision)
+        tokenizer = AutoTokenizer.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
     except (OSError, ValueError, TypeError) as exc:
         raise _load_error(spec, "tokenizer", exc) from exc
     if not getattr(tokenizer, "is_fast", False):
@@ -276,7 +280,8 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
         model, info = auto_class.from_pretrained(
-            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True
+            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True,
+            trust_remote_code=spec.trust_remote_code,
         )
     except ValueError as exc:
         raise ModelLoadError(f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc

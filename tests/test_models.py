@@ -73,3 +73,29 @@ def test_cuda_without_a_gpu_is_an_error_not_a_fallback(tiny_model_dir):
         pytest.skip("this machine has a GPU")
     with pytest.raises(ModelLoadError, match="no CUDA device"):
         load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), device="cuda"))
+
+
+def test_code_shipped_with_a_model_folder_never_runs_unless_asked(tmp_path, tiny_model_dir):
+    """A folder whose config points transformers at its own Python file: by default that file is never
+    imported (trust_remote_code=False is passed explicitly); --trust-remote-code lets it run."""
+    import json
+    import shutil
+
+    from distributed_scoring.models import load_tokenizer
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir("bert"), folder)
+    marker = tmp_path / "code-ran"
+    (folder / "custom.py").write_text(
+        f"open({str(marker)!r}, 'w').close()\n"
+        "from transformers import BertConfig\n\n\nclass CustomConfig(BertConfig):\n    model_type = 'bert'\n"
+    )
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoConfig": "custom.CustomConfig"}}))
+    try:
+        load_tokenizer(ModelSpec(str(folder)))
+    except ModelLoadError as exc:  # refusing is as good as ignoring the file; running it is not
+        assert str(folder) in str(exc)
+    assert not marker.exists()
+    load_tokenizer(ModelSpec(str(folder), trust_remote_code=True))
+    assert marker.exists()
