@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import posixpath
 import uuid
 from typing import Iterable
@@ -27,6 +28,8 @@ from .config import RunConfig
 from .errors import UserError
 from .sources import Shard
 from .storage import filesystem, join, scheme
+
+logger = logging.getLogger(__name__)
 
 ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
@@ -88,9 +91,15 @@ class OutputDir:
             self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
         self.fs.create_dir(self.path(DONE_DIR), recursive=True)
         self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-        for stale in self._files(ROWS_DIR, suffix=".tmp"):
+        for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
             self.fs.delete_file(stale)
-        previous = self.read_json(RUN_FILE)
+        try:
+            previous = self.read_json(RUN_FILE)
+        except ValueError as exc:
+            raise OutputError(
+                f"{self.uri}/{RUN_FILE} is damaged ({exc}), so this folder's run cannot be identified; pass "
+                "--overwrite to replace its results, or use another --output"
+            ) from exc
         if previous is None:
             if self._files(ROWS_DIR, suffix=".parquet"):
                 raise OutputError(
@@ -107,7 +116,36 @@ class OutputDir:
         return self.done_keys()
 
     def done_keys(self) -> set[str]:
-        return {posixpath.basename(p).removesuffix(".json") for p in self._files(DONE_DIR, suffix=".json")}
+        """Keys of the shards that are really done: marker readable, file present and whole, row counts
+        equal. Any other marker is removed (saying why), so its shard is scored again."""
+        done = set()
+        for marker in self._files(DONE_DIR, suffix=".json"):
+            key = posixpath.basename(marker).removesuffix(".json")
+            problem = self._shard_problem(key)
+            if problem is None:
+                done.add(key)
+                continue
+            logger.warning("shard %s is scored again: %s", key, problem)
+            self.fs.delete_file(marker)
+        return done
+
+    def _shard_problem(self, key: str) -> str | None:
+        """Why shard `key`'s marker cannot be trusted, or None."""
+        try:
+            marker = self.read_marker(key)
+        except ValueError:
+            return "its completion marker is not valid JSON (a write was cut off)"
+        if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
+            return "its completion marker has no row count"
+        if not self._exists(self.part_path(key)):
+            return "its Parquet file is missing"
+        try:
+            rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
+        except (OSError, pa.ArrowInvalid) as exc:
+            return f"its Parquet file cannot be read ({exc})"
+        if rows != marker["rows"]:
+            return f"its Parquet file holds {rows} rows, its marker says {marker['rows']}"
+        return None
 
     def write_shard(self, key: str, table: pa.Table, signature: dict) -> None:
         """Write the shard's rows, then its marker (with the scorer's signature)."""
@@ -124,8 +162,17 @@ class OutputDir:
         self.write_text(name, json.dumps(obj, indent=2, sort_keys=True))
 
     def write_text(self, name: str, text: str) -> None:
-        with self.fs.open_output_stream(self.path(name)) as stream:
+        """Write a file whole or not at all: locally through a hidden temporary file and a rename (a
+        reader never sees half a marker); an object store's single PUT is already all or nothing."""
+        path = self.path(name)
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            with self.fs.open_output_stream(path) as stream:
+                stream.write(text.encode("utf-8"))
+            return
+        temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(temporary) as stream:
             stream.write(text.encode("utf-8"))
+        self.fs.move(temporary, path)
 
     def write_table(self, name: str, table: pa.Table) -> str:
         """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""

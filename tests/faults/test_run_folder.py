@@ -1,0 +1,74 @@
+"""Faults in a run folder: damaged markers and shard files are found on resume and scored again, so
+rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import tiny
+from distributed_scoring import schema as S
+from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.output import OutputError
+from distributed_scoring.runner import score
+
+SHARD_ROWS = 4
+
+
+@pytest.fixture
+def run(tmp_path, tiny_model_dir):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    config = RunConfig(InputSpec((str(corpus),), shard_rows=SHARD_ROWS), ModelSpec(str(tiny_model_dir("bert"))),
+                       output=str(tmp_path / "out"))
+    score(config)
+    return config, tmp_path / "out"
+
+
+def check_whole(out: Path, summary: dict) -> None:
+    ids = Counter(pq.read_table(out / "rows", columns=[S.ID]).column(S.ID).to_pylist())
+    assert summary["rows"] == len(tiny.CORPUS) == len(ids) and set(ids.values()) == {1}
+
+
+def damage(out: Path, how: str) -> None:
+    marker = sorted((out / "_done").glob("*.json"))[1]
+    part = out / "rows" / f"part-{marker.stem}.parquet"
+    if how == "empty marker":
+        marker.write_text("")
+    elif how == "garbage marker":
+        marker.write_text("{\"rows\": 4, \"sig")
+    elif how == "marker without rows":
+        marker.write_text("{}")
+    elif how == "truncated shard":
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    elif how == "deleted shard":
+        part.unlink()
+    elif how == "shard of other length":
+        table = pq.read_table(part)
+        pq.write_table(table.slice(0, 1), part)
+
+
+@pytest.mark.parametrize("how", ["empty marker", "garbage marker", "marker without rows", "truncated shard",
+                                 "deleted shard", "shard of other length"])
+def test_a_damaged_shard_is_scored_again_on_resume(run, how, caplog):
+    config, out = run
+    damage(out, how)
+    summary = score(config)  # before: a JSON error, a missing-file error, or a rows-lost error every time
+    check_whole(out, summary)
+    assert "is scored again" in caplog.text
+
+
+def test_a_damaged_run_file_is_refused_with_what_to_do(run):
+    config, out = run
+    (out / "_run.json").write_text("{\"inputs\": [")
+    with pytest.raises(OutputError, match="_run.json is damaged.*--overwrite"):
+        score(config)
+    check_whole(out, score(config, overwrite=True))
+
+
+def test_json_files_are_written_whole(run):
+    _, out = run
+    assert not list(out.rglob("*.tmp"))  # temporary files renamed into place, none left behind
