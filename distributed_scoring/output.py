@@ -35,6 +35,7 @@ ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
+OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE)  # what --overwrite may delete
 
 
 class OutputError(UserError):
@@ -85,10 +86,12 @@ class OutputDir:
     def start(self, run: dict, overwrite: bool = False) -> set[str]:
         """Claim the folder for this run and return the keys of shards already done.
 
-        A folder left by the same run resumes; one left by another run is refused unless `overwrite`.
+        A folder left by the same run resumes; one left by another run is refused unless `overwrite`,
+        which deletes only that run's own entries (`OWN_ENTRIES`); files the workflows wrote beside them
+        are rewritten by the new run, and anything else in the folder is left alone.
         """
         if overwrite and self._exists(self.root):
-            self.fs.delete_dir_contents(self.root, missing_dir_ok=True)
+            self._clear_own()
         self.fs.create_dir(self.path(DONE_DIR), recursive=True)
         self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
         for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
@@ -114,6 +117,22 @@ class OutputDir:
                 "use another --output, or pass --overwrite to replace them"
             )
         return self.done_keys()
+
+    def _clear_own(self) -> None:
+        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours."""
+        if not self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+            return
+        if not self._exists(self.path(RUN_FILE)):
+            raise OutputError(
+                f"{self.uri} is not empty and holds no {RUN_FILE} of a dscore run: --overwrite deletes only a run's "
+                "own files, so nothing was deleted; use an empty or a new --output"
+            )
+        for name in OWN_ENTRIES:
+            info = self.fs.get_file_info(self.path(name))
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(info.path)
+            elif info.type == pafs.FileType.File:
+                self.fs.delete_file(info.path)
 
     def done_keys(self) -> set[str]:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts

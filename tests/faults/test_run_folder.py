@@ -72,3 +72,21 @@ def test_a_damaged_run_file_is_refused_with_what_to_do(run):
 def test_json_files_are_written_whole(run):
     _, out = run
     assert not list(out.rglob("*.tmp"))  # temporary files renamed into place, none left behind
+
+
+def test_overwrite_deletes_only_what_a_run_of_ours_wrote(run):
+    config, out = run
+    foreign = out / "my-notes.txt"
+    foreign.write_text("not a dscore file")
+    check_whole(out, score(config, overwrite=True))
+    assert foreign.read_text() == "not a dscore file"  # before: every file in the folder was deleted
+
+
+def test_overwrite_refuses_a_folder_that_holds_no_run(tmp_path, tiny_model_dir):
+    corpus = tmp_path / "data" / "corpus.txt"
+    corpus.parent.mkdir()
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    config = RunConfig(InputSpec((str(corpus),)), ModelSpec(str(tiny_model_dir("bert"))), output=str(corpus.parent))
+    with pytest.raises(OutputError, match="holds no _run.json.*nothing was deleted"):
+        score(config, overwrite=True)
+    assert corpus.exists()
