@@ -220,7 +220,22 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
         )
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"the tokenizer of {spec.name!r} has no mask token, so it cannot drive a masked LM")
+    check_vocabulary(spec.name, tokenizer, config)
     return tokenizer, max_input_length(config, tokenizer)
+
+
+def check_vocabulary(name: str, tokenizer: Any, config: Any) -> None:
+    """A tokenizer far smaller than the model's vocabulary means its files are missing: transformers
+    then builds an empty one (special tokens only), every word becomes the unknown token, and every row
+    would be scored as nonsense with status ok."""
+    vocab_size = getattr(config, "vocab_size", None)
+    specials = len(set(tokenizer.all_special_ids))
+    if len(tokenizer) <= specials or (vocab_size and len(tokenizer) < vocab_size / 2):
+        raise ModelLoadError(
+            f"the tokenizer of {name!r} has {len(tokenizer)} tokens ({specials} of them special) while the model's "
+            f"vocabulary has {vocab_size}: its tokenizer files (tokenizer.json, vocab.txt, merges.txt, ...) are "
+            "missing or wrong; save the tokenizer into the model folder"
+        )
 
 
 def check_local_folder(name: str) -> None:

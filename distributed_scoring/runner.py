@@ -66,7 +66,14 @@ def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, ov
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
           progress: bool | None = None) -> dict:
-    """PLL of every input row; returns the summary (also written to summary.json)."""
+    """PLL of every input row; returns the summary (also written to summary.json).
+
+    The model's configuration and tokenizer are loaded here first, so a model that cannot be used
+    stops the run before any file is written (on Ray, actors would only fail later, one by one).
+    """
+    from .models import load_tokenizer
+
+    load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)
     plan, out, todo = start(config, workload, overwrite)
     execute(workload, config, todo, out, ray, progress)

@@ -99,3 +99,23 @@ def test_code_shipped_with_a_model_folder_never_runs_unless_asked(tmp_path, tiny
     assert not marker.exists()
     load_tokenizer(ModelSpec(str(folder), trust_remote_code=True))
     assert marker.exists()
+
+
+def test_a_model_folder_without_its_tokenizer_is_refused_before_any_work(tmp_path, tiny_model_dir, capsys):
+    """transformers 5 builds an empty tokenizer (special tokens only) for such a folder: every row used to
+    be scored as unknown tokens with status ok and exit 0."""
+    import shutil
+
+    from distributed_scoring.cli import main
+
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(tiny_model_dir("bert") / name, folder / name)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    rc = main(["score", str(corpus), "--model", str(folder), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]  # (earlier lines: the fixture saving the tiny model)
+    assert rc == 2 and last.startswith("dscore: error:") and "tokenizer files" in last and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
