@@ -142,6 +142,7 @@ def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_ta
     k = 3
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     references = naive_tables("bert")
+    larger = []  # the union is wider than k somewhere (else the test would not tell the sets apart)
     for index, cond in ConditionalsEngine(mlm, 200, top_k=k).conditionals(pairs_of(mlm, EXAMPLES)):
         ref = references[index]
         ga, gb = ref.gold
@@ -149,13 +150,16 @@ def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_ta
         sb = expected_candidates(ref.logits_b[ga, :], ref.marginal_b, gb, k)
         np.testing.assert_array_equal(cond.support_a.cpu(), sa)
         np.testing.assert_array_equal(cond.support_b.cpu(), sb)
-        assert len(sa) > k and len(sb) > k
+        larger.append(len(sa) > k and len(sb) > k)
         assert (int(cond.support_a[cond.gold[0]]), int(cond.support_b[cond.gold[1]])) == (ga, gb)
         logits_a = ref.logits_a[sa][:, sb]  # (Ka, Kb) the full raw logits on the candidates
         logits_b = ref.logits_b[sa][:, sb]
         assert_tables(cond, logits_a, logits_b, ref.marginal_a[sa], ref.marginal_b[sb], 1e-5, str(index))
         scores = score_pair(cond)
         assert all(np.isfinite(m.log_pair) and np.isfinite(m.a_kl) for m in scores.metrics.values())
+    # Per example the union can collapse to k: the tiny tokenizer's training breaks ties differently in
+    # every process (tokenizers' hash maps), so the tiny model, and its top-k sets, change from run to run.
+    assert any(larger), larger
 
 
 def test_real_antiberty_engine_in_float64_equals_reference(offline_model_dir):
