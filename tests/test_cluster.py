@@ -8,60 +8,27 @@ stops it and checks that only its own processes were ended.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import tempfile
-from pathlib import Path
 
-import psutil
 import pyarrow.parquet as pq
 import pytest
 
 import rescoring_helpers as H
 import tiny
+from local_cluster import REPO, local_cluster
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring.runner import score
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.ray
-
-
-def running(pid: int) -> bool:
-    """Alive and not a zombie (this machine's init reaps orphans late)."""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def cluster(ray_local):
     """Environment for `ray job submit` against a freshly started local cluster."""
-    # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
-    state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    dashboard = free_port()
-    script = ["bash", str(REPO / "cluster" / "local_cluster.sh")]
-    start = [*script, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
-             "--port", str(free_port()), "--dashboard-port", str(dashboard)]
-    subprocess.run(start, env=env, check=True, timeout=240)
-    started = [int(p) for p in (state / "pids").read_text().split()]
-    exports = subprocess.run([*script, "env", "--dir", str(state)], env=env, check=True, capture_output=True, text=True)
-    variables = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.split("\n") if line)
-    try:
-        yield {**env, **variables}
-    finally:
-        subprocess.run([*script, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
-    assert not any(running(pid) for pid in started)
+    with local_cluster(workers=2, cpus=2) as (env, _):
+        yield env
     assert ray_local.get(ray_local.put("still alive")) == "still alive"  # only our cluster was stopped
 
 

@@ -1,17 +1,10 @@
-"""The Ray Data pipeline: same rows as in-process scoring, a killed actor, a killed driver, sizing."""
+"""The Ray Data pipeline: same rows as in-process scoring, sizing. Kills mid-run: tests/faults/test_kills.py."""
 
 from __future__ import annotations
 
 import gzip
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections import Counter
 
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -22,24 +15,11 @@ from distributed_scoring.errors import UserError
 from distributed_scoring.pipeline import StallError, cluster_address, consume, node_cpus, plan_resources
 from distributed_scoring.runner import score
 
-import tiny
-
 RAY = RayOptions(stall_timeout_s=300)
 
 
 def rows(out) -> dict[str, dict]:
     return {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
-
-
-def done_markers(out) -> int:
-    return len(list((out / "_done").glob("*.json"))) if (out / "_done").exists() else 0
-
-
-def make_corpus(folder, n_lines: int) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "many.txt"
-    path.write_text("\n".join(tiny.CORPUS[i % len(tiny.CORPUS)] for i in range(n_lines)) + "\n")
-    return str(path)
 
 
 @pytest.mark.ray
@@ -69,63 +49,6 @@ def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_mo
         assert local[key] == distributed[key]
     assert distributed["sum_pll"] == pytest.approx(local["sum_pll"], abs=1e-4)
     assert {v[S.MODEL] for v in b.values()} == {config.model.name}
-
-
-def _kill_scoring_actor_when(out, min_done: int, killed: list) -> None:
-    deadline = time.time() + 120
-    while time.time() < deadline and not killed:
-        if done_markers(out) >= min_done:
-            for proc in psutil.process_iter(["cmdline"]):
-                if "ScoreStage" in " ".join(proc.info["cmdline"] or []):
-                    proc.send_signal(signal.SIGKILL)
-                    killed.append(proc.pid)
-        time.sleep(0.05)
-
-
-@pytest.mark.ray
-def test_a_killed_scoring_actor_is_replaced_and_no_row_is_lost_or_doubled(ray_local, tmp_path, tiny_model_dir):
-    corpus = make_corpus(tmp_path / "in", 120)
-    out = tmp_path / "out"
-    config = RunConfig(InputSpec((corpus,), shard_rows=2), ModelSpec(str(tiny_model_dir("bert"))), output=str(out))
-    killed: list[int] = []
-    killer = threading.Thread(target=_kill_scoring_actor_when, args=(out, 3, killed))
-    killer.start()
-    summary = score(config, RAY)
-    killer.join()
-    assert killed, "the scoring actor was never found and killed"
-    assert done_markers(out) == 60
-    ids = Counter(r[S.ID] for r in pq.read_table(out / "rows", columns=[S.ID]).to_pylist())
-    assert set(ids) == {f"many.txt:{i}" for i in range(1, 121)} and set(ids.values()) == {1}
-    assert summary["rows"] == summary["rows_expected"] == 120 and summary["ok"] == 120
-
-
-@pytest.mark.ray
-def test_rerun_after_a_killed_driver_scores_only_unfinished_shards(ray_local, tmp_path, tiny_model_dir):
-    corpus = make_corpus(tmp_path / "in", 160)
-    out = tmp_path / "out"
-    model = str(tiny_model_dir("bert"))
-    command = [sys.executable, "-m", "distributed_scoring.cli", "score", corpus, "--model", model,
-               "--output", str(out), "--shard-rows", "2", "--ray"]
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
-    driver = subprocess.Popen(command, start_new_session=True, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 180
-    while done_markers(out) < 5 and time.time() < deadline and driver.poll() is None:
-        time.sleep(0.05)
-    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the embedded Ray it started
-    driver.wait()
-    before = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.parquet")}
-    done_before = done_markers(out)
-    assert 5 <= done_before < 80, f"{done_before} of 80 shards done when killed"
-
-    config = RunConfig(InputSpec((corpus,), shard_rows=2), ModelSpec(model), output=str(out))
-    summary = score(config, RAY)
-    after = {p.name: p.stat().st_mtime_ns for p in (out / "rows").glob("*.parquet")}
-    rescored = [name for name in before if after[name] != before[name]]
-    assert len(after) == 80 and len(rescored) <= len(before) - done_before  # only unmarked files redone
-    ids = Counter(r[S.ID] for r in pq.read_table(out / "rows", columns=[S.ID]).to_pylist())
-    assert len(ids) == 160 and set(ids.values()) == {1}
-    assert summary["rows"] == 160 and not list((out / "rows").glob(".*.tmp"))
 
 
 def nodes(*cpus: float, gpus: float = 0) -> list[dict]:

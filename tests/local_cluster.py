@@ -1,0 +1,51 @@
+"""A local multi-process Ray cluster (cluster/local_cluster.sh) for tests that submit to it or kill its nodes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = ["bash", str(REPO / "cluster" / "local_cluster.sh")]
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (this machine's init reaps orphans late)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
+    """(environment that points `ray job submit` and `dscore --ray` at it, its state folder with the
+    `pids` of its `ray start --block` processes: head first). Stopped on exit; only its own processes end."""
+    # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
+    state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    start = [*SCRIPT, "start", "--dir", str(state), "--workers", str(workers), "--cpus", str(cpus),
+             "--port", str(free_port()), "--dashboard-port", str(free_port())]
+    subprocess.run(start, env=env, check=True, timeout=240)
+    started = [int(p) for p in (state / "pids").read_text().split()]
+    exports = subprocess.run([*SCRIPT, "env", "--dir", str(state)], env=env, check=True, capture_output=True, text=True)
+    variables = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.split("\n") if line)
+    try:
+        yield {**env, **variables}, state
+    finally:
+        subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
+    assert not any(running(pid) for pid in started)
