@@ -129,10 +129,11 @@ def raylet_of(node_pid: int) -> psutil.Process:
 
 
 def node_holding_a_scorer(workers: list[int]) -> int:
+    """Two 2-CPU scoring actors on three 2-CPU nodes: at least one worker node holds one."""
     for pid in workers:
         if any("ScoreStage" in " ".join(p.cmdline()) for p in psutil.Process(pid).children(recursive=True)):
             return pid
-    return workers[0]
+    raise AssertionError("no worker node holds a scoring actor")
 
 
 def test_a_killed_worker_node_loses_no_row_and_doubles_none(tmp_path, tiny_model_dir):
