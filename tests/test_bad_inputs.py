@@ -7,8 +7,10 @@ refused before any work with one `UserError` naming the file and what to do.
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from distributed_scoring import schema as S
@@ -96,3 +98,15 @@ def test_a_file_damaged_after_planning_is_a_clear_error_when_read(tmp_path):
     path.write_bytes((BAD / "truncated.txt.gz").read_bytes())
     with pytest.raises(UserError, match="damaged or truncated"):
         list(read_unit(unit, spec))
+
+
+@pytest.mark.parametrize("name", ["lone_surrogate.jsonl", "stray_quote.csv"])
+def test_the_cli_scores_the_good_rows_and_keeps_the_bad_as_error_rows(name, tmp_path, tiny_model_dir, capsys):
+    (_, _, expected), = [r for r in ROWS if r[0] == name]
+    out = tmp_path / "out"
+    rc = main(["score", str(BAD / name), "--model", str(tiny_model_dir("bert")), "--output", str(out),
+               "--id-column", "id"])
+    summary = json.loads(capsys.readouterr().out)
+    assert rc == 0 and summary["rows"] == len(expected)
+    assert summary["errors"] == sum(status == "error" for _, status, _ in expected)
+    assert pq.read_table(out / "rows").num_rows == len(expected)
