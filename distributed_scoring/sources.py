@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BARE_CR = re.compile(rb"\r(?!\n|$)")
+_CSV_MARKS = re.compile(rb'[",\n]')
 
 
 @dataclass(frozen=True)
@@ -201,19 +202,27 @@ _CSV_RECORD_START = _CsvState(quoted=False, after_quote=False, field_start=True)
 
 def _csv_state(chunk: bytes, state: _CsvState) -> _CsvState:
     """The state after `chunk`. Only a quote that starts a field opens a quoted one: a quote inside an
-    unquoted field (`a"b`) is a literal, as the csv module reads it, and cannot swallow lines."""
+    unquoted field (`a"b`) is a literal, as the csv module reads it, and cannot swallow lines. Only
+    quotes, commas and newlines are visited, so a planning pass stays fast."""
     if not state.quoted and b'"' not in chunk:
         return _CsvState(False, False, chunk.endswith((b",", b"\n")))
     quoted, after_quote, field_start = state.quoted, state.after_quote, state.field_start
-    for byte in chunk:
+    last = -1
+    for mark in _CSV_MARKS.finditer(chunk):
+        if mark.start() > last + 1 and not quoted:  # other bytes since the last mark: an unquoted field
+            field_start = after_quote = False
+        last = mark.start()
+        byte = mark.group()
         if quoted:
-            quoted = byte != 0x22  # '"'
+            quoted = byte != b'"'
             after_quote = not quoted
-        elif after_quote and byte == 0x22:  # a doubled quote: still inside the field
+        elif after_quote and byte == b'"':  # a doubled quote: still inside the field
             quoted, after_quote = True, False
         else:
-            quoted = field_start and byte == 0x22
-            field_start, after_quote = byte in (0x2C, 0x0A), False  # ',' or '\n'
+            quoted = field_start and byte == b'"'
+            field_start, after_quote = byte != b'"', False
+    if len(chunk) > last + 1 and not quoted:
+        field_start = after_quote = False
     return _CsvState(quoted, after_quote, field_start)
 
 
