@@ -17,7 +17,7 @@ from pathlib import PurePosixPath
 import pyarrow.fs as pafs
 
 from .errors import UserError
-from .storage import COMPRESSIONS, filesystem, join, scheme
+from .storage import COMPRESSIONS, error_reason, filesystem, join, scheme
 
 FORMATS = ("text", "jsonl", "csv", "tsv", "parquet", "hf")
 _SUFFIX_FORMATS = {
@@ -54,8 +54,9 @@ def find_inputs(paths: tuple[str, ...]) -> list[InputFile]:
         try:
             found += _expand(given)
         except OSError as exc:  # an object store that cannot be listed or reached
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise InputError(f"cannot read input {given!r} ({reason}); check the URI, the network and the credentials") from exc
+            raise InputError(
+                f"cannot read input {given!r} ({error_reason(exc)}); check the URI, the network and the credentials"
+            ) from exc
     files = [InputFile(i, path, name, fmt) for i, (path, name, fmt) in enumerate(found)]
     seen: dict[str, str] = {}
     for f in files:

@@ -3,6 +3,13 @@
 It needs the tokenizer only, never the model, so the Ray pipeline runs it on CPU tasks beside the
 scoring actors. Rows that cannot be scored (empty, too long, nothing to score) leave as error rows;
 nothing is truncated.
+
+A very long text is not tokenised whole at first (a 10 MB line once took 2.6 GiB): its words that end
+within `max_length * PROBE_CHARS_PER_TOKEN` characters are tokenised first, and when they alone are over
+the maximum the row is an error. That never refuses a text that fits: the tokenizers here (WordPiece,
+byte-level BPE, SentencePiece) split text at whitespace before anything else, so a text has at least
+as many tokens as any run of its first whole words (tests/test_prepare.py checks it on every family).
+Only when the probe is not over (much whitespace, one giant word) is the whole text tokenised.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import pyarrow as pa
 from . import schema as S
 
 _WORD = re.compile(r"\S+")
+# Characters per allowed token beyond which a text is probed first. Real text averages 3 to 6; the value
+# only decides how early an over-long text is caught, never whether a row fits.
+PROBE_CHARS_PER_TOKEN = 16
 
 
 @dataclass(frozen=True)
@@ -36,6 +46,23 @@ def whitespace_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WORD.finditer(text)]
 
 
+def _too_long(length: str, max_length: int) -> Prepared:
+    """The error row of a text over the model's maximum; `length` says how long it is."""
+    return Prepared(
+        error=f"{length}, over the model's maximum of {max_length}; it was not truncated: split it, "
+        "or use a model with more positions"
+    )
+
+
+def _word_prefix(text: str, limit: int) -> str | None:
+    """The longest run of whole words of `text` within its first `limit` characters, or None when the
+    text is no longer than `limit` or those characters hold no word boundary."""
+    if len(text) <= limit:
+        return None
+    words = text[: limit + 1].rsplit(None, 1)  # the character after the limit shows whether a word ends there
+    return words[0] if len(words) == 2 else None
+
+
 def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
@@ -45,10 +72,7 @@ def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
     """
     ids = encoding.ids
     if len(ids) > max_length:
-        return Prepared(
-            error=f"sentence is {len(ids)} tokens long with special tokens, over the model's maximum of "
-            f"{max_length}; it was not truncated: split it, or use a model with more positions"
-        )
+        return _too_long(f"sentence is {len(ids)} tokens long with special tokens", max_length)
     targets = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
     if not targets:
         return Prepared(error="the tokenizer produced no scorable (non-special) tokens for this text")
@@ -74,28 +98,46 @@ class Preparer:
         self.max_length = max_length
 
     def prepare_texts(self, texts: list[str]) -> list[Prepared]:
-        """Tokenise in one batched call (fast tokenizers parallelise it); blank texts become errors."""
-        blank = [not t.strip() for t in texts]
-        todo = [t for t, b in zip(texts, blank) if not b]
-        encodings = iter(self._encode(todo)) if todo else iter(())
-        out = []
-        for text, is_blank in zip(texts, blank):
-            if is_blank:
-                out.append(Prepared(error="empty or whitespace-only text"))
-            else:
-                out.append(prepare_encoding(next(encodings), text, self.max_length))
+        """Tokenise in one batched call (fast tokenizers parallelise it); blank or over-long texts become
+        errors, the over-long ones found on a bounded prefix where one suffices."""
+        out: list[Prepared | None] = [
+            Prepared(error="empty or whitespace-only text") if not t.strip() else None for t in texts
+        ]
+        for i, error in self._over_long_by_prefix(texts, [i for i, p in enumerate(out) if p is None]).items():
+            out[i] = error
+        todo = [i for i, p in enumerate(out) if p is None]
+        for i, encoding in zip(todo, self._encode([texts[i] for i in todo]) if todo else ()):
+            out[i] = prepare_encoding(encoding, texts[i], self.max_length)
         return out
 
-    def _encode(self, texts: list[str]) -> list[Any]:
+    def _over_long_by_prefix(self, texts: list[str], candidates: list[int]) -> dict[int, Prepared]:
+        """The error of every candidate text whose first whole words alone are over the maximum."""
+        limit = self.max_length * PROBE_CHARS_PER_TOKEN
+        probes = {i: _word_prefix(texts[i], limit) for i in candidates}
+        probes = {i: p for i, p in probes.items() if p is not None}
+        if not probes:
+            return {}
+        lengths = [len(ids) for ids in self._encode(list(probes.values()), ids_only=True)]
+        return {
+            i: _too_long(
+                f"sentence is {len(texts[i])} characters long; its first {len(probe)} characters alone make "
+                f"{n} tokens with special tokens", self.max_length,
+            )
+            for (i, probe), n in zip(probes.items(), lengths)
+            if n > self.max_length
+        }
+
+    def _encode(self, texts: list[str], ids_only: bool = False) -> list[Any]:
+        """The encodings of the texts; with `ids_only`, just their token ids."""
         batch = self.tokenizer(
             texts,
             add_special_tokens=True,
             truncation=False,
-            return_special_tokens_mask=True,
-            return_offsets_mapping=True,
+            return_special_tokens_mask=not ids_only,
+            return_offsets_mapping=not ids_only,
             verbose=False,
         )
-        return batch.encodings
+        return batch["input_ids"] if ids_only else batch.encodings
 
     def __call__(self, table: pa.Table) -> pa.Table:
         rows = table.to_pylist()

@@ -7,6 +7,10 @@ file, so a rerun finds exactly which shards are done. Every input record becomes
 Line formats (text, JSONL, CSV, TSV) are planned by one pass that notes the byte offset of every
 shard's first record, so an uncompressed shard is read by seeking. A compressed or stream-only file
 cannot seek: its shards are read together, in one pass, as one read unit.
+
+What planning refuses, before any work, since no per-row answer could keep rows in == records in: a
+damaged compressed or Parquet file, a CSV quoted field that is never closed (it would swallow the rest
+of the file), and CR-only (old Mac) line endings (the whole file would read as one record).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import re
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from itertools import groupby
 from typing import BinaryIO, Iterator
@@ -23,11 +29,14 @@ import pyarrow as pa
 from . import schema as S
 from .config import InputSpec
 from .inputs import InputError, InputFile, find_inputs
-from .storage import filesystem, is_seekable, open_binary
+from .storage import error_reason, filesystem, is_seekable, open_binary
 
 logger = logging.getLogger(__name__)
 
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_BARE_CR = re.compile(rb"\r(?!\n|$)")
+_CSV_MARKS = re.compile(rb'[",\n]')
 
 
 @dataclass(frozen=True)
@@ -144,18 +153,77 @@ def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
 # Line formats.
 
 
+class _OpenQuote(Exception):
+    """The stream ended inside a quoted CSV field; `line` counts from where the stream was opened."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
 def _records(stream: BinaryIO, fmt: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:
-    """(byte offset, raw record without its line ending); a quoted CSV field may span lines."""
-    pending, start = b"", offset
+    """(byte offset, raw record without its line ending); a quoted CSV field may span lines.
+
+    Raises `_OpenQuote` at the end of the stream when a quoted field is still open.
+    """
+    pending: list[bytes] = []  # the lines of a record that spans lines, joined once it ends
+    start, line_number, open_line = offset, 0, 0
+    state = _CSV_RECORD_START
     for line in stream:
+        line_number += 1
         offset += len(line)
-        pending += line
-        if fmt == "csv" and pending.count(b'"') % 2:  # inside a quoted field: the record goes on
-            continue
-        yield start, pending.rstrip(b"\n").removesuffix(b"\r")
-        pending, start = b"", offset
+        if not pending:
+            open_line = line_number
+        pending.append(line)
+        if fmt == "csv":
+            state = _csv_state(line, state)
+            if state.quoted:  # inside a quoted field: the record goes on
+                continue
+            state = _CSV_RECORD_START
+        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
+        pending, start = [], offset
+    if state.quoted:
+        raise _OpenQuote(open_line)
     if pending:
-        yield start, pending.rstrip(b"\n").removesuffix(b"\r")
+        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
+
+
+@dataclass(frozen=True)
+class _CsvState:
+    """Where a CSV record stands after some of its bytes."""
+
+    quoted: bool  # inside a quoted field
+    after_quote: bool  # just after a quote in a quoted field: it closes the field, or a second one follows
+    field_start: bool
+
+
+_CSV_RECORD_START = _CsvState(quoted=False, after_quote=False, field_start=True)
+
+
+def _csv_state(chunk: bytes, state: _CsvState) -> _CsvState:
+    """The state after `chunk`. Only a quote that starts a field opens a quoted one: a quote inside an
+    unquoted field (`a"b`) is a literal, as the csv module reads it, and cannot swallow lines. Only
+    quotes, commas and newlines are visited, so a planning pass stays fast."""
+    if not state.quoted and b'"' not in chunk:
+        return _CsvState(False, False, chunk.endswith((b",", b"\n")))
+    quoted, after_quote, field_start = state.quoted, state.after_quote, state.field_start
+    last = -1
+    for mark in _CSV_MARKS.finditer(chunk):
+        if mark.start() > last + 1 and not quoted:  # other bytes since the last mark: an unquoted field
+            field_start = after_quote = False
+        last = mark.start()
+        byte = mark.group()
+        if quoted:
+            quoted = byte != b'"'
+            after_quote = not quoted
+        elif after_quote and byte == b'"':  # a doubled quote: still inside the field
+            quoted, after_quote = True, False
+        else:
+            quoted = field_start and byte == b'"'
+            field_start, after_quote = byte != b'"', False
+    if len(chunk) > last + 1 and not quoted:
+        field_start = after_quote = False
+    return _CsvState(quoted, after_quote, field_start)
 
 
 def _decode(raw: bytes, first: bool) -> tuple[str, str | None]:
@@ -168,40 +236,84 @@ def _decode(raw: bytes, first: bool) -> tuple[str, str | None]:
 
 
 def _split_fields(line: str, fmt: str) -> list[str]:
+    """The fields of a record; raises `csv.Error` for malformed quoting (`"ab"c`)."""
     if fmt == "tsv":
         return line.split("\t")
-    return next(csv.reader([line]), [])
+    return next(csv.reader([line], strict=True), [])
 
 
 def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     """One pass over the file: record count, CSV header, first JSONL object, shard offsets."""
     seekable = is_seekable(f.path)
-    offsets: list[int] = []
-    n_records = 0
-    checked = f.fmt != "jsonl"
     try:
         stream = open_binary(f.path, seekable)
     except OSError as exc:
         raise InputError(f"cannot open input {f.path!r}: {exc}") from exc
-    with stream:
-        records = _records(stream, f.fmt)
-        if f.fmt in ("csv", "tsv"):
-            header = next(records, None)
-            if header is None:
-                raise InputError(f"{f.path}: empty {f.fmt.upper()} file, expected a header row")
-            columns = _split_fields(_decode(header[1], True)[0], f.fmt)
-            _require_columns(f, spec, columns)
-            f = replace(f, columns=tuple(columns))
-        for offset, raw in records:
-            if not checked:
-                checked = _check_jsonl_record(f, spec, raw)
-            if n_records % spec.shard_rows == 0:
-                offsets.append(offset)
-            n_records += 1
+    with stream, _plain_errors(f, "planning"):
+        f, offsets, n_records = _count_records(f, spec, stream)
     return [
         Shard(f, start, min(spec.shard_rows, n_records - start), offset if seekable else None)
         for start, offset in zip(range(0, n_records, spec.shard_rows), offsets)
     ]
+
+
+def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[InputFile, list[int], int]:
+    """(the file with its CSV/TSV columns, byte offset of every shard's first record, record count)."""
+    offsets: list[int] = []
+    n_records = 0
+    checked = f.fmt != "jsonl"
+    records = _records(stream, f.fmt)
+    if f.fmt in ("csv", "tsv"):
+        header = next(records, None)
+        if header is None:
+            raise InputError(f"{f.path}: empty {f.fmt.upper()} file, expected a header row")
+        _refuse_cr_line_endings(f, header[1])
+        try:
+            columns = _split_fields(_decode(header[1], True)[0], f.fmt)
+        except csv.Error as exc:
+            raise InputError(f"{f.path}: the header row is not valid CSV ({exc}); fix its quoting") from exc
+        _require_columns(f, spec, columns)
+        f = replace(f, columns=tuple(columns))
+    for offset, raw in records:
+        if n_records == 0:
+            _refuse_cr_line_endings(f, raw)
+        if not checked:
+            checked = _check_jsonl_record(f, spec, raw)
+        if n_records % spec.shard_rows == 0:
+            offsets.append(offset)
+        n_records += 1
+    return f, offsets, n_records
+
+
+def _refuse_cr_line_endings(f: InputFile, first_record: bytes) -> None:
+    """Lines ended by a lone CR (old Mac files) would all read as one record, so rows in != records
+    in. Only the first record is checked: a file with LF endings rarely starts with a bare CR, and a
+    CR-only file always does (when it has two lines or more)."""
+    if _BARE_CR.search(first_record):
+        raise InputError(
+            f"{f.path}: line 1 holds a carriage return (CR) that ends no CRLF pair: the file seems to use "
+            "old Mac (CR-only) line endings, so all of it would read as one record; convert its line endings "
+            "to LF (e.g. `tr '\\r' '\\n' < IN > OUT`) and run again"
+        )
+
+
+@contextmanager
+def _plain_errors(f: InputFile, stage: str) -> Iterator[None]:
+    """A damaged compressed file or a CSV quote never closed, as one line naming the file."""
+    try:
+        yield
+    except _OpenQuote as exc:
+        if stage != "planning":
+            raise InputError(f"{f.path} now ends inside a quoted field; was it changed since planning?") from None
+        raise InputError(
+            f"{f.path}: line {exc.line} opens a quoted CSV field that is never closed, so the rest of the file "
+            'would read as one field; close the quote, or write a literal quote inside a quoted field as ""'
+        ) from None
+    except (OSError, EOFError) as exc:
+        raise InputError(
+            f"{f.path}: cannot be read while {stage} ({error_reason(exc)}); the file is damaged or truncated, "
+            "or its suffix does not match its compression: check it (e.g. `gzip -t`) or copy it again"
+        ) from exc
 
 
 def _check_jsonl_record(f: InputFile, spec: InputSpec, raw: bytes) -> bool:
@@ -219,7 +331,7 @@ def _check_jsonl_record(f: InputFile, spec: InputSpec, raw: bytes) -> bool:
 def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
     f = unit[0].file
     seekable = unit[0].byte_offset is not None
-    with open_binary(f.path, seekable) as stream:
+    with open_binary(f.path, seekable) as stream, _plain_errors(f, "reading"):
         if seekable:
             stream.seek(unit[0].byte_offset)
             records = _records(stream, f.fmt, unit[0].byte_offset)
@@ -262,11 +374,29 @@ def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first:
             return error_row(row_id, text, f"invalid JSON: {exc}")
         if not isinstance(record, dict):
             return error_row(row_id, text, f"a JSON {type(record).__name__}, not an object")
-        return _id_and_text(record, row_id, spec)
-    fields = _split_fields(text, f.fmt)
+        return _without_lone_surrogates(_id_and_text(record, row_id, spec), row_id)
+    try:
+        fields = _split_fields(text, f.fmt)
+    except csv.Error as exc:
+        return error_row(row_id, text, f"malformed CSV quoting ({exc}); quote the field and double any quote inside it")
     if len(fields) != len(f.columns):
         return error_row(row_id, text, f"record has {len(fields)} fields, the header has {len(f.columns)}")
     return _id_and_text(dict(zip(f.columns, fields)), row_id, spec)
+
+
+def _without_lone_surrogates(row: dict, row_id: str) -> dict:
+    """The row, or an error row when a JSON escape spelled a lone surrogate (`"\\ud800"`): json.loads
+    accepts it, but it is no character and cannot be written as UTF-8, so it would crash the shard."""
+    for column in (S.ID, S.TEXT, S.PARTITION):
+        value = row.get(column)
+        match = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
+        if match:
+            return error_row(
+                row_id if column == S.ID else row[S.ID], None,
+                f"the {column} holds a lone surrogate escape \\u{ord(match.group()):04x} (at character "
+                f"{match.start()}), which is no Unicode character; fix or drop that escape",
+            )
+    return row
 
 
 # Parquet.
@@ -278,7 +408,11 @@ def _parquet_file(f: InputFile):
     fs, path = filesystem(f.path)
     if fs is None:
         raise InputError(f"{f.path}: Parquet needs random access; use a local path or an s3://, gs:// or file:// URI")
-    return pq.ParquetFile(fs.open_input_file(path))
+    try:
+        return pq.ParquetFile(fs.open_input_file(path))
+    except (pa.ArrowInvalid, OSError) as exc:
+        reason = error_reason(exc)
+        raise InputError(f"{f.path}: not a readable Parquet file ({reason}); check it or copy it again") from exc
 
 
 def _parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
@@ -303,7 +437,11 @@ def _named_columns(spec: InputSpec) -> list[str]:
 
 def _parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
     columns = _named_columns(spec)
-    table = _read_row_range(_parquet_file(shard.file), columns, shard.start, shard.rows)
+    try:
+        table = _read_row_range(_parquet_file(shard.file), columns, shard.start, shard.rows)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
+                         f"({error_reason(exc)}); the file is damaged: check it or copy it again") from exc
     yield from _table_rows(table, shard, spec)
 
 

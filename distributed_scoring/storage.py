@@ -24,6 +24,12 @@ def scheme(uri: str) -> str | None:
     return uri.split("://", 1)[0].lower() if "://" in uri else None
 
 
+def error_reason(exc: BaseException) -> str:
+    """The first line of an exception's message (pyarrow's run over many lines), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class StorageError(UserError):
     """A URI that cannot be used (unknown scheme, unreachable store); the message says what to do."""
 
@@ -42,8 +48,9 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
         try:
             return pafs.FileSystem.from_uri(uri)
         except (OSError, pa.ArrowInvalid) as exc:
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise StorageError(f"cannot reach {uri!r} ({reason}); check the URI, the network and the credentials") from exc
+            raise StorageError(
+                f"cannot reach {uri!r} ({error_reason(exc)}); check the URI, the network and the credentials"
+            ) from exc
     return None, uri
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.models import load_tokenizer
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.prepare import PROBE_CHARS_PER_TOKEN, Preparer, prepare_encoding
 
 
 @pytest.fixture(scope="module")
@@ -62,3 +62,46 @@ def test_one_token_sentence_and_duplicates(preparers):
     one, dup1, dup2 = preparers("bert").prepare_texts(["the", "Hi there", "Hi there"])
     assert one.error is None and len(one.targets) == 1 and one.n_words == 1
     assert dup1 == dup2
+
+
+class SpyTokenizer:
+    """The tokenizer, noting the longest text it was asked to tokenise."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer = tokenizer
+        self.longest = 0
+
+    def __call__(self, texts, **kwargs):
+        self.longest = max([self.longest, *map(len, texts)])
+        return self.tokenizer(texts, **kwargs)
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "modernbert"])
+def test_a_megabyte_line_is_refused_on_a_bounded_prefix_without_tokenising_it(family, preparers):
+    prep = preparers(family)
+    spy = Preparer(SpyTokenizer(prep.tokenizer), prep.max_length)
+    huge = "the cat sat on the mat. " * 100_000  # 2.4 MB
+    ok, long = spy.prepare_texts(["the cat", huge])
+    assert ok.error is None
+    assert "not truncated" in long.error and f"maximum of {prep.max_length}" in long.error
+    assert f"{len(huge)} characters long" in long.error
+    assert spy.tokenizer.longest <= prep.max_length * PROBE_CHARS_PER_TOKEN
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta", "albert", "modernbert"])
+def test_the_prefix_check_never_refuses_a_text_that_fits(family, preparers):
+    """Texts past the probe length: the probe's verdict must match tokenising the whole text."""
+    prep = preparers(family)
+    limit = prep.max_length * PROBE_CHARS_PER_TOKEN
+    fits = " ".join(["the"] * (prep.max_length // 2))
+    texts = [
+        fits + " " * limit + "end",  # mostly whitespace: fits where spaces are no tokens (WordPiece)
+        "x" * (limit + 10),  # one giant word: no word boundary to cut at
+        "supercalifragilistic " * (limit // 10),  # many tokens per word
+        "ab" * (limit // 2) + " tail",  # the probe is a single word
+        " " + "the " * (limit // 4),  # cut exactly at a word boundary
+    ]
+    probed = prep.prepare_texts(texts)
+    encodings = prep.tokenizer(texts, return_special_tokens_mask=True, return_offsets_mapping=True).encodings
+    whole = [prepare_encoding(e, t, prep.max_length) for e, t in zip(encodings, texts)]
+    assert [p.error is None for p in probed] == [w.error is None for w in whole]
