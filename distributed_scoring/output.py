@@ -7,7 +7,8 @@ and `DIR/_done/<shard>.json`.
 A shard's file is written under a hidden temporary name (which dataset readers skip) and moved into
 place; its marker is written only after that, so a marker always means a complete file. Temporary files
 left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
-and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options).
+and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options); input files
+that changed under a resumed run are caught by `provenance.py`.
 Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
 """
 
@@ -26,6 +27,7 @@ import pyarrow.parquet as pq
 
 from .config import RunConfig
 from .errors import UserError
+from .provenance import DIGEST, INPUT_FILES, changed_files
 from .sources import Shard
 from .storage import filesystem, join, scheme
 
@@ -36,6 +38,7 @@ RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
 OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE)  # what --overwrite may delete
+FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 
 class OutputError(UserError):
@@ -110,11 +113,13 @@ class OutputDir:
                 )
             self.write_json(RUN_FILE, run)
             return set()
-        changed = sorted(k for k in set(run) | set(previous) if run.get(k) != previous.get(k))
+        changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
         if changed:
+            edited = changed_files(previous.get(INPUT_FILES), run.get(INPUT_FILES, {}))
             raise OutputError(
-                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}); "
-                "use another --output, or pass --overwrite to replace them"
+                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
+                + (f"; changed since: {', '.join(edited)}" if edited else "")
+                + "); use another --output, or pass --overwrite to replace them"
             )
         return self.done_keys()
 
@@ -166,13 +171,20 @@ class OutputDir:
             return f"its Parquet file holds {rows} rows, its marker says {marker['rows']}"
         return None
 
-    def write_shard(self, key: str, table: pa.Table, signature: dict) -> None:
-        """Write the shard's rows, then its marker (with the scorer's signature)."""
+    def write_shard(self, key: str, table: pa.Table, signature: dict, input_digest: str) -> None:
+        """Write the shard's rows, then its marker: the scorer's signature, the digest of the input rows
+        (checked on resume, see `provenance.py`) and of the file's bytes (checked by `dscore verify`)."""
         final = self.part_path(key)
         temporary = self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(table, temporary, filesystem=self.fs)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        data = buffer.getvalue()
+        with self.fs.open_output_stream(temporary) as stream:
+            stream.write(data)
         self.fs.move(temporary, final)
-        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), {"rows": table.num_rows, "signature": signature})
+        marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
+                  FILE_DIGEST: hashlib.sha256(data).hexdigest()}
+        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
 
     def read_marker(self, key: str) -> dict | None:
         return self.read_json(posixpath.join(DONE_DIR, f"{key}.json"))

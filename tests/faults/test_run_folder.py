@@ -1,8 +1,12 @@
 """Faults in a run folder: damaged markers and shard files are found on resume and scored again, so
-rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback."""
+rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback; an
+input edited under a resumed run is refused."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import tiny
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring.output import OutputError
+from distributed_scoring.provenance import InputChangedError
 from distributed_scoring.runner import score
 
 SHARD_ROWS = 4
@@ -90,3 +95,50 @@ def test_overwrite_refuses_a_folder_that_holds_no_run(tmp_path, tiny_model_dir):
     with pytest.raises(OutputError, match="holds no _run.json.*nothing was deleted"):
         score(config, overwrite=True)
     assert corpus.exists()
+
+
+def edit_in_place(corpus: Path, line: int, text: str) -> None:
+    """Replace one line, keeping the number of lines (and leaving a newer mtime)."""
+    lines = corpus.read_text().splitlines()
+    lines[line] = text
+    corpus.write_text("\n".join(lines) + "\n")
+    stat = corpus.stat()
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
+def test_an_input_edited_in_place_is_refused_naming_it(run):
+    config, out = run
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 5, "An entirely different sentence of the same line count.")
+    with pytest.raises(InputChangedError, match=r"corpus.txt changed.*shard 00000-000000000004.*--overwrite"):
+        score(config)  # before: resumed, every old score kept beside the new text
+    check_whole(out, score(config, overwrite=True))
+
+
+def test_a_touched_input_resumes_and_records_its_new_identity(run):
+    config, out = run
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 5, tiny.CORPUS[5])  # same content, newer mtime
+    check_whole(out, score(config))
+    recorded = json.loads((out / "_run.json").read_text())["input_files"][str(corpus)]
+    assert recorded["mtime_ns"] == corpus.stat().st_mtime_ns
+
+
+def test_a_marker_whose_digest_does_not_match_the_input_is_refused(run):
+    config, out = run
+    marker = sorted((out / "_done").glob("*.json"))[2]
+    data = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**data, "input_digest": "0" * 32}))
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 0, tiny.CORPUS[0])  # the fast check sees a change, so digests are compared
+    with pytest.raises(InputChangedError, match=f"shard {marker.stem}"):
+        score(config)
+
+
+def test_markers_record_the_input_and_file_digests(run):
+    _, out = run
+    for marker in (out / "_done").glob("*.json"):
+        data = json.loads(marker.read_text())
+        part = out / "rows" / f"part-{marker.stem}.parquet"
+        assert data["file_sha256"] == hashlib.sha256(part.read_bytes()).hexdigest()
+        assert len(data["input_digest"]) == 32
