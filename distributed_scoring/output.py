@@ -8,7 +8,8 @@ A shard's file is written under a hidden temporary name (which dataset readers s
 place; its marker is written only after that, so a marker always means a complete file. Temporary files
 left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
 and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options); input files
-that changed under a resumed run are caught by `provenance.py`.
+that changed under a resumed run are caught by `provenance.py`. While a run works, `DIR/_lock.json` keeps
+a second run out (`lock.py`); `verify.py` checks a finished folder.
 Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
 """
 
@@ -37,7 +38,8 @@ ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
-OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE)  # what --overwrite may delete
+LOCK_FILE = "_lock.json"
+OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)  # what --overwrite may delete
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 
@@ -124,8 +126,10 @@ class OutputDir:
         return self.done_keys()
 
     def _clear_own(self) -> None:
-        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours."""
-        if not self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours.
+        The lock is this run's own by now (taken before), so it stays."""
+        entries = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        if all(posixpath.basename(i.path) == LOCK_FILE for i in entries):
             return
         if not self._exists(self.path(RUN_FILE)):
             raise OutputError(
@@ -133,6 +137,8 @@ class OutputDir:
                 "own files, so nothing was deleted; use an empty or a new --output"
             )
         for name in OWN_ENTRIES:
+            if name == LOCK_FILE:
+                continue
             info = self.fs.get_file_info(self.path(name))
             if info.type == pafs.FileType.Directory:
                 self.fs.delete_dir(info.path)

@@ -12,6 +12,7 @@ from typing import Iterator
 
 from .aggregate import check_complete, summarize
 from .config import InputSpec, RayOptions, RunConfig
+from .lock import FolderLock
 from .output import RUN_FILE, OutputDir, fingerprint
 from .progress import Progress
 from .provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
@@ -24,17 +25,19 @@ logger = logging.getLogger(__name__)
 @contextlib.contextmanager
 def claimed(config: RunConfig, workload: Workload,
             overwrite: bool = False) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
-    """Plan the shards and claim the output folder for the body: (plan, folder, shards still to do)."""
+    """Plan the shards and hold the output folder (locked) while the body runs: (plan, folder, shards
+    still to do). The lock is released when the body ends, also on error."""
     plan = plan_shards(config.inputs)
     out = OutputDir(config.output)
     identities = file_identities(plan)
-    run = {"workload": workload.name, **workload.settings, **fingerprint(config, plan), INPUT_FILES: identities}
-    done = out.start(run, overwrite)
-    _check_inputs(out, plan, done, config.inputs, identities)
-    todo = [shard for shard in plan if shard.key not in done]
-    if done:
-        logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
-    yield plan, out, todo
+    with FolderLock(out):
+        run = {"workload": workload.name, **workload.settings, **fingerprint(config, plan), INPUT_FILES: identities}
+        done = out.start(run, overwrite)
+        _check_inputs(out, plan, done, config.inputs, identities)
+        todo = [shard for shard in plan if shard.key not in done]
+        if done:
+            logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
+        yield plan, out, todo
 
 
 def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, identities: dict) -> None:

@@ -1,12 +1,16 @@
 """Faults in a run folder: damaged markers and shard files are found on resume and scored again, so
 rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback; an
-input edited under a resumed run is refused."""
+input edited under a resumed run is refused; a second run on a locked folder is refused."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +20,9 @@ import pytest
 import tiny
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.output import OutputError
+from distributed_scoring import runner
+from distributed_scoring.lock import FolderLock, FolderLockedError, read_holder
+from distributed_scoring.output import OutputDir, OutputError
 from distributed_scoring.provenance import InputChangedError
 from distributed_scoring.runner import score
 
@@ -142,3 +148,68 @@ def test_markers_record_the_input_and_file_digests(run):
         part = out / "rows" / f"part-{marker.stem}.parquet"
         assert data["file_sha256"] == hashlib.sha256(part.read_bytes()).hexdigest()
         assert len(data["input_digest"]) == 32
+
+
+def write_lock(out: Path, host: str, pid: int, heartbeat: float) -> None:
+    lock = {"host": host, "pid": pid, "started": heartbeat - 60, "heartbeat": heartbeat, "token": "other"}
+    (out / "_lock.json").write_text(json.dumps(lock))
+
+
+def test_a_live_lock_refuses_a_second_run_even_with_overwrite(run):
+    config, out = run
+    write_lock(out, "gpu-node-7", 4242, time.time())
+    for overwrite in (False, True):
+        with pytest.raises(FolderLockedError, match="in use by another run: pid 4242 on gpu-node-7"):
+            score(config, overwrite=overwrite)  # before: both runs wrote into the folder
+    assert json.loads((out / "_lock.json").read_text())["token"] == "other"  # not broken
+    assert (out / "_run.json").exists()
+
+
+def test_a_run_of_this_host_in_this_process_is_live(run):
+    config, out = run
+    write_lock(out, socket.gethostname(), os.getpid(), time.time())
+    with pytest.raises(FolderLockedError, match="in use by another run"):
+        score(config)
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+@pytest.mark.parametrize("holder", ["old heartbeat", "dead pid on this host"])
+def test_a_stale_lock_is_reported_with_how_to_clear_it(run, holder):
+    config, out = run
+    if holder == "old heartbeat":
+        write_lock(out, "gpu-node-7", 4242, time.time() - 3600)
+        reason = "heartbeat is 3600 s old"
+    else:
+        write_lock(out, socket.gethostname(), dead_pid(), time.time())
+        reason = "that process no longer exists"
+    with pytest.raises(FolderLockedError, match=f"stale lock.*{reason}.*delete .*_lock.json"):
+        score(config)
+    (out / "_lock.json").unlink()
+    check_whole(out, score(config))
+
+
+def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatch):
+    config, out = run
+    assert not (out / "_lock.json").exists()
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("scorer crashed")
+
+    monkeypatch.setattr(runner, "execute", fail)
+    with pytest.raises(RuntimeError, match="scorer crashed"):
+        score(config, overwrite=True)
+    assert not (out / "_lock.json").exists()
+
+
+def test_the_heartbeat_refreshes_the_lock(tmp_path):
+    out = OutputDir(str(tmp_path / "out"))
+    with FolderLock(out, heartbeat_s=0.05) as lock:
+        first = lock.holder.heartbeat
+        time.sleep(0.3)
+        assert read_holder(out).heartbeat > first
+    assert read_holder(out) is None
