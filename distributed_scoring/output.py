@@ -95,11 +95,11 @@ class OutputDir:
         which deletes only that run's own entries (`OWN_ENTRIES`); files the workflows wrote beside them
         are rewritten by the new run, and anything else in the folder is left alone.
         """
-        if overwrite and self._exists(self.root):
+        if overwrite and self.exists(self.root):
             self._clear_own()
         self.fs.create_dir(self.path(DONE_DIR), recursive=True)
         self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-        for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
+        for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
             self.fs.delete_file(stale)
         try:
             previous = self.read_json(RUN_FILE)
@@ -109,7 +109,7 @@ class OutputDir:
                 "--overwrite to replace its results, or use another --output"
             ) from exc
         if previous is None:
-            if self._files(ROWS_DIR, suffix=".parquet"):
+            if self.files(ROWS_DIR, suffix=".parquet"):
                 raise OutputError(
                     f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
                 )
@@ -131,7 +131,7 @@ class OutputDir:
         entries = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
         if all(posixpath.basename(i.path) == LOCK_FILE for i in entries):
             return
-        if not self._exists(self.path(RUN_FILE)):
+        if not self.exists(self.path(RUN_FILE)):
             raise OutputError(
                 f"{self.uri} is not empty and holds no {RUN_FILE} of a dscore run: --overwrite deletes only a run's "
                 "own files, so nothing was deleted; use an empty or a new --output"
@@ -149,9 +149,9 @@ class OutputDir:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts
         equal. Any other marker is removed (saying why), so its shard is scored again."""
         done = set()
-        for marker in self._files(DONE_DIR, suffix=".json"):
+        for marker in self.files(DONE_DIR, suffix=".json"):
             key = posixpath.basename(marker).removesuffix(".json")
-            problem = self._shard_problem(key)
+            problem = self.shard_problem(key)
             if problem is None:
                 done.add(key)
                 continue
@@ -159,7 +159,7 @@ class OutputDir:
             self.fs.delete_file(marker)
         return done
 
-    def _shard_problem(self, key: str) -> str | None:
+    def shard_problem(self, key: str) -> str | None:
         """Why shard `key`'s marker cannot be trusted, or None."""
         try:
             marker = self.read_marker(key)
@@ -167,7 +167,7 @@ class OutputDir:
             return "its completion marker is not valid JSON (a write was cut off)"
         if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
             return "its completion marker has no row count"
-        if not self._exists(self.part_path(key)):
+        if not self.exists(self.part_path(key)):
             return "its Parquet file is missing"
         try:
             rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
@@ -218,14 +218,14 @@ class OutputDir:
         return join(self.location, name)
 
     def read_json(self, name: str) -> dict | None:
-        if not self._exists(self.path(name)):
+        if not self.exists(self.path(name)):
             return None
         with self.fs.open_input_stream(self.path(name)) as stream:
             return json.loads(stream.read())
 
-    def _exists(self, path: str) -> bool:
+    def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    def _files(self, folder: str, suffix: str) -> list[str]:
+    def files(self, folder: str, suffix: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
         return [i.path for i in infos if i.path.endswith(suffix)]
