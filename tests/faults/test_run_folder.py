@@ -198,6 +198,7 @@ def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatc
     assert not (out / "_lock.json").exists()
 
     def fail(*args, **kwargs):
+        assert read_holder(OutputDir(str(out))).pid == os.getpid()  # held while the run works
         raise RuntimeError("scorer crashed")
 
     monkeypatch.setattr(runner, "execute", fail)
