@@ -1,14 +1,19 @@
 """One run at a time per output folder: `DIR/_lock.json` names the run that holds the folder.
 
 Two runs writing one folder would delete each other's temporary files and mix their shards. The lock
-holds the host, pid, start time and a heartbeat that a daemon thread on the driver refreshes every
-`HEARTBEAT_S`; the lock is released (deleted) when the run ends, also on error. A second run finds it
-and stops at once. A lock whose heartbeat is older than `STALE_AFTER_S`, or whose pid on this host is
-gone, was left by a killed run: it is reported as stale with how to clear it (delete the file), never
-broken silently, since a paused run (a suspended laptop) may come back. `--overwrite` does not break a
-lock either. Local folders create the file atomically (O_EXCL); an object store has no atomic create,
-so two runs starting within the same instant there can both get in: the heartbeat makes the later
-overlap visible, not impossible.
+holds the host, pid (and pid namespace), start time and a heartbeat that a daemon thread on the driver
+refreshes every `HEARTBEAT_S`; it is released (deleted) when the run ends, also on error. A second run
+finds it and stops at once, naming the holder. Two kinds of left-over lock:
+
+- the holder ran on this host, in this pid namespace, and its pid is gone: the run was killed
+  (`kill -9`, out of memory), so the lock is taken over with a warning, and rerunning the same command
+  resumes as it always did;
+- the heartbeat is older than `STALE_AFTER_S` (a run on another host cannot be checked): reported as
+  stale with how to clear it (delete the file), never broken silently, since that run may be paused.
+
+`--overwrite` never breaks a lock. Local folders create the file atomically (O_EXCL); an object store
+has no atomic create, so two runs starting within the same instant there can both get in: the heartbeat
+makes such an overlap visible (the losing run logs that its lock was taken), not impossible.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ class Holder:
 
     host: str
     pid: int
+    pid_namespace: str | None  # two containers may share a host name, never a pid namespace
     started: float
     heartbeat: float
     token: str
@@ -51,10 +57,13 @@ class Holder:
     def describe(self) -> str:
         return f"pid {self.pid} on {self.host} (since {_when(self.started)}, last heartbeat {_when(self.heartbeat)})"
 
+    def killed(self) -> bool:
+        """Whether the holder is certainly gone: a process of this host and pid namespace that no longer exists."""
+        return (self.host == socket.gethostname() and self.pid_namespace == current_pid_namespace()
+                and not _pid_alive(self.pid))
+
     def stale_because(self, now: float, stale_after_s: float) -> str | None:
-        """Why this lock was left by a run that is gone, or None when it may be live."""
-        if self.host == socket.gethostname() and not _pid_alive(self.pid):
-            return "that process no longer exists"
+        """Why this lock looks left behind by a run that is gone, or None when it may be live."""
         if now - self.heartbeat > stale_after_s:
             return f"its heartbeat is {now - self.heartbeat:.0f} s old (stale after {stale_after_s:.0f} s)"
         return None
@@ -62,6 +71,14 @@ class Holder:
 
 def _when(t: float) -> str:
     return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def current_pid_namespace() -> str | None:
+    """This process's pid namespace (Linux); None elsewhere, where the host name alone tells."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return None
 
 
 def _pid_alive(pid: int) -> bool:
@@ -86,7 +103,7 @@ def read_holder(out: OutputDir) -> Holder | None:
     try:
         return Holder(**data)
     except TypeError:
-        return Holder("?", -1, 0.0, 0.0, "")
+        return Holder("?", -1, None, 0.0, 0.0, "")
 
 
 class FolderLock:
@@ -111,9 +128,11 @@ class FolderLock:
         """Take the lock, or raise `FolderLockedError` naming the holder (and how to clear a stale one)."""
         self.out.fs.create_dir(self.out.root, recursive=True)
         now = time.time()
-        holder = Holder(socket.gethostname(), os.getpid(), now, now, uuid.uuid4().hex)
+        holder = Holder(socket.gethostname(), os.getpid(), current_pid_namespace(), now, now, uuid.uuid4().hex)
         if not self._create(holder):
-            self._refuse(read_holder(self.out))
+            self._take_over_killed(read_holder(self.out))
+            if not self._create(holder):
+                self._refuse(read_holder(self.out))
         self.holder = holder
         self._thread = threading.Thread(target=self._beat, daemon=True, name="dscore-lock-heartbeat")
         self._thread.start()
@@ -134,6 +153,16 @@ class FolderLock:
             return False
         self.out.write_json(LOCK_FILE, asdict(holder))
         return True
+
+    def _take_over_killed(self, holder: Holder | None) -> None:
+        """Delete the lock of a killed run of this host (a rerun after `kill -9` resumes)."""
+        if holder is None or not holder.killed():
+            return
+        logger.warning("%s/%s was left by %s, which no longer exists; taking the folder over",
+                       self.out.uri, LOCK_FILE, holder.describe())
+        current = read_holder(self.out)
+        if current is not None and current.token == holder.token:
+            self.out.fs.delete_file(self.out.path(LOCK_FILE))
 
     def _refuse(self, holder: Holder | None) -> None:
         lock = f"{self.out.uri}/{LOCK_FILE}"

@@ -21,7 +21,7 @@ import tiny
 from distributed_scoring import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring import runner
-from distributed_scoring.lock import FolderLock, FolderLockedError, read_holder
+from distributed_scoring.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
 from distributed_scoring.output import OutputDir, OutputError
 from distributed_scoring.provenance import InputChangedError
 from distributed_scoring.runner import score
@@ -151,7 +151,8 @@ def test_markers_record_the_input_and_file_digests(run):
 
 
 def write_lock(out: Path, host: str, pid: int, heartbeat: float) -> None:
-    lock = {"host": host, "pid": pid, "started": heartbeat - 60, "heartbeat": heartbeat, "token": "other"}
+    lock = {"host": host, "pid": pid, "pid_namespace": current_pid_namespace(), "started": heartbeat - 60,
+            "heartbeat": heartbeat, "token": "other"}
     (out / "_lock.json").write_text(json.dumps(lock))
 
 
@@ -178,19 +179,29 @@ def dead_pid() -> int:
     return process.pid
 
 
-@pytest.mark.parametrize("holder", ["old heartbeat", "dead pid on this host"])
-def test_a_stale_lock_is_reported_with_how_to_clear_it(run, holder):
+def test_a_stale_lock_is_reported_with_how_to_clear_it(run):
     config, out = run
-    if holder == "old heartbeat":
-        write_lock(out, "gpu-node-7", 4242, time.time() - 3600)
-        reason = "heartbeat is 3600 s old"
-    else:
-        write_lock(out, socket.gethostname(), dead_pid(), time.time())
-        reason = "that process no longer exists"
-    with pytest.raises(FolderLockedError, match=f"stale lock.*{reason}.*delete .*_lock.json"):
+    write_lock(out, "gpu-node-7", 4242, time.time() - 3600)
+    with pytest.raises(FolderLockedError, match="stale lock.*heartbeat is 3600 s old.*delete .*_lock.json"):
         score(config)
     (out / "_lock.json").unlink()
     check_whole(out, score(config))
+
+
+def test_the_lock_of_a_killed_run_of_this_host_is_taken_over(run, caplog):
+    config, out = run
+    write_lock(out, socket.gethostname(), dead_pid(), time.time())
+    check_whole(out, score(config))  # a rerun after kill -9 resumes, as before the lock
+    assert "no longer exists; taking the folder over" in caplog.text and not (out / "_lock.json").exists()
+
+
+def test_a_dead_pid_of_another_pid_namespace_is_not_taken_over(run):
+    config, out = run
+    write_lock(out, socket.gethostname(), dead_pid(), time.time())
+    lock = json.loads((out / "_lock.json").read_text())
+    (out / "_lock.json").write_text(json.dumps({**lock, "pid_namespace": "another-container"}))
+    with pytest.raises(FolderLockedError, match="in use by another run"):
+        score(config)
 
 
 def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatch):
