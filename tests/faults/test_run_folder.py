@@ -19,6 +19,7 @@ import pytest
 
 import tiny
 from distributed_scoring import schema as S
+from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring import runner
 from distributed_scoring.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
@@ -225,3 +226,13 @@ def test_the_heartbeat_refreshes_the_lock(tmp_path):
         time.sleep(0.3)
         assert read_holder(out).heartbeat > first
     assert read_holder(out) is None
+
+
+def test_the_cli_refuses_a_locked_folder_in_one_line(run, capsys):
+    config, out = run
+    write_lock(out, "gpu-node-7", 4242, time.time())
+    argv = ["score", *config.inputs.paths, "--model", config.model.name, "--output", str(out),
+            "--shard-rows", str(SHARD_ROWS)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dscore: error: ") and "pid 4242 on gpu-node-7" in err and len(err.splitlines()) == 1
