@@ -39,7 +39,8 @@ RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = "_lock.json"
-OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)  # what --overwrite may delete
+# A run's own entries: what --overwrite may delete (all but the lock, which by then is the new run's).
+OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 
@@ -117,7 +118,7 @@ class OutputDir:
             return set()
         changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
         if changed:
-            edited = changed_files(previous.get(INPUT_FILES), run.get(INPUT_FILES, {}))
+            edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
             raise OutputError(
                 f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
                 + (f"; changed since: {', '.join(edited)}" if edited else "")

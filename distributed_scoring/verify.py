@@ -86,8 +86,8 @@ def _digest_problem(out: OutputDir, key: str) -> str | None:
 
 
 def _strays(out: OutputDir, keys: set[str]) -> list[str]:
-    """Temporary files anywhere, and files under rows/ or _done/ that are not a marked shard's."""
-    wanted = {posixpath.join(ROWS_DIR, part_name(k)) for k in keys} | {posixpath.join(DONE_DIR, f"{k}.json") for k in keys}
+    """Temporary files anywhere, and files under rows/ that are not a marked shard's."""
+    wanted = {posixpath.join(ROWS_DIR, part_name(k)) for k in keys}
     problems = []
     infos = out.fs.get_file_info(pafs.FileSelector(out.root, recursive=True))
     for info in sorted(infos, key=lambda i: i.path):
