@@ -223,6 +223,14 @@ def _fetch_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def _verify(args: argparse.Namespace) -> int:
+    from .verify import report, verify_folder
+
+    result = verify_folder(args.folder)
+    print(report(result))
+    return 0 if result.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .offline_models import MODELS
 
@@ -249,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     _add_score_arguments(audit, per_token_flag=False)
     _add_audit_arguments(audit)
     audit.set_defaults(func=_audit)
+    verify = commands.add_parser(
+        "verify", help="check a finished output folder: markers against files, ids once, no leftovers",
+        description="Prints one line per problem, then OK or FAILED. Exit codes: 0 sound, 1 some problem, "
+        "2 not a dscore output folder.",
+    )
+    verify.add_argument("folder", metavar="DIR", help="the run's --output folder (local path or URI)")
+    verify.set_defaults(func=_verify)
     fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
     fetch.add_argument("name", choices=sorted(MODELS))
     fetch.add_argument("--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")

@@ -7,7 +7,9 @@ and `DIR/_done/<shard>.json`.
 A shard's file is written under a hidden temporary name (which dataset readers skip) and moved into
 place; its marker is written only after that, so a marker always means a complete file. Temporary files
 left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
-and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options).
+and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options); input files
+that changed under a resumed run are caught by `provenance.py`. While a run works, `DIR/_lock.json` keeps
+a second run out (`lock.py`); `verify.py` checks a finished folder.
 Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
 """
 
@@ -26,6 +28,7 @@ import pyarrow.parquet as pq
 
 from .config import RunConfig
 from .errors import UserError
+from .provenance import DIGEST, INPUT_FILES, changed_files
 from .sources import Shard
 from .storage import filesystem, join, scheme
 
@@ -35,7 +38,10 @@ ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
-OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE)  # what --overwrite may delete
+LOCK_FILE = "_lock.json"
+# A run's own entries: what --overwrite may delete (all but the lock, which by then is the new run's).
+OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)
+FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 
 class OutputError(UserError):
@@ -90,11 +96,11 @@ class OutputDir:
         which deletes only that run's own entries (`OWN_ENTRIES`); files the workflows wrote beside them
         are rewritten by the new run, and anything else in the folder is left alone.
         """
-        if overwrite and self._exists(self.root):
+        if overwrite and self.exists(self.root):
             self._clear_own()
         self.fs.create_dir(self.path(DONE_DIR), recursive=True)
         self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-        for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
+        for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
             self.fs.delete_file(stale)
         try:
             previous = self.read_json(RUN_FILE)
@@ -104,30 +110,36 @@ class OutputDir:
                 "--overwrite to replace its results, or use another --output"
             ) from exc
         if previous is None:
-            if self._files(ROWS_DIR, suffix=".parquet"):
+            if self.files(ROWS_DIR, suffix=".parquet"):
                 raise OutputError(
                     f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
                 )
             self.write_json(RUN_FILE, run)
             return set()
-        changed = sorted(k for k in set(run) | set(previous) if run.get(k) != previous.get(k))
+        changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
         if changed:
+            edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
             raise OutputError(
-                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}); "
-                "use another --output, or pass --overwrite to replace them"
+                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
+                + (f"; changed since: {', '.join(edited)}" if edited else "")
+                + "); use another --output, or pass --overwrite to replace them"
             )
         return self.done_keys()
 
     def _clear_own(self) -> None:
-        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours."""
-        if not self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True)):
+        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours.
+        The lock is this run's own by now (taken before), so it stays."""
+        entries = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        if all(posixpath.basename(i.path) == LOCK_FILE for i in entries):
             return
-        if not self._exists(self.path(RUN_FILE)):
+        if not self.exists(self.path(RUN_FILE)):
             raise OutputError(
                 f"{self.uri} is not empty and holds no {RUN_FILE} of a dscore run: --overwrite deletes only a run's "
                 "own files, so nothing was deleted; use an empty or a new --output"
             )
         for name in OWN_ENTRIES:
+            if name == LOCK_FILE:
+                continue
             info = self.fs.get_file_info(self.path(name))
             if info.type == pafs.FileType.Directory:
                 self.fs.delete_dir(info.path)
@@ -138,9 +150,9 @@ class OutputDir:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts
         equal. Any other marker is removed (saying why), so its shard is scored again."""
         done = set()
-        for marker in self._files(DONE_DIR, suffix=".json"):
+        for marker in self.files(DONE_DIR, suffix=".json"):
             key = posixpath.basename(marker).removesuffix(".json")
-            problem = self._shard_problem(key)
+            problem = self.shard_problem(key)
             if problem is None:
                 done.add(key)
                 continue
@@ -148,7 +160,7 @@ class OutputDir:
             self.fs.delete_file(marker)
         return done
 
-    def _shard_problem(self, key: str) -> str | None:
+    def shard_problem(self, key: str) -> str | None:
         """Why shard `key`'s marker cannot be trusted, or None."""
         try:
             marker = self.read_marker(key)
@@ -156,7 +168,7 @@ class OutputDir:
             return "its completion marker is not valid JSON (a write was cut off)"
         if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
             return "its completion marker has no row count"
-        if not self._exists(self.part_path(key)):
+        if not self.exists(self.part_path(key)):
             return "its Parquet file is missing"
         try:
             rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
@@ -166,13 +178,20 @@ class OutputDir:
             return f"its Parquet file holds {rows} rows, its marker says {marker['rows']}"
         return None
 
-    def write_shard(self, key: str, table: pa.Table, signature: dict) -> None:
-        """Write the shard's rows, then its marker (with the scorer's signature)."""
+    def write_shard(self, key: str, table: pa.Table, signature: dict, input_digest: str) -> None:
+        """Write the shard's rows, then its marker: the scorer's signature, the digest of the input rows
+        (checked on resume, see `provenance.py`) and of the file's bytes (checked by `dscore verify`)."""
         final = self.part_path(key)
         temporary = self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp")
-        pq.write_table(table, temporary, filesystem=self.fs)
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        data = buffer.getvalue()
+        with self.fs.open_output_stream(temporary) as stream:
+            stream.write(data)
         self.fs.move(temporary, final)
-        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), {"rows": table.num_rows, "signature": signature})
+        marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
+                  FILE_DIGEST: hashlib.sha256(data).hexdigest()}
+        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
 
     def read_marker(self, key: str) -> dict | None:
         return self.read_json(posixpath.join(DONE_DIR, f"{key}.json"))
@@ -200,14 +219,14 @@ class OutputDir:
         return join(self.location, name)
 
     def read_json(self, name: str) -> dict | None:
-        if not self._exists(self.path(name)):
+        if not self.exists(self.path(name)):
             return None
         with self.fs.open_input_stream(self.path(name)) as stream:
             return json.loads(stream.read())
 
-    def _exists(self, path: str) -> bool:
+    def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
 
-    def _files(self, folder: str, suffix: str) -> list[str]:
+    def files(self, folder: str, suffix: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
         return [i.path for i in infos if i.path.endswith(suffix)]

@@ -29,12 +29,13 @@ from .errors import DataLossError, UserError
 from .models import quiet_transformers
 from .output import OutputDir
 from .progress import Progress
+from .provenance import rows_digest
 from .sources import Shard, read_unit, read_units
 from .workloads import Workload
 
 logger = logging.getLogger(__name__)
 
-UNIT, SHARD, TABLE, SIGNATURE = "unit", "shard", "table", "signature"
+UNIT, SHARD, TABLE, SIGNATURE, DIGEST = "unit", "shard", "table", "signature", "digest"
 LOCAL_SPARE_CPUS = 2  # logical CPUs an embedded Ray declares beyond the cores, for read/prepare/write
 GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
 NODE_WAIT_S = 60.0  # how long a run on a joined cluster waits for a node that can hold a scoring actor
@@ -198,7 +199,7 @@ def read_stage(batch: pa.Table, spec: InputSpec) -> Iterator[pa.Table]:
     for row in _each(batch):
         unit = [Shard.from_json(s) for s in json.loads(row[UNIT])]
         for shard, rows in read_unit(unit, spec):
-            yield payload(shard.to_json(), rows)
+            yield payload(shard.to_json(), rows, digest=rows_digest(rows))
 
 
 class PrepareStage:
@@ -209,7 +210,9 @@ class PrepareStage:
         self.preparer = workload.make_preparer()
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return pa.concat_tables([payload(r[SHARD], self.preparer(unpack(r[TABLE]))) for r in _each(batch)])
+        return pa.concat_tables(
+            [payload(r[SHARD], self.preparer(unpack(r[TABLE])), digest=r[DIGEST]) for r in _each(batch)]
+        )
 
 
 class ScoreStage:
@@ -226,7 +229,8 @@ class ScoreStage:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.concat_tables(
-            [payload(r[SHARD], self.scorer(unpack(r[TABLE])), signature=self.signature) for r in _each(batch)]
+            [payload(r[SHARD], self.scorer(unpack(r[TABLE])), signature=self.signature, digest=r[DIGEST])
+             for r in _each(batch)]
         )
 
 
@@ -236,7 +240,7 @@ def write_stage(batch: pa.Table, output: str) -> pa.Table:
     keys, rows = [], []
     for r in _each(batch):
         shard = Shard.from_json(r[SHARD])
-        out.write_shard(shard.key, unpack(r[TABLE]), json.loads(r[SIGNATURE]))
+        out.write_shard(shard.key, unpack(r[TABLE]), json.loads(r[SIGNATURE]), r[DIGEST])
         keys.append(shard.key)
         rows.append(shard.rows)
     return pa.table({"key": keys, "rows": rows})

@@ -6,27 +6,50 @@ on Ray (`pipeline.execute_ray`), over the same `Workload` stages. `score` is `ds
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from typing import Iterator
 
 from .aggregate import check_complete, summarize
-from .config import RayOptions, RunConfig
-from .output import OutputDir, fingerprint
+from .config import InputSpec, RayOptions, RunConfig
+from .lock import FolderLock
+from .output import RUN_FILE, OutputDir, fingerprint
 from .progress import Progress
+from .provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from .sources import Shard, plan_shards, read_unit, read_units
 from .workloads import Workload, pll_workload
 
 logger = logging.getLogger(__name__)
 
 
-def start(config: RunConfig, workload: Workload, overwrite: bool = False) -> tuple[list[Shard], OutputDir, list[Shard]]:
-    """Plan the shards and claim the output folder: (plan, folder, shards still to do)."""
+@contextlib.contextmanager
+def claimed(config: RunConfig, workload: Workload,
+            overwrite: bool = False) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
+    """Plan the shards and hold the output folder (locked) while the body runs: (plan, folder, shards
+    still to do). The lock is released when the body ends, also on error."""
     plan = plan_shards(config.inputs)
     out = OutputDir(config.output)
-    done = out.start({"workload": workload.name, **workload.settings, **fingerprint(config, plan)}, overwrite)
-    todo = [shard for shard in plan if shard.key not in done]
-    if done:
-        logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
-    return plan, out, todo
+    identities = file_identities(plan)
+    with FolderLock(out):
+        run = {"workload": workload.name, **workload.settings, **fingerprint(config, plan), INPUT_FILES: identities}
+        done = out.start(run, overwrite)
+        _check_inputs(out, plan, done, config.inputs, identities)
+        todo = [shard for shard in plan if shard.key not in done]
+        if done:
+            logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
+        yield plan, out, todo
+
+
+def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, identities: dict) -> None:
+    """On resume, read again the done shards of every input whose size or mtime changed and refuse the
+    run if their content did; a file only touched resumes, with its new identity recorded."""
+    recorded = out.read_json(RUN_FILE)
+    changed = changed_files(recorded.get(INPUT_FILES), identities)
+    for path in changed:
+        shards = [s for s in plan if s.file.path == path and s.key in done]
+        check_unchanged(path, shards, {s.key: out.read_marker(s.key) for s in shards}, spec)
+    if changed:
+        out.write_json(RUN_FILE, {**recorded, INPUT_FILES: identities})
 
 
 def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
@@ -38,7 +61,7 @@ def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out:
     try:
         for unit in read_units(todo):
             for shard, rows in read_unit(unit, config.inputs):
-                out.write_shard(shard.key, scorer(preparer(rows)), scorer.signature)
+                out.write_shard(shard.key, scorer(preparer(rows)), scorer.signature, rows_digest(rows))
                 bar.update(shard.rows)
     finally:
         bar.close()
@@ -59,9 +82,9 @@ def execute(workload: Workload, config: RunConfig, todo: list[Shard], out: Outpu
 
 def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, overwrite: bool = False) -> None:
     """A workload over the corpus, then the no-loss check (for workloads with their own summary)."""
-    plan, out, todo = start(config, workload, overwrite)
-    execute(workload, config, todo, out, ray)
-    check_complete(out, plan, workload.rows_per_input)
+    with claimed(config, workload, overwrite) as (plan, out, todo):
+        execute(workload, config, todo, out, ray)
+        check_complete(out, plan, workload.rows_per_input)
 
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
@@ -75,6 +98,6 @@ def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = Fa
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)
-    plan, out, todo = start(config, workload, overwrite)
-    execute(workload, config, todo, out, ray, progress)
-    return summarize(out, plan, config)
+    with claimed(config, workload, overwrite) as (plan, out, todo):
+        execute(workload, config, todo, out, ray, progress)
+        return summarize(out, plan, config)

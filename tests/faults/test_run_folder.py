@@ -1,8 +1,16 @@
 """Faults in a run folder: damaged markers and shard files are found on resume and scored again, so
-rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback."""
+rows in == rows out with each id once; a damaged _run.json is a clear refusal, not a traceback; an
+input edited under a resumed run is refused; a second run on a locked folder is refused."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -11,8 +19,12 @@ import pytest
 
 import tiny
 from distributed_scoring import schema as S
+from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.output import OutputError
+from distributed_scoring import runner
+from distributed_scoring.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
+from distributed_scoring.output import OutputDir, OutputError
+from distributed_scoring.provenance import InputChangedError
 from distributed_scoring.runner import score
 
 SHARD_ROWS = 4
@@ -90,3 +102,137 @@ def test_overwrite_refuses_a_folder_that_holds_no_run(tmp_path, tiny_model_dir):
     with pytest.raises(OutputError, match="holds no _run.json.*nothing was deleted"):
         score(config, overwrite=True)
     assert corpus.exists()
+
+
+def edit_in_place(corpus: Path, line: int, text: str) -> None:
+    """Replace one line, keeping the number of lines (and leaving a newer mtime)."""
+    lines = corpus.read_text().splitlines()
+    lines[line] = text
+    corpus.write_text("\n".join(lines) + "\n")
+    stat = corpus.stat()
+    os.utime(corpus, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+
+
+def test_an_input_edited_in_place_is_refused_naming_it(run):
+    config, out = run
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 5, "An entirely different sentence of the same line count.")
+    with pytest.raises(InputChangedError, match=r"corpus.txt changed.*shard 00000-000000000004.*--overwrite"):
+        score(config)  # before: resumed, every old score kept beside the new text
+    check_whole(out, score(config, overwrite=True))
+
+
+def test_a_touched_input_resumes_and_records_its_new_identity(run):
+    config, out = run
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 5, tiny.CORPUS[5])  # same content, newer mtime
+    check_whole(out, score(config))
+    recorded = json.loads((out / "_run.json").read_text())["input_files"][str(corpus)]
+    assert recorded["mtime_ns"] == corpus.stat().st_mtime_ns
+
+
+def test_a_marker_whose_digest_does_not_match_the_input_is_refused(run):
+    config, out = run
+    marker = sorted((out / "_done").glob("*.json"))[2]
+    data = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**data, "input_digest": "0" * 32}))
+    corpus = Path(config.inputs.paths[0])
+    edit_in_place(corpus, 0, tiny.CORPUS[0])  # the fast check sees a change, so digests are compared
+    with pytest.raises(InputChangedError, match=f"shard {marker.stem}"):
+        score(config)
+
+
+def test_markers_record_the_input_and_file_digests(run):
+    _, out = run
+    for marker in (out / "_done").glob("*.json"):
+        data = json.loads(marker.read_text())
+        part = out / "rows" / f"part-{marker.stem}.parquet"
+        assert data["file_sha256"] == hashlib.sha256(part.read_bytes()).hexdigest()
+        assert len(data["input_digest"]) == 32
+
+
+def write_lock(out: Path, host: str, pid: int, heartbeat: float) -> None:
+    lock = {"host": host, "pid": pid, "pid_namespace": current_pid_namespace(), "started": heartbeat - 60,
+            "heartbeat": heartbeat, "token": "other"}
+    (out / "_lock.json").write_text(json.dumps(lock))
+
+
+def test_a_live_lock_refuses_a_second_run_even_with_overwrite(run):
+    config, out = run
+    write_lock(out, "gpu-node-7", 4242, time.time())
+    for overwrite in (False, True):
+        with pytest.raises(FolderLockedError, match="in use by another run: pid 4242 on gpu-node-7"):
+            score(config, overwrite=overwrite)  # before: both runs wrote into the folder
+    assert json.loads((out / "_lock.json").read_text())["token"] == "other"  # not broken
+    assert (out / "_run.json").exists()
+
+
+def test_a_run_of_this_host_in_this_process_is_live(run):
+    config, out = run
+    write_lock(out, socket.gethostname(), os.getpid(), time.time())
+    with pytest.raises(FolderLockedError, match="in use by another run"):
+        score(config)
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_stale_lock_is_reported_with_how_to_clear_it(run):
+    config, out = run
+    write_lock(out, "gpu-node-7", 4242, time.time() - 3600)
+    with pytest.raises(FolderLockedError, match="stale lock.*heartbeat is 3600 s old.*delete .*_lock.json"):
+        score(config)
+    (out / "_lock.json").unlink()
+    check_whole(out, score(config))
+
+
+def test_the_lock_of_a_killed_run_of_this_host_is_taken_over(run, caplog):
+    config, out = run
+    write_lock(out, socket.gethostname(), dead_pid(), time.time())
+    check_whole(out, score(config))  # a rerun after kill -9 resumes, as before the lock
+    assert "no longer exists; taking the folder over" in caplog.text and not (out / "_lock.json").exists()
+
+
+def test_a_dead_pid_of_another_pid_namespace_is_not_taken_over(run):
+    config, out = run
+    write_lock(out, socket.gethostname(), dead_pid(), time.time())
+    lock = json.loads((out / "_lock.json").read_text())
+    (out / "_lock.json").write_text(json.dumps({**lock, "pid_namespace": "another-container"}))
+    with pytest.raises(FolderLockedError, match="in use by another run"):
+        score(config)
+
+
+def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatch):
+    config, out = run
+    assert not (out / "_lock.json").exists()
+
+    def fail(*args, **kwargs):
+        assert read_holder(OutputDir(str(out))).pid == os.getpid()  # held while the run works
+        raise RuntimeError("scorer crashed")
+
+    monkeypatch.setattr(runner, "execute", fail)
+    with pytest.raises(RuntimeError, match="scorer crashed"):
+        score(config, overwrite=True)
+    assert not (out / "_lock.json").exists()
+
+
+def test_the_heartbeat_refreshes_the_lock(tmp_path):
+    out = OutputDir(str(tmp_path / "out"))
+    with FolderLock(out, heartbeat_s=0.05) as lock:
+        first = lock.holder.heartbeat
+        time.sleep(0.3)
+        assert read_holder(out).heartbeat > first
+    assert read_holder(out) is None
+
+
+def test_the_cli_refuses_a_locked_folder_in_one_line(run, capsys):
+    config, out = run
+    write_lock(out, "gpu-node-7", 4242, time.time())
+    argv = ["score", *config.inputs.paths, "--model", config.model.name, "--output", str(out),
+            "--shard-rows", str(SHARD_ROWS)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("dscore: error: ") and "pid 4242 on gpu-node-7" in err and len(err.splitlines()) == 1

@@ -1,0 +1,95 @@
+"""`dscore verify`: a sound run folder passes; each kind of damage is named and fails it (exit 1); a
+folder that is no run folder is exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import tiny
+from distributed_scoring import schema as S
+from distributed_scoring.cli import main
+from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.runner import score
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_model_dir) -> Path:
+    root = tmp_path_factory.mktemp("verify")
+    corpus = root / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    config = RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
+                       output=str(root / "out"))
+    score(config)
+    return root / "out"
+
+
+@pytest.fixture
+def out(finished, tmp_path) -> Path:
+    copy = tmp_path / "out"
+    shutil.copytree(finished, copy)
+    return copy
+
+
+def parts(out: Path) -> list[Path]:
+    return sorted((out / "rows").glob("part-*.parquet"))
+
+
+def duplicate_an_id(out: Path) -> None:
+    first, second = parts(out)[:2]
+    table = pq.read_table(second)
+    ids = table.column(S.ID).to_pylist()
+    ids[0] = pq.read_table(first).column(S.ID)[0].as_py()
+    pq.write_table(table.set_column(table.schema.get_field_index(S.ID), S.ID, pa.array(ids)), second)
+    marker = out / "_done" / f"{second.stem.removeprefix('part-')}.json"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "file_sha256": None}))
+
+
+def marker_mismatch(out: Path) -> None:
+    marker = sorted((out / "_done").glob("*.json"))[1]
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "rows": 3}))
+
+
+def other_bytes(out: Path) -> None:
+    part = parts(out)[1]
+    pq.write_table(pq.read_table(part), part, compression="gzip")  # same rows, not the bytes written
+
+
+DAMAGE = {
+    "duplicated id": (duplicate_an_id, "id\\(s\\) appear more than once"),
+    "missing shard file": (lambda out: parts(out)[2].unlink(), "its Parquet file is missing"),
+    "marker mismatch": (marker_mismatch, "holds 4 rows, its marker says 3"),
+    "file not the one written": (other_bytes, "bytes differ"),
+    "stray temporary file": (lambda out: (out / "rows" / ".part-x.parquet.1.tmp").write_text("x"), "temporary file"),
+    "file without a marker": (lambda out: shutil.copy(parts(out)[0], out / "rows" / "part-99999.parquet"),
+                              "without a completion marker"),
+    "summary of other rows": (lambda out: (out / "summary.json").write_text(json.dumps({"rows": 99})),
+                              "counts 99 rows, the files hold 14"),
+    "left-over lock": (lambda out: (out / "_lock.json").write_text("{}"), "_lock.json is present"),
+}
+
+
+def test_a_sound_folder_passes(out, capsys):
+    assert main(["verify", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"OK: {out}: 4 shards, {len(tiny.CORPUS)} rows"
+
+
+@pytest.mark.parametrize("how", sorted(DAMAGE))
+def test_damage_is_named_and_fails(out, how, capsys):
+    damage, problem = DAMAGE[how]
+    damage(out)
+    assert main(["verify", str(out)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith(f"FAILED: {out}")
+    assert any(re.search(problem, line) for line in lines[:-1]), lines
+
+
+def test_a_folder_that_is_not_a_run_folder_is_exit_2(tmp_path, capsys):
+    assert main(["verify", str(tmp_path)]) == 2
+    assert "holds no _run.json" in capsys.readouterr().err
