@@ -92,10 +92,15 @@ class OutputDir:
         """
         if overwrite and self._exists(self.root):
             self._clear_own()
-        self.fs.create_dir(self.path(DONE_DIR), recursive=True)
-        self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-        for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
-            self.fs.delete_file(stale)
+        try:
+            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+            for stale in self._files(ROWS_DIR, suffix=".tmp") + self._files(DONE_DIR, suffix=".tmp"):
+                self.fs.delete_file(stale)
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create or write the output folder {self.uri!r} ({exc}); pass an --output you can write to"
+            ) from exc
         try:
             previous = self.read_json(RUN_FILE)
         except ValueError as exc:

@@ -157,3 +157,29 @@ def test_partition_column_and_partition_by_file(tmp_path, tiny_model_dir, capsys
     assert {v[S.PARTITION] for v in rows(tmp_path / "b").values()} == {"t.txt", "p.jsonl"}
     rc, _, err = score(capsys, text, "--model", model, "--output", tmp_path / "c", "--partition-column", "source")
     assert rc == 2 and "--partition-by-file" in err
+
+
+def _read_only_parent(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def _file_parent(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    return tmp_path / "a-file"
+
+
+@pytest.mark.parametrize("parent", [_read_only_parent, _file_parent])
+def test_an_output_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, tiny_model_dir, capsys, parent):
+    """It used to end in a PermissionError / NotADirectoryError traceback from pyarrow."""
+    import os
+
+    if parent is _read_only_parent and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    model, output = tiny_model_dir("bert"), parent(tmp_path) / "out"
+    capsys.readouterr()
+    rc, _, err = score(capsys, corpus, "--model", model, "--output", output)
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert str(output) in err and "--output you can write to" in err
