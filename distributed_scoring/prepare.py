@@ -28,6 +28,7 @@ class Prepared:
     piece_words: list[int] | None = None
     target_words: list[int] | None = None
     n_words: int = 0
+    n_unknown: int = 0
     error: str | None = None
 
 
@@ -36,10 +37,16 @@ def whitespace_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WORD.finditer(text)]
 
 
-def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
+def split_characters(text: str) -> str:
+    """One character per word ("EVQL" -> "E V Q L"): per-residue models (protein, antibody) read
+    space-separated letters, and a sequence written without spaces would otherwise be one unknown token."""
+    return " ".join(ch for ch in text if not ch.isspace())
+
+
+def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | None = None) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
-    Targets are the non-special tokens. Each target is assigned to the whitespace word in which its
+    Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is assigned to the whitespace word in which its
     character span starts (a piece made only of whitespace goes to the following word), so word scores
     add up to the PLL.
     """
@@ -63,18 +70,25 @@ def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
         piece_words=piece_words,
         target_words=target_words,
         n_words=len(spans),
+        n_unknown=sum(ids[t] == unk_id for t in targets) if unk_id is not None else 0,
     )
 
 
 class Preparer:
-    """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`."""
+    """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
-    def __init__(self, tokenizer: Any, max_length: int) -> None:
+    With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False) -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.split_chars = split_chars
 
     def prepare_texts(self, texts: list[str]) -> list[Prepared]:
         """Tokenise in one batched call (fast tokenizers parallelise it); blank texts become errors."""
+        if self.split_chars:
+            texts = [split_characters(t) for t in texts]
         blank = [not t.strip() for t in texts]
         todo = [t for t, b in zip(texts, blank) if not b]
         encodings = iter(self._encode(todo)) if todo else iter(())
@@ -83,7 +97,7 @@ class Preparer:
             if is_blank:
                 out.append(Prepared(error="empty or whitespace-only text"))
             else:
-                out.append(prepare_encoding(next(encodings), text, self.max_length))
+                out.append(prepare_encoding(next(encodings), text, self.max_length, self.tokenizer.unk_token_id))
         return out
 
     def _encode(self, texts: list[str]) -> list[Any]:
@@ -117,6 +131,7 @@ class Preparer:
             columns[S.PIECE_WORDS].append(p.piece_words)
             columns[S.TARGET_WORDS].append(p.target_words)
             columns[S.N_WORDS].append(p.n_words)
+            columns[S.N_UNKNOWN].append(p.n_unknown)
             if S.PARTITION in columns:
                 columns[S.PARTITION].append(row[S.PARTITION])
         return pa.Table.from_pydict(columns, schema=schema)
