@@ -276,7 +276,9 @@ def _open(uri: str, seekable: bool) -> BinaryIO:
     try:
         return open_binary(uri, seekable)
     except OSError as exc:
-        raise NBestError(f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file") from exc
+        raise NBestError(
+            f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file"
+        ) from exc
 
 
 def _load_json(uri: str) -> dict:

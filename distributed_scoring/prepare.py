@@ -46,9 +46,9 @@ def split_characters(text: str) -> str:
 def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | None = None) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
-    Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is assigned to the whitespace word in which its
-    character span starts (a piece made only of whitespace goes to the following word), so word scores
-    add up to the PLL.
+    Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is
+    assigned to the whitespace word in which its character span starts (a piece made only of whitespace
+    goes to the following word), so word scores add up to the PLL.
     """
     ids = encoding.ids
     if len(ids) > max_length:
