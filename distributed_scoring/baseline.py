@@ -242,7 +242,7 @@ def _malformed(audit: dict) -> str | None:
     if not isinstance(audit["partitions"], dict):
         return f"`partitions` must be an object of scopes, found {type(audit['partitions']).__name__}"
     for name, scope in [("overall", audit["overall"]), *audit["partitions"].items()]:
-        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or not _is_figure(scope.get(k, ""), k)]
+        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)]
         if bad:
             return f"scope {name!r} lacks numbers for {bad}"
     return None
