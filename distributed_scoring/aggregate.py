@@ -5,6 +5,8 @@ Reads only four small columns, one file at a time, so memory stays flat however 
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -16,6 +18,10 @@ from .output import SUMMARY_FILE, OutputDir
 from .sources import Shard
 from .stats import STAT_COLUMNS, CorpusStats
 
+logger = logging.getLogger(__name__)
+
+MOSTLY_UNKNOWN = 0.5  # a row is "mostly unknown" when more than this share of its scored tokens are unknown
+UNKNOWN_ROWS_WARNING = 0.1  # summary.json warns when more than this share of ok rows are mostly unknown
 
 
 def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> list[dict]:
@@ -46,10 +52,14 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
     by_partition: dict[str | None, CorpusStats] = {}
+    n_unknown, mostly_unknown = 0, 0
     columns = STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
     for shard in plan:
         part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
-        for batch in part.iter_batches(columns=columns):
+        counted = columns + ([S.N_UNKNOWN] if S.N_UNKNOWN in part.schema_arrow.names else [])
+        for batch in part.iter_batches(columns=counted):
+            unknown, mostly = _unknown_tokens(batch)
+            n_unknown, mostly_unknown = n_unknown + unknown, mostly_unknown + mostly
             batch_stats = CorpusStats.of_table(batch)
             stats += batch_stats
             by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + batch_stats
@@ -67,11 +77,40 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         "shards": len(plan),
         "signature": _one_or_all(signatures),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
+        "n_unknown": n_unknown,
+        "mostly_unknown_rows": mostly_unknown,
+        "warnings": _unknown_warnings(mostly_unknown, stats.ok),
     }
+    for warning in summary["warnings"]:
+        logger.warning(warning)
     if config.inputs.partitioned:
         summary["by_partition"] = {str(name): s.to_dict() for name, s in sorted(by_partition.items(), key=str)}
     out.write_json(SUMMARY_FILE, summary)
     return summary
+
+
+def _unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
+    """(unknown tokens, rows mostly unknown) over the ok rows of a batch; (0, 0) for shards written
+    before the `n_unknown` column existed."""
+    if S.N_UNKNOWN not in batch.schema.names:
+        return 0, 0
+    ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
+    unknown, tokens = pc.filter(batch[S.N_UNKNOWN], ok), pc.filter(batch[S.N_TOKENS], ok)
+    mostly = pc.greater(pc.multiply(unknown.cast(pa.float64()), 1 / MOSTLY_UNKNOWN), tokens)
+    return int(pc.sum(unknown).as_py() or 0), int(pc.sum(mostly.cast(pa.int64())).as_py() or 0)
+
+
+def _unknown_warnings(mostly_unknown: int, ok_rows: int) -> list[str]:
+    """The warning for a corpus the tokenizer cannot read, with what to do; none for a readable one."""
+    if not ok_rows or mostly_unknown <= UNKNOWN_ROWS_WARNING * ok_rows:
+        return []
+    return [
+        f"{mostly_unknown} of {ok_rows} scored rows ({mostly_unknown / ok_rows:.0%}) are mostly unknown tokens "
+        f"(over {MOSTLY_UNKNOWN:.0%} of their tokens are the tokenizer's unknown token; see the n_unknown column): "
+        "their scores mean little. Check that the text suits the model: a per-residue (protein, antibody) model "
+        "needs one residue per word, which --split-chars does for sequences written without spaces; natural "
+        "language needs a natural-language model; check --text-column"
+    ]
 
 
 def _add_by_partition(totals: dict[str | None, CorpusStats], table: pa.Table) -> None:

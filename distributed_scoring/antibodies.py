@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 from .offline_models import ANARCI, cache_root, download, extract
+from .prepare import split_characters as spaced
 
 
 def germlines(cache: Path | None = None) -> dict:
@@ -45,11 +46,6 @@ def v_genes(species: str, chain: str = "H", cache: Path | None = None) -> dict[s
             seen.add(sequence)
             out[name] = sequence
     return out
-
-
-def spaced(sequence: str) -> str:
-    """'EVQL' -> 'E V Q L': the protein tokenizers take one residue per whitespace-separated word."""
-    return " ".join(sequence)
 
 
 def shuffled(sequence: str, rng: random.Random) -> str:

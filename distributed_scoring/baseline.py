@@ -222,7 +222,37 @@ def load_baseline(uri: str) -> tuple[dict, str]:
     missing = [k for k in ("signature", "overall", "partitions") if k not in data]
     if missing:
         raise UserError(f"baseline {uri!r} is not an audit.json: it lacks {missing}; pass a previous run's {AUDIT_FILE}")
+    problem = _malformed(data)
+    if problem:
+        raise UserError(f"baseline {uri!r} is malformed: {problem}; pass a previous run's {AUDIT_FILE} as written")
     return data, uri
+
+
+_SCOPE_FIGURES = ("rows", "error_rate", *METRICS)  # what `compare` reads of each scope
+
+
+def _malformed(audit: dict) -> str | None:
+    """What in an audit.json's signature and scopes `compare` could not read (a hand-edited or truncated
+    file would otherwise end in a KeyError traceback after the whole snapshot was scored), or None."""
+    signature = audit["signature"]
+    scorers = signature if isinstance(signature, list) else [signature]
+    if not all(isinstance(s, dict) and isinstance(s.get(S.MODEL), str) and isinstance(s.get(S.VARIANT), str)
+               for s in scorers):
+        return f"`signature` must name the {S.MODEL} and {S.VARIANT} (found {signature!r:.80})"
+    if not isinstance(audit["partitions"], dict):
+        return f"`partitions` must be an object of scopes, found {type(audit['partitions']).__name__}"
+    for name, scope in [("overall", audit["overall"]), *audit["partitions"].items()]:
+        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)]
+        if bad:
+            return f"scope {name!r} lacks numbers for {bad}"
+    return None
+
+
+def _is_figure(value: object, key: str) -> bool:
+    """A number (not a bool); a PPPL may be null (a scope without scored tokens)."""
+    if value is None:
+        return key in METRICS
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def load_row_stats(audit_uri: str, audit: dict) -> pa.Table | None:

@@ -50,6 +50,9 @@ def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True
     if per_token_flag:
         p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
+    p.add_argument("--split-chars", action="store_true",
+                   help="put a space between characters before tokenising: for per-residue models (protein, "
+                   "antibody) given sequences without spaces; n_unknown in the output counts unreadable tokens")
     p.add_argument("--partition-column", default=None,
                    help="column whose value partitions the rows (kept as `partition`; figures per partition)")
     p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
@@ -64,7 +67,8 @@ def _config(args: argparse.Namespace) -> RunConfig:
         inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
                          args.partition_column, args.partition_by_file),
         model=_model(args),
-        scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores),
+        scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
+                               args.split_chars),
         output=args.output,
     )
 

@@ -46,12 +46,15 @@ class ScoringOptions:
     """How PLLs are computed and what is written per sentence.
 
     `batch_tokens` bounds rows x padded length of one forward pass; None picks a default for the device.
+    `split_chars` puts a space between the characters of each text before tokenising (per-residue models,
+    see `prepare.split_characters`); it changes the scores, so it enters the run's fingerprint.
     """
 
     variant: str = "original"
     batch_tokens: int | None = None
     per_token: bool = False
     word_scores: bool = False
+    split_chars: bool = False
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:

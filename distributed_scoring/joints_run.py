@@ -32,6 +32,7 @@ from .errors import UserError
 from .inputs import InputError
 from .joints import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from .prepare import Preparer
 from .runner import run
 from .sources import plan_shards, read_unit, read_units
 from .storage import join, open_binary
@@ -88,7 +89,7 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     `report` is report.json's: {scheme: {construction: {"U-PPL", "P-PPL", "A-KL", "G-KL"}}}."""
     given = _is_given(inputs.paths)
     scheme = "given" if given else inputs.scheme
-    examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs)
+    examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs, model)
     examples_file = _write_examples(inputs.output, examples)
     config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
                        ScoringOptions(batch_tokens=batch_tokens), join(inputs.output, "scores"))
@@ -144,24 +145,35 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
     return rows
 
 
-def _sampled_examples(inputs: JointsInputs) -> list[dict]:
-    """`examples` readable sentences, uniformly at random (reservoir sampling), in id order."""
+def _sampled_examples(inputs: JointsInputs, model: ModelSpec) -> list[dict]:
+    """`examples` scorable sentences (read, and at least two non-special tokens: never a blank line),
+    uniformly at random (reservoir sampling), in id order."""
+    from .models import load_tokenizer
+
+    preparer = Preparer(*load_tokenizer(model))
     spec = InputSpec(inputs.paths, inputs.text_column, shard_rows=10_000)
     rng = random.Random(inputs.seed)
     sample: list[dict] = []
     seen = 0
     for unit in read_units(plan_shards(spec)):
         for _, rows in read_unit(unit, spec):
-            for row in rows.filter(pc.equal(rows[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT]).to_pylist():
+            for row in _pairable(rows, preparer):
                 seen += 1
                 if len(sample) < inputs.examples:
                     sample.append(row)
                 elif (slot := rng.randrange(seen)) < inputs.examples:
                     sample[slot] = row
     if not sample:
-        raise InputError(f"no readable sentence in {', '.join(inputs.paths)}")
+        raise InputError(f"no sentence of two or more tokens in {', '.join(inputs.paths)}: check --text-column")
     logger.info("drew %d of %d sentences", len(sample), seen)
     return [{**row, A: None, B: None, S.ERROR: None} for row in sorted(sample, key=lambda r: r[S.ID])]
+
+
+def _pairable(rows: pa.Table, preparer: Preparer) -> list[dict]:
+    """The id and text of read rows that tokenise into at least the two tokens a pair needs."""
+    ok = rows.filter(pc.equal(rows[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT]).to_pylist()
+    prepared = preparer.prepare_texts([row[S.TEXT] for row in ok])
+    return [row for row, p in zip(ok, prepared) if p.error is None and len(p.targets) >= 2]
 
 
 def _write_examples(output: str, rows: list[dict]) -> str:
@@ -185,7 +197,6 @@ class PairPreparer:
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
         from .models import load_tokenizer
-        from .prepare import Preparer
 
         self.preparer = Preparer(*load_tokenizer(model))
         self.scheme, self.seed = scheme, seed

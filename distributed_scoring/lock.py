@@ -126,13 +126,14 @@ class FolderLock:
 
     def acquire(self) -> None:
         """Take the lock, or raise `FolderLockedError` naming the holder (and how to clear a stale one)."""
-        self.out.fs.create_dir(self.out.root, recursive=True)
         now = time.time()
         holder = Holder(socket.gethostname(), os.getpid(), current_pid_namespace(), now, now, uuid.uuid4().hex)
-        if not self._create(holder):
-            self._take_over_killed(read_holder(self.out))
+        with self.out.writing():
+            self.out.fs.create_dir(self.out.root, recursive=True)
             if not self._create(holder):
-                self._refuse(read_holder(self.out))
+                self._take_over_killed(read_holder(self.out))
+                if not self._create(holder):
+                    self._refuse(read_holder(self.out))
         self.holder = holder
         self._thread = threading.Thread(target=self._beat, daemon=True, name="dscore-lock-heartbeat")
         self._thread.start()

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from torch import nn
 
 from .config import ModelSpec
@@ -302,6 +303,11 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
         raise ModelLoadError(f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
     except OSError as exc:
         raise _load_error(spec, "weights", exc) from exc
+    except SafetensorError as exc:
+        raise ModelLoadError(
+            f"the safetensors weights of {spec.name!r} are damaged ({exc}): download or convert the model "
+            "again (a partial copy or an interrupted download leaves such files)"
+        ) from exc
     except pickle.UnpicklingError as exc:
         raise ModelLoadError(
             f"refused to load the pickled checkpoint of {spec.name!r}: it holds objects other than tensors, "

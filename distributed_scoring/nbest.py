@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
@@ -271,6 +271,16 @@ def _format_of(uri: str, allowed: tuple[str, ...]) -> str:
     return fmt
 
 
+def _open(uri: str, seekable: bool) -> BinaryIO:
+    """`open_binary`, with a missing or unreadable N-best or reference file as an `NBestError`."""
+    try:
+        return open_binary(uri, seekable)
+    except OSError as exc:
+        raise NBestError(
+            f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file"
+        ) from exc
+
+
 def _load_json(uri: str) -> dict:
     """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
 
@@ -281,7 +291,7 @@ def _load_json(uri: str) -> dict:
             raise NBestError(f"{uri}: the key(s) {repeated!r} appear twice in one JSON object; each must be unique")
         return dict(items)
 
-    with open_binary(uri, seekable=False) as stream:
+    with _open(uri, seekable=False) as stream:
         try:
             document = json.load(stream, object_pairs_hook=pairs)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -317,7 +327,7 @@ def _espnet_references(document: dict, uri: str) -> Iterator[_Record]:
 
 
 def _jsonl_records(uri: str) -> Iterator[_Record]:
-    with open_binary(uri, seekable=False) as stream:
+    with _open(uri, seekable=False) as stream:
         for number, raw in enumerate(stream, start=1):
             if not raw.strip():
                 continue
@@ -334,7 +344,7 @@ def _jsonl_records(uri: str) -> Iterator[_Record]:
 def _parquet_records(uri: str) -> Iterator[_Record]:
     import pyarrow.parquet as pq
 
-    with open_binary(uri, seekable=True) as stream:
+    with _open(uri, seekable=True) as stream:
         source = stream if is_seekable(uri) else io.BytesIO(stream.read())
         table = pq.read_table(source)
     for number, fields in enumerate(table.to_pylist(), start=1):
@@ -342,7 +352,7 @@ def _parquet_records(uri: str) -> Iterator[_Record]:
 
 
 def _tsv_references(uri: str) -> Iterator[_Record]:
-    with open_binary(uri, seekable=False) as stream:
+    with _open(uri, seekable=False) as stream:
         for number, raw in enumerate(stream, start=1):
             line = raw.decode("utf-8").rstrip("\r\n")
             if not line.strip() or (number == 1 and line == f"{UTT_ID}\t{REF}"):

@@ -15,12 +15,13 @@ Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarr
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import posixpath
 import uuid
-from typing import Iterable
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -83,6 +84,17 @@ class OutputDir:
         # What other processes (Ray workers, whatever their working folder) open as the same folder.
         self.location = self.root if scheme(uri) in (None, "file") else uri
 
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Turn an OS error while creating or writing the folder (read-only, a file in the way) into one
+        line that says what to do."""
+        try:
+            yield
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create or write the output folder {self.uri!r} ({exc}); pass an --output you can write to"
+            ) from exc
+
     def path(self, *parts: str) -> str:
         return posixpath.join(self.root, *parts)
 
@@ -98,10 +110,11 @@ class OutputDir:
         """
         if overwrite and self.exists(self.root):
             self._clear_own()
-        self.fs.create_dir(self.path(DONE_DIR), recursive=True)
-        self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-        for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
-            self.fs.delete_file(stale)
+        with self.writing():
+            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+            for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
+                self.fs.delete_file(stale)
         try:
             previous = self.read_json(RUN_FILE)
         except ValueError as exc:

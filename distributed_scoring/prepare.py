@@ -38,6 +38,7 @@ class Prepared:
     piece_words: list[int] | None = None
     target_words: list[int] | None = None
     n_words: int = 0
+    n_unknown: int = 0
     error: str | None = None
 
 
@@ -63,12 +64,18 @@ def _word_prefix(text: str, limit: int) -> str | None:
     return words[0] if len(words) == 2 else None
 
 
-def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
+def split_characters(text: str) -> str:
+    """One character per word ("EVQL" -> "E V Q L"): per-residue models (protein, antibody) read
+    space-separated letters, and a sequence written without spaces would otherwise be one unknown token."""
+    return " ".join(ch for ch in text if not ch.isspace())
+
+
+def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | None = None) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
-    Targets are the non-special tokens. Each target is assigned to the whitespace word in which its
-    character span starts (a piece made only of whitespace goes to the following word), so word scores
-    add up to the PLL.
+    Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is
+    assigned to the whitespace word in which its character span starts (a piece made only of whitespace
+    goes to the following word), so word scores add up to the PLL.
     """
     ids = encoding.ids
     if len(ids) > max_length:
@@ -87,19 +94,26 @@ def prepare_encoding(encoding: Any, text: str, max_length: int) -> Prepared:
         piece_words=piece_words,
         target_words=target_words,
         n_words=len(spans),
+        n_unknown=sum(ids[t] == unk_id for t in targets) if unk_id is not None else 0,
     )
 
 
 class Preparer:
-    """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`."""
+    """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
-    def __init__(self, tokenizer: Any, max_length: int) -> None:
+    With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).
+    """
+
+    def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False) -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
+        self.split_chars = split_chars
 
     def prepare_texts(self, texts: list[str]) -> list[Prepared]:
         """Tokenise in one batched call (fast tokenizers parallelise it); blank or over-long texts become
         errors, the over-long ones found on a bounded prefix where one suffices."""
+        if self.split_chars:
+            texts = [split_characters(t) for t in texts]
         out: list[Prepared | None] = [
             Prepared(error="empty or whitespace-only text") if not t.strip() else None for t in texts
         ]
@@ -107,7 +121,7 @@ class Preparer:
             out[i] = error
         todo = [i for i, p in enumerate(out) if p is None]
         for i, encoding in zip(todo, self._encode([texts[i] for i in todo]) if todo else ()):
-            out[i] = prepare_encoding(encoding, texts[i], self.max_length)
+            out[i] = prepare_encoding(encoding, texts[i], self.max_length, self.tokenizer.unk_token_id)
         return out
 
     def _over_long_by_prefix(self, texts: list[str], candidates: list[int]) -> dict[int, Prepared]:
@@ -159,6 +173,7 @@ class Preparer:
             columns[S.PIECE_WORDS].append(p.piece_words)
             columns[S.TARGET_WORDS].append(p.target_words)
             columns[S.N_WORDS].append(p.n_words)
+            columns[S.N_UNKNOWN].append(p.n_unknown)
             if S.PARTITION in columns:
                 columns[S.PARTITION].append(row[S.PARTITION])
         return pa.Table.from_pydict(columns, schema=schema)

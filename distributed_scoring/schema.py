@@ -24,6 +24,7 @@ TARGETS = "targets"  # positions (into input_ids) that are masked and scored, in
 PIECE_WORDS = "piece_words"  # tokenizer word id per token, -1 for special tokens (word_l2r masking)
 TARGET_WORDS = "target_words"  # whitespace-word index of each target (word-level scores)
 N_WORDS = "n_words"
+N_UNKNOWN = "n_unknown"  # scored tokens that are the tokenizer's unknown token
 
 # Score stage: the published output columns.
 MODEL = "model"
@@ -50,6 +51,7 @@ PREPARED_FIELDS = [
     pa.field(PIECE_WORDS, pa.list_(pa.int32())),
     pa.field(TARGET_WORDS, pa.list_(pa.int32())),
     pa.field(N_WORDS, pa.int32()),
+    pa.field(N_UNKNOWN, pa.int32()),
 ]
 
 
@@ -69,7 +71,10 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
-    `n_words` the number of whitespace-separated words (both 0 on error rows). `model` and `variant`
+    `n_words` the number of whitespace-separated words (both 0 on error rows). `n_unknown` counts the
+    scored tokens that are the tokenizer's unknown token (`[UNK]`): text the model cannot read (a protein
+    written without spaces for a per-residue model, English under an antibody model) still scores as
+    `ok`, so this column is how such rows are found. `model` and `variant`
     say which scorer produced the row, so outputs of several runs can be concatenated safely.
     `partition` is last, when the run was asked to partition its rows.
     """
@@ -79,6 +84,7 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
         pa.field(PLL, pa.float64()),
         pa.field(N_TOKENS, pa.int32(), nullable=False),
         pa.field(N_WORDS, pa.int32(), nullable=False),
+        pa.field(N_UNKNOWN, pa.int32(), nullable=False),
         pa.field(PPPL_TOKEN, pa.float64()),
         pa.field(PPPL_WORD, pa.float64()),
         pa.field(STATUS, pa.string(), nullable=False),

@@ -86,6 +86,7 @@ class Scorer:
         columns[S.PLL].append(pll)
         columns[S.N_TOKENS].append(n_tokens)
         columns[S.N_WORDS].append(n_words)
+        columns[S.N_UNKNOWN].append(row[S.N_UNKNOWN] if ok else 0)
         columns[S.PPPL_TOKEN].append(pppl(pll, n_tokens) if ok else None)
         columns[S.PPPL_WORD].append(pppl(pll, n_words) if ok else None)
         columns[S.STATUS].append(S.STATUS_OK if ok else S.STATUS_ERROR)

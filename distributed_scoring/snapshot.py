@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .audit import AuditConfig, AuditResult, run_audit
+from .baseline import load_baseline
 from .config import RayOptions, RunConfig
 from .runner import score
 
@@ -20,6 +21,8 @@ def audit_snapshot(config: RunConfig, ray: RayOptions, baseline: str | None = No
     inputs = config.inputs
     if inputs.partition_column is None and not inputs.partition_by_file:
         inputs = replace(inputs, partition_by_file=True)
+    if baseline:
+        load_baseline(baseline)  # a bad baseline fails before the snapshot is scored, not after
     scoring = replace(config.scoring, per_token=True)
     scored = replace(config, inputs=inputs, scoring=scoring)
     score(scored, ray, overwrite=overwrite)

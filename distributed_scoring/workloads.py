@@ -39,12 +39,12 @@ class Workload:
     settings: dict = field(default_factory=dict)
 
 
-def _pll_preparer(model: ModelSpec) -> Callable[[pa.Table], pa.Table]:
+def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
     from .models import load_tokenizer
     from .prepare import Preparer
 
     tokenizer, max_length = load_tokenizer(model)
-    return Preparer(tokenizer, max_length)
+    return Preparer(tokenizer, max_length, split_chars)
 
 
 def _pll_scorer(model: ModelSpec, scoring: ScoringOptions) -> Any:
@@ -54,8 +54,11 @@ def _pll_scorer(model: ModelSpec, scoring: ScoringOptions) -> Any:
 
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
-    """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload("pll", partial(_pll_preparer, model), partial(_pll_scorer, model, scoring), model.device)
+    """Masked-LM pseudo-log-likelihoods (`dscore score`). `split_chars` enters the fingerprint only when
+    set, so folders of runs without it still resume."""
+    settings = {"split_chars": True} if scoring.split_chars else {}
+    return Workload("pll", partial(_pll_preparer, model, scoring.split_chars), partial(_pll_scorer, model, scoring),
+                    model.device, settings=settings)
 
 
 def _unchanged() -> Callable[[pa.Table], pa.Table]:

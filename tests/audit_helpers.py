@@ -53,6 +53,7 @@ def scored_table(
             S.PLL: pa.array(pll, mask=error),
             S.N_TOKENS: n_tokens,
             S.N_WORDS: n_words,
+            S.N_UNKNOWN: np.zeros(n, np.int32),
             S.PPPL_TOKEN: pa.array(np.exp(-pll / n_tokens), mask=error),
             S.PPPL_WORD: pa.array(np.exp(-pll / n_words), mask=error),
             S.STATUS: np.where(error, S.STATUS_ERROR, S.STATUS_OK),

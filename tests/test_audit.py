@@ -537,3 +537,30 @@ def test_memory_stays_flat_on_a_large_corpus(tmp_path):
     assert big["python_peak"] < data_bytes / 10
     assert big["python_peak"] - small["python_peak"] < 100 * (300_000 - 3_000)  # a few numbers per sentence
     assert big["rss_growth"] < data_bytes / 2  # allocator slack included; holding the data would add all of it
+
+
+@pytest.mark.parametrize("damage", [
+    {"signature": {"model": "m"}},
+    {"signature": ["m"]},
+    {"overall": {}},
+    {"overall": {"rows": "80", "error_rate": 0.0, "pppl_token": 1.0, "pppl_word": 1.0}},
+    {"partitions": []},
+    {"partitions": {"news": None}},
+])
+def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_model_dir, capsys, damage):
+    """An audit.json with the right keys but unreadable contents used to end in a KeyError traceback,
+    after the whole snapshot was scored on Ray."""
+    from distributed_scoring.cli import main
+
+    v1 = json.loads((Path(__file__).parent / "data" / "audit_v1" / "audit.json").read_text())
+    baseline = tmp_path / "audit.json"
+    baseline.write_text(json.dumps({**v1, **damage}))
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick fox\n")
+    model, out = tiny_model_dir("bert"), tmp_path / "out"
+    capsys.readouterr()
+    rc = main(["audit", str(corpus), "--model", str(model), "--output", str(out), "--baseline", str(baseline)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "malformed" in err and "pass a previous run's audit.json" in err
+    assert not out.exists()

@@ -157,3 +157,69 @@ def test_partition_column_and_partition_by_file(tmp_path, tiny_model_dir, capsys
     assert {v[S.PARTITION] for v in rows(tmp_path / "b").values()} == {"t.txt", "p.jsonl"}
     rc, _, err = score(capsys, text, "--model", model, "--output", tmp_path / "c", "--partition-column", "source")
     assert rc == 2 and "--partition-by-file" in err
+
+
+def _read_only_parent(tmp_path):
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    folder.chmod(0o555)
+    return folder
+
+
+def _file_parent(tmp_path):
+    (tmp_path / "a-file").write_text("")
+    return tmp_path / "a-file"
+
+
+@pytest.mark.parametrize("parent", [_read_only_parent, _file_parent])
+def test_an_output_folder_that_cannot_be_written_is_one_line(corpus, tmp_path, tiny_model_dir, capsys, parent):
+    """It used to end in a PermissionError / NotADirectoryError traceback from pyarrow."""
+    import os
+
+    if parent is _read_only_parent and os.geteuid() == 0:
+        pytest.skip("root writes into read-only folders")
+    model, output = tiny_model_dir("bert"), parent(tmp_path) / "out"
+    capsys.readouterr()
+    rc, _, err = score(capsys, corpus, "--model", model, "--output", output)
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert str(output) in err and "--output you can write to" in err
+
+
+def test_unknown_tokens_are_counted_and_a_mostly_unknown_corpus_warns(tmp_path, tiny_model_dir, capsys, caplog):
+    """A protein without spaces is one [UNK] and symbols outside the vocabulary are [UNK]s: both used to
+    score as `ok` with nothing to tell them from readable text."""
+    text = tmp_path / "mixed.txt"
+    text.write_text("EVQLVESGGGLVQ\n☃ ☃☃ ☃\nthe quick brown fox\nthe lazy dog\n")
+    rc, summary, _ = score(capsys, text, "--model", tiny_model_dir("bert"), "--output", tmp_path / "out")
+    assert rc == 0
+    table = pq.read_table(tmp_path / "out" / "rows")
+    assert table.schema.field(S.N_UNKNOWN).type == pa.int32()
+    by_text = {r[S.TEXT]: r for r in table.to_pylist()}
+    assert by_text["EVQLVESGGGLVQ"][S.N_UNKNOWN] == by_text["EVQLVESGGGLVQ"][S.N_TOKENS] == 1
+    assert by_text["☃ ☃☃ ☃"][S.N_UNKNOWN] == by_text["☃ ☃☃ ☃"][S.N_TOKENS] == 3
+    assert by_text["the lazy dog"][S.N_UNKNOWN] == 0 and by_text["the lazy dog"][S.STATUS] == S.STATUS_OK
+    assert summary["n_unknown"] == 4 and summary["mostly_unknown_rows"] == 2
+    [warning] = summary["warnings"]
+    assert "2 of 4 scored rows" in warning and "--split-chars" in warning
+    assert warning in caplog.text
+    saved = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert saved["warnings"] == summary["warnings"]
+
+
+def test_a_readable_corpus_has_no_unknown_warning(corpus, tmp_path, tiny_model_dir, capsys):
+    rc, summary, _ = score(capsys, corpus, "--model", tiny_model_dir("bert"), "--output", tmp_path / "out")
+    assert rc == 0 and summary["warnings"] == [] and summary["mostly_unknown_rows"] <= 1
+
+
+def test_split_chars_scores_one_token_per_residue_and_enters_the_fingerprint(tmp_path, tiny_model_dir, capsys):
+    text = tmp_path / "protein.txt"
+    text.write_text("EVQL\n")
+    model, out = tiny_model_dir("bert"), tmp_path / "out"
+    rc, summary, _ = score(capsys, text, "--model", model, "--output", out, "--split-chars", "--per-token",
+                           "--word-scores")
+    assert rc == 0 and summary["n_unknown"] == 0 and summary["warnings"] == []
+    [row] = pq.read_table(out / "rows").to_pylist()
+    assert row[S.TEXT] == "EVQL" and row[S.TOKENS] == ["e", "v", "q", "l"]
+    assert row[S.N_TOKENS] == row[S.N_WORDS] == len(row[S.WORD_SCORES]) == 4 and row[S.N_UNKNOWN] == 0
+    rc, _, err = score(capsys, text, "--model", model, "--output", out, "--per-token", "--word-scores")
+    assert rc == 2 and "split_chars" in err  # a resume without the option would mix tokenisations

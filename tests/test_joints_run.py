@@ -64,6 +64,18 @@ def test_given_pairs_error_rows_and_resumable_determinism(tmp_path, tiny_model_d
     assert "different run" in capsys.readouterr().err
 
 
+
+def test_examples_are_drawn_only_from_sentences_with_a_pair_of_tokens(tmp_path, tiny_model_dir, capsys):
+    """Blank lines and one-token lines used to be drawn and then scored as error rows."""
+    readable = tiny.CORPUS[:2]
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(["", "   ", "the", *readable, "", "\t", "the", ""] * 2) + "\n")
+    summary = run(capsys, corpus, "--model", tiny_model_dir("bert"), "--output", tmp_path / "out", "--examples", "4")
+    assert (summary["scored"], summary["errors"]) == (4, 0)
+    drawn = pq.read_table(tmp_path / "out" / "scores" / "rows").to_pylist()
+    assert {r["text"] for r in drawn} == set(readable) and all(r["status"] == "ok" for r in drawn)
+
+
 @pytest.mark.ray
 @pytest.mark.parametrize("scheme", ["random", "contiguous"])
 def test_antiberty_joints_through_ray_report_every_metric(ray_local, tmp_path, offline_model_dir, capsys, scheme):

@@ -119,3 +119,21 @@ def test_a_model_folder_without_its_tokenizer_is_refused_before_any_work(tmp_pat
     last = err.strip().splitlines()[-1]  # (earlier lines: the fixture saving the tiny model)
     assert rc == 2 and last.startswith("dscore: error:") and "tokenizer files" in last and "Traceback" not in err
     assert not (tmp_path / "out").exists()
+
+
+def test_damaged_safetensors_weights_are_one_line_with_the_fix(tmp_path, tiny_model_dir, capsys):
+    """A truncated or garbled model.safetensors used to end in a SafetensorError traceback."""
+    import shutil
+
+    from distributed_scoring.cli import main
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir("bert"), folder)
+    (folder / "model.safetensors").write_bytes(b"not a safetensors file")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick fox\n")
+    rc = main(["score", str(corpus), "--model", str(folder), "--output", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert rc == 2 and "Traceback" not in err
+    assert last.startswith("dscore: error:") and "damaged" in last and "download or convert" in last

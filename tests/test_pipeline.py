@@ -124,3 +124,25 @@ def test_no_progress_turns_into_an_error():
     with pytest.raises(StallError, match="no shard finished"):
         consume(slow(), seen.append, stall_timeout_s=0.5)
     assert seen == [{"rows": 1}]
+
+
+def test_a_stall_ends_the_command_with_exit_1_and_one_line(tmp_path, monkeypatch, capsys):
+    """StallError is a DataLossError: the CLI prints it as one line (no traceback) and exits 1, so a
+    rerun (which resumes) is what the user is told to do."""
+    from distributed_scoring import runner
+    from distributed_scoring.cli import main
+
+    def stalled(*args, **kwargs):
+        def slow():
+            yield {"rows": 1}
+            time.sleep(5)
+
+        consume(slow(), lambda _: None, stall_timeout_s=0.2)
+
+    monkeypatch.setattr(runner, "score", stalled)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the fox\n")
+    rc = main(["score", str(corpus), "--model", "unused", "--output", str(tmp_path / "out"), "--ray"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("dscore: incomplete: no shard finished") and "rerun to resume" in err

@@ -69,6 +69,7 @@ class SpyTokenizer:
 
     def __init__(self, tokenizer) -> None:
         self.tokenizer = tokenizer
+        self.unk_token_id = tokenizer.unk_token_id
         self.longest = 0
 
     def __call__(self, texts, **kwargs):

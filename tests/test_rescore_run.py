@@ -111,3 +111,22 @@ def test_the_report_gives_scoring_speed_and_counts_distinct_texts(tmp_path, tiny
     assert report["scoring"]["hypotheses"] == 2 * len(doubled) and report["scoring"]["unique_texts"] == distinct
     assert report["scoring"]["hypotheses_per_s"] > 0
     assert pq.read_table(tmp_path / "out" / "mlm" / "rows").num_rows == distinct
+
+
+@pytest.mark.parametrize("missing", ["--dev", "--test", "--dev-refs", "--test-refs"])
+@pytest.mark.parametrize("suffix", [".jsonl", ".json", ".parquet", ".tsv"])
+def test_a_missing_nbest_or_reference_file_is_one_line(tmp_path, tiny_model_dir, capsys, missing, suffix):
+    """It used to end in a FileNotFoundError traceback (exit 1), before any scoring."""
+    if suffix == ".tsv" and missing in ("--dev", "--test"):
+        pytest.skip("TSV holds references only")
+    records, _ = H.synthetic_nbest(2, 2, seed=4, prefix="d")
+    path = write_jsonl(tmp_path / "n.jsonl", records)
+    files = {"--dev": path, "--test": path}
+    files[missing] = str(tmp_path / f"gone{suffix}")
+    out, model = tmp_path / "out", str(tiny_model_dir("bert"))
+    capsys.readouterr()  # (the fixture's progress bars when it builds the model)
+    rc = main(["rescore", *[x for kv in files.items() for x in kv], "--model", model, "--output", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert f"gone{suffix}" in err and "check the path" in err
+    assert not (out / "mlm").exists()
