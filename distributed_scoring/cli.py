@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -84,7 +85,7 @@ def _score(args: argparse.Namespace) -> int:
     from .runner import score
 
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2), file=args.result)
     return 0
 
 
@@ -140,7 +141,7 @@ def _audit(args: argparse.Namespace) -> int:
         "new_partitions": comparison.new_partitions if comparison else [],
         "vanished_partitions": comparison.vanished_partitions if comparison else [],
         "exit_code": result.exit_code, "report": result.report_path,
-    }, indent=2))
+    }, indent=2), file=args.result)
     return result.exit_code
 
 
@@ -181,7 +182,7 @@ def _rescore(args: argparse.Namespace) -> int:
     causal = _model(args, args.causal_model) if args.causal_model else None
     result = rescore_nbest(inputs, _model(args), causal, scoring, options, _ray_options(args), args.overwrite)
     keys = ("metric", "lambda", "gamma", "mlm_alpha", "causal_alpha", "dev", "test", "edges", "scoring")
-    print(json.dumps({k: result.report[k] for k in keys}, indent=2))
+    print(json.dumps({k: result.report[k] for k in keys}, indent=2), file=args.result)
     return 0
 
 
@@ -214,7 +215,7 @@ def _joints(args: argparse.Namespace) -> int:
     options = JointOptions(pivot=args.hcb_pivot, ag_iterations=args.ag_iterations)
     summary = pairwise_joints(inputs, _model(args), options, args.batch_tokens, args.top_k, _ray_options(args),
                               args.overwrite)
-    print(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2), file=args.result)
     return 0
 
 
@@ -223,7 +224,7 @@ def _fetch_model(args: argparse.Namespace) -> int:
 
     from .offline_models import fetch_model
 
-    print(fetch_model(args.name, Path(args.cache) if args.cache else None))
+    print(fetch_model(args.name, Path(args.cache) if args.cache else None), file=args.result)
     return 0
 
 
@@ -231,7 +232,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .verify import report, verify_folder
 
     result = verify_folder(args.folder)
-    print(report(result))
+    print(report(result), file=args.result)
     return 0 if result.ok else 1
 
 
@@ -305,14 +306,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .models import quiet_transformers
 
     quiet_transformers()
-    try:
-        return args.func(args)
-    except UserError as exc:
-        print(f"dscore: error: {exc}", file=sys.stderr)
-        return 2
-    except DataLossError as exc:
-        print(f"dscore: incomplete: {exc}", file=sys.stderr)
-        return 1
+    # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,
+    # anything else printed there (Ray streams its workers' and raylets' messages to stdout) goes to stderr.
+    args.result = sys.stdout
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            return args.func(args)
+        except UserError as exc:
+            print(f"dscore: error: {exc}", file=sys.stderr)
+            return 2
+        except DataLossError as exc:
+            print(f"dscore: incomplete: {exc}", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

@@ -89,7 +89,8 @@ def test_antiberty_joints_through_ray_report_every_metric(ray_local, tmp_path, o
     for construction in CONSTRUCTIONS:
         values = report[construction]
         assert set(values) == set(METRICS) and all(math.isfinite(values[m]) for m in METRICS), (construction, values)
-        assert values["U-PPL"] >= 1 and values["P-PPL"] >= 1 and values["A-KL"] >= 0 and values["G-KL"] >= 0
+        # KLs are >= 0 up to float32 rounding: a joint that matches its conditionals gives about -1e-7
+        assert values["U-PPL"] >= 1 and values["P-PPL"] >= 1 and values["A-KL"] >= -1e-6 and values["G-KL"] >= -1e-6
     # Real antibody residues are far more predictable than the 25-token vocabulary's uniform.
     assert report["MLM"]["U-PPL"] < 10
     md = (tmp_path / "out" / "report.md").read_text()
