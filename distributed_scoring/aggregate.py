@@ -6,6 +6,7 @@ Reads only four small columns, one file at a time, so memory stays flat however 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, fields
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -21,6 +22,7 @@ from .stats import STAT_COLUMNS, CorpusStats
 logger = logging.getLogger(__name__)
 
 MOSTLY_UNKNOWN = 0.5  # a row is "mostly unknown" when more than this share of its scored tokens are unknown
+SUMMARY_VERSION = 1  # of summary.json
 UNKNOWN_ROWS_WARNING = 0.1  # summary.json warns when more than this share of ok rows are mostly unknown
 
 
@@ -68,25 +70,65 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     expected = sum(s.rows for s in plan)
     if stats.rows != expected:
         raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
-    summary = {
-        **stats.to_dict(),
-        "rows_expected": expected,
-        "model": config.model.name,
-        "variant": config.scoring.variant,
-        "inputs": list(config.inputs.paths),
-        "shards": len(plan),
-        "signature": _one_or_all(signatures),
-        "by_input": {name: s.to_dict() for name, s in by_input.items()},
-        "n_unknown": n_unknown,
-        "mostly_unknown_rows": mostly_unknown,
-        "warnings": _unknown_warnings(mostly_unknown, stats.ok),
-    }
-    for warning in summary["warnings"]:
+    summary = Summary(
+        stats=stats, rows_expected=expected, model=config.model.name, variant=config.scoring.variant,
+        inputs=list(config.inputs.paths), shards=len(plan), signature=_one_or_all(signatures), by_input=by_input,
+        n_unknown=n_unknown, mostly_unknown_rows=mostly_unknown, warnings=_unknown_warnings(mostly_unknown, stats.ok),
+        by_partition={str(name): s for name, s in sorted(by_partition.items(), key=str)}
+        if config.inputs.partitioned else None,
+    )
+    for warning in summary.warnings:
         logger.warning(warning)
-    if config.inputs.partitioned:
-        summary["by_partition"] = {str(name): s.to_dict() for name, s in sorted(by_partition.items(), key=str)}
-    out.write_json(SUMMARY_FILE, summary)
-    return summary
+    out.write_json(SUMMARY_FILE, summary.to_json())
+    return summary.to_json()
+
+
+@dataclass(frozen=True)
+class Summary:
+    """summary.json: the corpus statistics (flattened into the top level on disk), what was scored, per
+    input (and per partition when partitioned, else the key is absent), unknown tokens and warnings."""
+
+    stats: CorpusStats
+    rows_expected: int
+    model: str
+    variant: str
+    inputs: list[str]
+    shards: int
+    signature: dict | list[dict] | None
+    by_input: dict[str, CorpusStats]
+    n_unknown: int
+    mostly_unknown_rows: int
+    warnings: list[str]
+    by_partition: dict[str, CorpusStats] | None = None
+    version: int = SUMMARY_VERSION
+
+    def to_json(self) -> dict:
+        data = {
+            **self.stats.to_dict(), "version": self.version, "rows_expected": self.rows_expected,
+            "model": self.model, "variant": self.variant, "inputs": self.inputs, "shards": self.shards,
+            "signature": self.signature, "by_input": {name: s.to_dict() for name, s in self.by_input.items()},
+            "n_unknown": self.n_unknown, "mostly_unknown_rows": self.mostly_unknown_rows, "warnings": self.warnings,
+        }
+        if self.by_partition is not None:
+            data["by_partition"] = {name: s.to_dict() for name, s in self.by_partition.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Summary":
+        """A summary.json; files written before `version` existed are version 1 too."""
+        partitions = data.get("by_partition")
+        return cls(
+            _stats(data), data["rows_expected"], data["model"], data["variant"], data["inputs"], data["shards"],
+            data["signature"], {name: _stats(s) for name, s in data["by_input"].items()}, data["n_unknown"],
+            data["mostly_unknown_rows"], data["warnings"],
+            {name: _stats(s) for name, s in partitions.items()} if partitions is not None else None,
+            data.get("version", SUMMARY_VERSION),
+        )
+
+
+def _stats(data: dict) -> CorpusStats:
+    """The summable fields of a `CorpusStats.to_dict` object (its PPPLs are derived)."""
+    return CorpusStats(**{f.name: data[f.name] for f in fields(CorpusStats)})
 
 
 def _unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:

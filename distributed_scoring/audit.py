@@ -19,7 +19,7 @@ import datetime
 import json
 import logging
 import posixpath
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ from .baseline import (
 from .errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
 from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
 from .stats import STAT_COLUMNS, CorpusStats
 from .versions import package_version
 from .storage import filesystem, join
@@ -131,26 +132,22 @@ class PositionCurves:
             np.bincount(lengths[lengths <= max_length], minlength=side),
         )
 
-    def to_dict(self) -> dict:
+    def record(self) -> Positionwise:
         """Sums and counts (summable across audits) and the absolute-position means (for reading)."""
         last = int(np.flatnonzero(self.tokens_by_position)[-1]) if self.tokens_by_position.any() else 0
         tokens = self.tokens_by_position[1 : last + 1]
         sums = self.sum_by_position[1 : last + 1]
-        return {
-            "quantity": "-log p(w_t | W without w_t), natural log; t = 1-based position among scored tokens",
-            "by_position": {
-                "sum_nll": sums.tolist(),
-                "tokens": tokens.tolist(),
-                "mean_nll": (sums / np.maximum(tokens, 1)).tolist(),
-            },
-            "by_length": {
-                str(length): {"sentences": int(n), "sum_nll": self.sum_by_length[length, 1 : length + 1].tolist()}
+        return Positionwise(
+            quantity="-log p(w_t | W without w_t), natural log; t = 1-based position among scored tokens",
+            by_position=PositionMeans(sums.tolist(), tokens.tolist(), (sums / np.maximum(tokens, 1)).tolist()),
+            by_length={
+                str(length): LengthCurve(int(n), self.sum_by_length[length, 1 : length + 1].tolist())
                 for length, n in enumerate(self.sentences_by_length)
                 if n > 0 and length > 0
             },
-            "max_position": self.sum_by_position.size - 1,
-            "max_length": self.sentences_by_length.size - 1,
-        }
+            max_position=self.sum_by_position.size - 1,
+            max_length=self.sentences_by_length.size - 1,
+        )
 
 
 @dataclass
@@ -175,11 +172,18 @@ class _Scan:
 
 @dataclass(frozen=True)
 class AuditResult:
-    """What `run_audit` wrote: `audit` is exactly the content of audit.json."""
+    """What `run_audit` wrote: `record` is audit.json, `audit` its content as written."""
 
-    audit: dict
-    comparison: Comparison | None
+    record: AuditRecord
     output_dir: str
+
+    @property
+    def audit(self) -> dict:
+        return self.record.to_json()
+
+    @property
+    def comparison(self) -> Comparison | None:
+        return self.record.baseline
 
     @property
     def exit_code(self) -> int:
@@ -218,19 +222,18 @@ def run_audit(
     outliers = write_outliers(
         scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
     )
-    audit = _audit_dict(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
-    comparison = None
+    audit = _audit_record(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
     if base is not None:
         current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs)
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
-    audit["baseline"] = comparison.to_dict() if comparison else None
-    out.write_json(AUDIT_FILE, audit)
+        audit = replace(audit, baseline=comparison)
+    out.write_json(AUDIT_FILE, audit.to_json())
     out.write_text(REPORT_FILE, render_report(audit, base))
-    result = AuditResult(audit, comparison, output_dir)
+    result = AuditResult(audit, output_dir)
     logger.info(
         "audit: %d rows, pppl_token %s, %d outliers, verdict %s (exit %d)",
-        audit["overall"]["rows"], audit["overall"]["pppl_token"], audit["outliers"]["count"],
-        comparison.verdict if comparison else "no baseline", result.exit_code,
+        audit.overall.rows, audit.overall.pppl_token, audit.outliers.count,
+        audit.baseline.verdict if audit.baseline else "no baseline", result.exit_code,
     )
     return result
 
@@ -321,40 +324,49 @@ def _nll_per_token(batch: pa.RecordBatch) -> np.ndarray:
         return np.where(ok & (n > 0), -pll / n, np.nan)
 
 
-def _audit_dict(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfig, scorer: dict | list | None) -> dict:
+def _audit_record(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfig,
+                  scorer: dict | list | None) -> AuditRecord:
+    """audit.json of the first pass's figures and the outliers (`write_outliers`' object)."""
     overall = sum(scan.stats.values(), CorpusStats())
     signatures = [{S.MODEL: m, S.VARIANT: v} for m, v in sorted(scan.signatures)]
     if len(signatures) > 1:
         logger.warning("the rows were scored by %d model/variant pairs: %s", len(signatures), signatures)
-    counts = outliers["by_partition"]
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "row_stats": ROW_STATS_FILE,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "package_version": package_version("distributed-scoring"),
-        "rows_dir": rows_dir,
-        "signature": signatures[0] if len(signatures) == 1 else signatures,
-        "scorer_signature": scorer,
-        "config": asdict(config),
-        "overall": _figures(overall, outliers["count"]),
-        "partitions": {name: _figures(scan.stats[name], counts.get(name, 0)) for name in sorted(scan.stats)},
-        "histogram": {
-            "quantity": "per-sentence pppl_token = exp(-pll / n_tokens), ok rows with n_tokens > 0",
-            "edges": np.exp(config.histogram.log_edges()).tolist(),
-            "overall": _histogram_dict(sum(scan.histograms.values(), np.zeros(config.histogram.bins + 2, np.int64))),
-            "partitions": {name: _histogram_dict(h) for name, h in sorted(scan.histograms.items())},
-        },
-        "positionwise": scan.curves.to_dict() if scan.curves is not None else None,
-        "outliers": outliers,
-    }
+    flagged = Outliers.from_json(outliers)
+    return AuditRecord(
+        version=SCHEMA_VERSION,
+        row_stats=ROW_STATS_FILE,
+        created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        package_version=package_version("distributed-scoring"),
+        rows_dir=rows_dir,
+        signature=signatures[0] if len(signatures) == 1 else signatures,
+        scorer_signature=scorer,
+        config=asdict(config),
+        overall=_figures(overall, flagged.count),
+        partitions={name: _figures(scan.stats[name], flagged.by_partition.get(name, 0)) for name in sorted(scan.stats)},
+        histogram=_histogram(scan, config.histogram),
+        positionwise=scan.curves.record() if scan.curves is not None else None,
+        outliers=flagged,
+    )
 
 
-def _figures(stats: CorpusStats, outliers: int) -> dict:
-    return {**stats.to_dict(), "error_rate": stats.errors / stats.rows if stats.rows else 0.0, "outliers": outliers}
+def _figures(stats: CorpusStats, outliers: int) -> ScopeFigures:
+    error_rate = stats.errors / stats.rows if stats.rows else 0.0
+    return ScopeFigures(**asdict(stats), pppl_token=stats.pppl_token, pppl_word=stats.pppl_word,
+                        error_rate=error_rate, outliers=outliers)
 
 
-def _histogram_dict(counts: np.ndarray) -> dict:
-    return {"underflow": int(counts[0]), "counts": counts[1:-1].tolist(), "overflow": int(counts[-1])}
+def _histogram(scan: _Scan, bins: LogBins) -> Histogram:
+    overall = sum(scan.histograms.values(), np.zeros(bins.bins + 2, np.int64))
+    return Histogram(
+        quantity="per-sentence pppl_token = exp(-pll / n_tokens), ok rows with n_tokens > 0",
+        edges=np.exp(bins.log_edges()).tolist(),
+        overall=_bins(overall),
+        partitions={name: _bins(h) for name, h in sorted(scan.histograms.items())},
+    )
+
+
+def _bins(counts: np.ndarray) -> Bins:
+    return Bins(underflow=int(counts[0]), counts=counts[1:-1].tolist(), overflow=int(counts[-1]))
 
 
 def _scorer_signature(fs: pafs.FileSystem, root: str) -> dict | list | None:

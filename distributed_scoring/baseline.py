@@ -23,7 +23,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +36,9 @@ from . import schema as S
 from .errors import UserError
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
 from .storage import filesystem, join, open_binary
+
+if TYPE_CHECKING:
+    from .records import AuditRecord, ScopeFigures
 
 __all__ = [
     "Check", "Comparison", "Thresholds", "compare", "load_baseline", "load_row_stats", "row_stats_table",
@@ -136,8 +140,14 @@ class Check:
     def pppl_change(self) -> float | None:
         return None if self.pppl_ratio is None else self.pppl_ratio - 1
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
         return {**asdict(self), "pppl_change": self.pppl_change, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Check":
+        """`pppl_change` is derived, so it is not read back."""
+        known = {f.name for f in fields(cls)} - {"reasons"}
+        return cls(**{k: v for k, v in data.items() if k in known}, reasons=tuple(data["reasons"]))
 
 
 @dataclass(frozen=True)
@@ -183,7 +193,8 @@ class Comparison:
         return {EXIT_OK: "pass", EXIT_REGRESSION: "regression", EXIT_INCOMPARABLE: "incomparable",
                 EXIT_INSUFFICIENT: INSUFFICIENT}[self.exit_code]
 
-    def to_dict(self) -> dict:
+    def to_json(self) -> dict:
+        """The `baseline` object of audit.json: the checks, and the verdicts derived from them."""
         return {
             "source": self.source,
             "verdict": self.verdict,
@@ -196,14 +207,23 @@ class Comparison:
             "insufficient": [c.name for c in self.insufficient],
             "new_partitions": list(self.new_partitions),
             "vanished_partitions": list(self.vanished_partitions),
-            "overall": self.overall.to_dict(),
-            "partitions": {c.name: c.to_dict() for c in self.partitions},
+            "overall": self.overall.to_json(),
+            "partitions": {c.name: c.to_json() for c in self.partitions},
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> "Comparison":
+        """The comparison an audit.json recorded; its verdict and lists are derived again from the checks."""
+        partitions = tuple(Check.from_json(c) for _, c in sorted(data["partitions"].items()))
+        return cls(data["source"], Thresholds(**data["thresholds"]), Check.from_json(data["overall"]), partitions,
+                   data["signature_mismatch"], tuple(data["methods"]))
 
-def load_baseline(uri: str) -> tuple[dict, str]:
+
+def load_baseline(uri: str) -> tuple[AuditRecord, str]:
     """A previous audit.json (path or URI, or the folder holding it), checked for its schema version;
     returns it with the URI it was read from."""
+    from .records import AuditRecord  # records.py builds on this module's Comparison
+
     fs, path = filesystem(uri)
     if fs is not None:
         kind = fs.get_file_info(path).type
@@ -225,7 +245,7 @@ def load_baseline(uri: str) -> tuple[dict, str]:
     problem = _malformed(data)
     if problem:
         raise UserError(f"baseline {uri!r} is malformed: {problem}; pass a previous run's {AUDIT_FILE} as written")
-    return data, uri
+    return AuditRecord.from_json(data), uri
 
 
 _SCOPE_FIGURES = ("rows", "error_rate", *METRICS)  # what `compare` reads of each scope
@@ -255,10 +275,10 @@ def _is_figure(value: object, key: str) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def load_row_stats(audit_uri: str, audit: dict) -> pa.Table | None:
+def load_row_stats(audit_uri: str, audit: AuditRecord) -> pa.Table | None:
     """The baseline's per-row figures, from the file its audit.json names beside it; None for audits
     written before they existed (or whose file is gone), which leaves PPPL changes without an interval."""
-    name = audit.get("row_stats")
+    name = audit.row_stats
     if not name:
         return None
     uri = join(audit_uri.rsplit("/", 1)[0], name) if "/" in audit_uri else name
@@ -280,15 +300,15 @@ def row_stats_table(batch: pa.RecordBatch | pa.Table, partitions: pa.Array) -> p
     return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, ROW_STATS_SCHEMA)], schema=ROW_STATS_SCHEMA)
 
 
-def compare(current: dict, baseline: dict, source: str, thresholds: Thresholds = Thresholds(),
+def compare(current: AuditRecord, baseline: AuditRecord, source: str, thresholds: Thresholds = Thresholds(),
             current_rows: pa.Table | None = None, baseline_rows: pa.Table | None = None) -> Comparison:
-    """Judge the corpus and every partition of `current` against `baseline` (both audit.json dicts, with
-    their per-row figures when available)."""
-    mismatch = _signature_mismatch(current["signature"], baseline["signature"])
-    now, before = current["partitions"], baseline["partitions"]
+    """Judge the corpus and every partition of `current` against `baseline` (both audits, with their
+    per-row figures when available)."""
+    mismatch = _signature_mismatch(current.signature, baseline.signature)
+    now, before = current.partitions, baseline.partitions
     judge = _Judge(thresholds, mismatch is None, current_rows, baseline_rows)
     checks = tuple(judge.check(name, now.get(name), before.get(name)) for name in sorted(set(now) | set(before)))
-    overall = judge.check(OVERALL, current["overall"], baseline["overall"])
+    overall = judge.check(OVERALL, current.overall, baseline.overall)
     return Comparison(source, thresholds, overall, checks, mismatch, tuple(sorted(judge.methods)))
 
 
@@ -300,17 +320,18 @@ class _Judge:
     baseline_rows: pa.Table | None
     methods: set[str] = field(default_factory=set)
 
-    def check(self, name: str, now: dict | None, before: dict | None) -> Check:
+    def check(self, name: str, now: ScopeFigures | None, before: ScopeFigures | None) -> Check:
         metric = self.t.metric
         if before is None:
-            return Check(name, NEW, now["rows"], None, now[metric], None, error_rate=now["error_rate"])
+            return Check(name, NEW, now.rows, None, now.figure(metric), None, error_rate=now.error_rate)
         if now is None:
-            return Check(name, VANISHED, None, before["rows"], None, before[metric],
-                         baseline_error_rate=before["error_rate"])
-        figures = dict(rows=now["rows"], baseline_rows=before["rows"], pppl=now[metric], baseline_pppl=before[metric],
-                       error_rate=now["error_rate"], baseline_error_rate=before["error_rate"])
-        if min(now["rows"], before["rows"]) < self.t.min_rows:
-            reason = (f"fewer than {self.t.min_rows} rows ({before['rows']} -> {now['rows']}): too few to judge; "
+            return Check(name, VANISHED, None, before.rows, None, before.figure(metric),
+                         baseline_error_rate=before.error_rate)
+        figures = dict(rows=now.rows, baseline_rows=before.rows, pppl=now.figure(metric),
+                       baseline_pppl=before.figure(metric), error_rate=now.error_rate,
+                       baseline_error_rate=before.error_rate)
+        if min(now.rows, before.rows) < self.t.min_rows:
+            reason = (f"fewer than {self.t.min_rows} rows ({before.rows} -> {now.rows}): too few to judge; "
                       "lower --min-rows only if such a scope is meaningful")
             return Check(name, INSUFFICIENT, **figures, reasons=(reason,))
         cur, base = self._rows(name, self.current_rows), self._rows(name, self.baseline_rows)
@@ -366,15 +387,15 @@ class _Judge:
         return INSUFFICIENT, interval, (f"{said} crosses the edge of the no-change band {band[0]:.4f}-{band[1]:.4f}: "
                                         "too few rows or too much spread to tell")
 
-    def _error_rate(self, now: dict, before: dict, cur: pa.Table | None, base: pa.Table | None, paired: bool,
+    def _error_rate(self, now: ScopeFigures, before: ScopeFigures, cur: pa.Table | None, base: pa.Table | None, paired: bool,
                     rng: np.random.Generator) -> tuple[str, Interval, str]:
         t = self.t
         if paired:
             interval = ratio_difference(_error_sums(cur), _error_sums(base), True, t.confidence, rng)
         else:
-            interval = proportion_difference(now["errors"], now["rows"], before["errors"], before["rows"], t.confidence)
+            interval = proportion_difference(now.errors, now.rows, before.errors, before.rows, t.confidence)
         self.methods.add(f"error rate: {interval.method}")
-        said = (f"error rate {before['error_rate']:.2%} -> {now['error_rate']:.2%} (change {interval.estimate * 100:+.2f} "
+        said = (f"error rate {before.error_rate:.2%} -> {now.error_rate:.2%} (change {interval.estimate * 100:+.2f} "
                 f"points, {t.confidence:.0%} interval {interval.low * 100:+.2f} to {interval.high * 100:+.2f})")
         tol = t.max_error_rate_increase
         if interval.low > tol:

@@ -130,10 +130,10 @@ def _audit(args: argparse.Namespace) -> int:
     )
     ray = _ray_options(args) or RayOptions(stall_timeout_s=args.stall_timeout)
     result = audit_snapshot(_config(args), ray, args.baseline, config, overwrite=args.overwrite)
-    audit, comparison = result.audit, result.comparison
+    audit, comparison = result.record, result.comparison
     print(json.dumps({
-        "rows": audit["overall"]["rows"], "pppl_token": audit["overall"]["pppl_token"],
-        "pppl_word": audit["overall"]["pppl_word"], "outliers": audit["outliers"]["count"],
+        "rows": audit.overall.rows, "pppl_token": audit.overall.pppl_token,
+        "pppl_word": audit.overall.pppl_word, "outliers": audit.outliers.count,
         "verdict": comparison.verdict if comparison else "no baseline",
         "regressed": [c.name for c in comparison.regressions] if comparison else [],
         "insufficient": [c.name for c in comparison.insufficient] if comparison else [],

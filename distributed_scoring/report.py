@@ -1,4 +1,4 @@
-"""The audit's `report.html`: one self-contained page to look at, rendered from an audit.json dict.
+"""The audit's `report.html`: one self-contained page to look at, rendered from an audit.json record.
 
 The verdict comes first, then PPPL per partition against the baseline, the per-sentence PPPL
 histogram, the positionwise cross-entropy curves and the worst sentences. Plots are drawn with
@@ -11,8 +11,11 @@ from __future__ import annotations
 import base64
 import html
 import io
+from dataclasses import dataclass
 
-from .baseline import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED
+from . import schema as S
+from .baseline import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED, Check, Comparison
+from .records import AuditRecord, Histogram, Listed, Outliers, Positionwise, ScopeFigures
 
 __all__ = ["render_report"]
 
@@ -55,16 +58,16 @@ img { max-width: 100%; display: block; margin: 8px 0; }
 """
 
 
-def render_report(audit: dict, baseline: dict | None = None) -> str:
-    """The report page for an audit.json dict; `baseline` (the previous audit) adds its histogram."""
+def render_report(audit: AuditRecord, baseline: AuditRecord | None = None) -> str:
+    """The report page for an audit; `baseline` (the previous audit) adds its histogram."""
     from matplotlib import rc_context
 
     with rc_context({"text.parse_math": False}):  # partition names are data: "$x$" is not mathtext
         return _render(audit, baseline)
 
 
-def _render(audit: dict, baseline: dict | None) -> str:
-    comparison = audit.get("baseline")
+def _render(audit: AuditRecord, baseline: AuditRecord | None) -> str:
+    comparison = audit.baseline
     body = [
         f"<h1>PPPL audit</h1><p class='meta'>{_meta(audit)}</p>",
         _verdict(comparison),
@@ -75,11 +78,11 @@ def _render(audit: dict, baseline: dict | None) -> str:
         _partition_table(audit, comparison),
         "<h2>Per-sentence pseudo-perplexity</h2>",
         _img(_histogram_chart(audit, baseline), "histogram of per-sentence PPPL"),
-        _histogram_note(audit),
+        _histogram_note(audit.histogram),
         "<h2>Positionwise cross-entropy</h2>",
-        _positionwise(audit),
+        _positionwise(audit.positionwise),
         "<h2>Worst sentences</h2>",
-        _outlier_table(audit),
+        _outlier_table(audit.outliers),
     ]
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>PPPL audit</title>"
@@ -102,233 +105,239 @@ def _pct(value: float | None, signed: bool = False) -> str:
     return "–" if value is None else f"{value:{'+' if signed else ''}.2%}"
 
 
-def _meta(audit: dict) -> str:
-    signature = audit["signature"]
-    scorers = signature if isinstance(signature, list) else [signature]
-    who = "; ".join(f"{s['model']} ({s['variant']})" for s in scorers)
-    return _e(f"{audit['rows_dir']} · scored by {who} · audited {audit['created']}")
+def _meta(audit: AuditRecord) -> str:
+    scorers = audit.signature if isinstance(audit.signature, list) else [audit.signature]
+    who = "; ".join(f"{s[S.MODEL]} ({s[S.VARIANT]})" for s in scorers)
+    return _e(f"{audit.rows_dir} · scored by {who} · audited {audit.created}")
 
 
-def _verdict(comparison: dict | None) -> str:
+def _verdict(comparison: Comparison | None) -> str:
     """The banner: what the nightly job returns, and why."""
     if comparison is None:
         return "<div class='verdict none'><h2>No baseline: figures only (exit 0)</h2></div>"
-    verdict, code = comparison["verdict"], comparison["exit_code"]
-    insufficient = comparison.get("insufficient", [])
+    verdict, code = comparison.verdict, comparison.exit_code
     title = {
         "pass": f"PASS: no scope changed beyond the tolerance, with {_confidence(comparison)} confidence (exit {code})",
-        "regression": f"REGRESSION in {len(comparison['regressed'])} place(s) (exit {code})",
-        INSUFFICIENT: f"INSUFFICIENT DATA in {len(insufficient)} place(s): the data cannot tell (exit {code})",
+        "regression": f"REGRESSION in {len(comparison.regressions)} place(s) (exit {code})",
+        INSUFFICIENT: f"INSUFFICIENT DATA in {len(comparison.insufficient)} place(s): the data cannot tell (exit {code})",
         "incomparable": f"INCOMPARABLE: baseline scored by another model or variant (exit {code})",
     }[verdict]
-    checks = {OVERALL: comparison["overall"], **comparison["partitions"]}
     items = [
-        f"<li><b>{_e(name)}</b> ({_e(checks[name]['status'])}): {_e('; '.join(checks[name]['reasons']))}</li>"
-        for name in [*comparison["regressed"], *insufficient]
+        f"<li><b>{_e(c.name)}</b> ({_e(c.status)}): {_e('; '.join(c.reasons))}</li>"
+        for c in [*comparison.regressions, *comparison.insufficient]
     ]
-    if comparison["signature_mismatch"]:
-        items.append(f"<li>{_e(comparison['signature_mismatch'])}</li>")
-    for label, key in (("new partitions", "new_partitions"), ("vanished partitions", "vanished_partitions")):
-        if comparison[key]:
-            items.append(f"<li>{label} (not judged): {_e(', '.join(comparison[key]))}</li>")
-    items.append(f"<li>baseline: {_e(comparison['source'])}</li>")
+    if comparison.signature_mismatch:
+        items.append(f"<li>{_e(comparison.signature_mismatch)}</li>")
+    for label, names in (("new partitions", comparison.new_partitions),
+                         ("vanished partitions", comparison.vanished_partitions)):
+        if names:
+            items.append(f"<li>{label} (not judged): {_e(', '.join(names))}</li>")
+    items.append(f"<li>baseline: {_e(comparison.source)}</li>")
     css = verdict.replace(" ", "-")
     return f"<div class='verdict {css}'><h2>{_e(title)}</h2><ul>{''.join(items)}</ul></div>"
 
 
-def _confidence(comparison: dict) -> str:
-    return f"{comparison['thresholds']['confidence']:.0%}"
+def _confidence(comparison: Comparison) -> str:
+    return f"{comparison.thresholds.confidence:.0%}"
 
 
-def _changes(comparison: dict | None) -> list[str]:
+def _changes(comparison: Comparison | None) -> list[str]:
     """Per scope: the PPPL ratio with its interval against the no-change band, and the verdict table."""
     if comparison is None:
         return []
-    t = comparison["thresholds"]
+    t = comparison.thresholds
     note = (
-        f"<p class='note'>Ratio of {_e(comparison['metric'])} this run / baseline, with its {_confidence(comparison)} "
-        f"interval. Inside the shaded band [1/(1+{t['max_pppl_increase']:g}), 1+{t['max_pppl_increase']:g}] a change "
+        f"<p class='note'>Ratio of {_e(t.metric)} this run / baseline, with its {_confidence(comparison)} "
+        f"interval. Inside the shaded band [1/(1+{t.max_pppl_increase:g}), 1+{t.max_pppl_increase:g}] a change "
         "counts as none; an interval that crosses a band edge cannot tell (insufficient data). Methods: "
-        f"{_e('; '.join(comparison['methods']))}. Seed {t['seed']}.</p>"
+        f"{_e('; '.join(comparison.methods))}. Seed {t.seed}.</p>"
     )
     return ["<h2>Changes against the baseline</h2>", note, _img(_ratio_chart(comparison), "PPPL ratio per scope"),
             _verdict_table(comparison)]
 
 
-def _scopes(comparison: dict) -> list[dict]:
-    return [comparison["overall"], *[comparison["partitions"][n] for n in sorted(comparison["partitions"])]]
+def _scopes(comparison: Comparison) -> list[Check]:
+    return [comparison.overall, *sorted(comparison.partitions, key=lambda c: c.name)]
 
 
-def _ratio_chart(comparison: dict) -> bytes:
+def _ratio_chart(comparison: Comparison) -> bytes:
     """One line per scope: the ratio and its interval, coloured by verdict, against the no-change band."""
-    scopes = [c for c in _scopes(comparison) if c["status"] not in (NEW, VANISHED)][:MAX_BARS]
+    scopes = [c for c in _scopes(comparison) if c.status not in (NEW, VANISHED)][:MAX_BARS]
     fig, ax = _figure(10, 1.4 + 0.42 * max(len(scopes), 2))
-    tol = comparison["thresholds"]["max_pppl_increase"]
+    tol = comparison.thresholds.max_pppl_increase
     ax.axvspan(1 / (1 + tol), 1 + tol, color="#e2e8f0", label="no-change band")
     ax.axvline(1.0, color="#4a5568", linewidth=0.8)
     y = list(range(len(scopes)))[::-1]
     drawn = False
     for i, c in zip(y, scopes):
-        colour = _VERDICT_COLOURS.get(c["status"], _GREY)
-        if c["pppl_ratio"] is None:
-            ax.text(1.0, i, "  no interval: " + (c["reasons"][0] if c["reasons"] else "not judged"), va="center",
+        colour = _VERDICT_COLOURS.get(c.status, _GREY)
+        if c.pppl_ratio is None:
+            ax.text(1.0, i, "  no interval: " + (c.reasons[0] if c.reasons else "not judged"), va="center",
                     fontsize=8, color=colour)
             continue
         drawn = True
-        low, high = c["pppl_ratio_low"], c["pppl_ratio_high"]
-        ax.errorbar(c["pppl_ratio"], i, xerr=[[max(c["pppl_ratio"] - low, 0.0)], [max(high - c["pppl_ratio"], 0.0)]], fmt="o",
+        ratio, low, high = c.pppl_ratio, c.pppl_ratio_low, c.pppl_ratio_high
+        ax.errorbar(ratio, i, xerr=[[max(ratio - low, 0.0)], [max(high - ratio, 0.0)]], fmt="o",
                     color=colour, capsize=4)
-        ax.text(high, i, f"  {c['pppl_ratio']:.3f} [{low:.3f}, {high:.3f}] {c['status']}", va="center", fontsize=8)
+        ax.text(high, i, f"  {ratio:.3f} [{low:.3f}, {high:.3f}] {c.status}", va="center", fontsize=8)
     if not drawn:
         ax.set_xlim(0.8, 1.25)
-    ax.set_yticks(y, [_short(c["name"], 28) for c in scopes])
+    ax.set_yticks(y, [_short(c.name, 28) for c in scopes])
     ax.set_xlabel("PPPL ratio this run / baseline")
     ax.margins(x=0.35)
     ax.legend(loc="lower right", fontsize=8)
     return _png(fig)
 
 
-def _verdict_table(comparison: dict) -> str:
+def _verdict_table(comparison: Comparison) -> str:
     head = ("<tr><th>scope</th><th>rows (baseline → now)</th><th>baseline PPPL</th><th>PPPL</th><th>ratio</th>"
             "<th>interval</th><th>error-rate change (points)</th><th>paired</th><th>verdict</th><th>why</th></tr>")
-    body = []
-    for c in _scopes(comparison):
-        ratio = "–" if c.get("pppl_ratio") is None else f"{c['pppl_ratio']:.4f}"
-        interval = "–" if c.get("pppl_ratio") is None else f"{c['pppl_ratio_low']:.4f} – {c['pppl_ratio_high']:.4f}"
-        error = "–" if c.get("error_rate_change") is None else (
-            f"{c['error_rate_change'] * 100:+.2f} [{c['error_rate_change_low'] * 100:+.2f}, "
-            f"{c['error_rate_change_high'] * 100:+.2f}]")
-        body.append(
-            f"<tr class='{_CSS_CLASS.get(c['status'], '')}'><td>{_e(c['name'])}</td>"
-            f"<td class='num'>{_e(c['baseline_rows'] if c['baseline_rows'] is not None else '–')} → "
-            f"{_e(c['rows'] if c['rows'] is not None else '–')}</td><td class='num'>{_num(c['baseline_pppl'])}</td>"
-            f"<td class='num'>{_num(c['pppl'])}</td><td class='num'>{ratio}</td><td class='num'>{interval}</td>"
-            f"<td class='num'>{error}</td><td>{'yes' if c.get('paired') else 'no'}</td><td><b>{_e(c['status'])}</b></td>"
-            f"<td>{_e('; '.join(c['reasons']))}</td></tr>"
-        )
-    return f"<table>{head}{''.join(body)}</table>"
+    return f"<table>{head}{''.join(_verdict_row(c) for c in _scopes(comparison))}</table>"
 
 
-def _cards(audit: dict) -> str:
-    overall, outliers = audit["overall"], audit["outliers"]
+def _verdict_row(c: Check) -> str:
+    ratio = "–" if c.pppl_ratio is None else f"{c.pppl_ratio:.4f}"
+    interval = "–" if c.pppl_ratio is None else f"{c.pppl_ratio_low:.4f} – {c.pppl_ratio_high:.4f}"
+    error = "–" if c.error_rate_change is None else (
+        f"{c.error_rate_change * 100:+.2f} [{c.error_rate_change_low * 100:+.2f}, "
+        f"{c.error_rate_change_high * 100:+.2f}]")
+    return (
+        f"<tr class='{_CSS_CLASS.get(c.status, '')}'><td>{_e(c.name)}</td>"
+        f"<td class='num'>{_e(c.baseline_rows if c.baseline_rows is not None else '–')} → "
+        f"{_e(c.rows if c.rows is not None else '–')}</td><td class='num'>{_num(c.baseline_pppl)}</td>"
+        f"<td class='num'>{_num(c.pppl)}</td><td class='num'>{ratio}</td><td class='num'>{interval}</td>"
+        f"<td class='num'>{error}</td><td>{'yes' if c.paired else 'no'}</td><td><b>{_e(c.status)}</b></td>"
+        f"<td>{_e('; '.join(c.reasons))}</td></tr>"
+    )
+
+
+def _cards(audit: AuditRecord) -> str:
+    overall, outliers = audit.overall, audit.outliers
     cards = [
-        (f"{overall['rows']:,}", "sentences"),
-        (_pct(overall["error_rate"]), f"error rate ({overall['errors']:,} rows)"),
-        (_num(overall["pppl_token"]), "PPPL per token"),
-        (_num(overall["pppl_word"]), "PPPL per word"),
-        (f"{outliers['count']:,}", f"outliers (k = {outliers['rule']['k']:g})"),
-        (f"{len(audit['partitions'])}", "partitions"),
+        (f"{overall.rows:,}", "sentences"),
+        (_pct(overall.error_rate), f"error rate ({overall.errors:,} rows)"),
+        (_num(overall.pppl_token), "PPPL per token"),
+        (_num(overall.pppl_word), "PPPL per word"),
+        (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g})"),
+        (f"{len(audit.partitions)}", "partitions"),
     ]
     boxes = "".join(f"<div class='card'><b>{_e(value)}</b><span>{_e(label)}</span></div>" for value, label in cards)
     return f"<div class='cards'>{boxes}</div>"
 
 
-def _metric(audit: dict) -> str:
-    return audit["config"]["thresholds"]["metric"]
+@dataclass(frozen=True)
+class _Row:
+    """One scope of the partition chart and table: this run's figures and its check against the baseline."""
+
+    name: str
+    figures: ScopeFigures | None
+    pppl: float | None
+    baseline: float | None
+    change: float | None
+    status: str
+    reasons: tuple[str, ...]
 
 
-def _partition_rows(audit: dict, comparison: dict | None) -> list[dict]:
+def _partition_rows(audit: AuditRecord, comparison: Comparison | None) -> list[_Row]:
     """One row per partition of this run or the baseline: figures, baseline, change, status."""
-    checks = comparison["partitions"] if comparison else {}
-    names = sorted(set(audit["partitions"]) | set(checks))
-    return [_row(name, audit["partitions"].get(name), checks.get(name, {}), _metric(audit)) for name in names]
+    checks = {c.name: c for c in comparison.partitions} if comparison else {}
+    names = sorted(set(audit.partitions) | set(checks))
+    return [_row(name, audit.partitions.get(name), checks.get(name), audit.metric) for name in names]
 
 
-def _row(name: str, figures: dict | None, check: dict, metric: str) -> dict:
-    return {
-        "name": name,
-        "figures": figures,
-        "pppl": figures[metric] if figures else None,
-        "baseline": check.get("baseline_pppl"),
-        "change": check.get("pppl_change"),
-        "status": check.get("status", "–"),
-        "reasons": check.get("reasons", []),
-    }
+def _row(name: str, figures: ScopeFigures | None, check: Check | None, metric: str) -> _Row:
+    return _Row(
+        name, figures, figures.figure(metric) if figures else None,
+        check.baseline_pppl if check else None, check.pppl_change if check else None,
+        check.status if check else "–", check.reasons if check else (),
+    )
 
 
-def _partition_chart(audit: dict, comparison: dict | None) -> bytes:
+def _partition_chart(audit: AuditRecord, comparison: Comparison | None) -> bytes:
     """Horizontal grouped bars, baseline (grey) and this run (blue, red when regressed), change annotated."""
     rows = _partition_rows(audit, comparison)
-    rows.sort(key=lambda r: (r["status"] != REGRESSION, -abs(r["change"] or 0.0), r["name"]))
-    rows = sorted(rows[:MAX_BARS], key=lambda r: r["name"], reverse=True)  # top to bottom alphabetical
+    rows.sort(key=lambda r: (r.status != REGRESSION, -abs(r.change or 0.0), r.name))
+    rows = sorted(rows[:MAX_BARS], key=lambda r: r.name, reverse=True)  # top to bottom alphabetical
     fig, ax = _figure(10, 1.2 + 0.42 * max(len(rows), 2))
     y = list(range(len(rows)))
     height = 0.38 if comparison else 0.6
     if comparison:
-        ax.barh([i + height / 2 for i in y], [r["baseline"] or 0 for r in rows], height, color=_GREY, label="baseline")
-    colours = [_RED if r["status"] == REGRESSION else _BLUE for r in rows]
+        ax.barh([i + height / 2 for i in y], [r.baseline or 0 for r in rows], height, color=_GREY, label="baseline")
+    colours = [_RED if r.status == REGRESSION else _BLUE for r in rows]
     shift = -height / 2 if comparison else 0
-    ax.barh([i + shift for i in y], [r["pppl"] or 0 for r in rows], height, color=colours, label="this run")
-    values = [v for r in rows for v in (r["pppl"], r["baseline"]) if v]
+    ax.barh([i + shift for i in y], [r.pppl or 0 for r in rows], height, color=colours, label="this run")
+    values = [v for r in rows for v in (r.pppl, r.baseline) if v]
     if values and max(values) / min(values) > 30:
         _log_x(ax)
     for i, r in zip(y, rows):
-        if r["pppl"] is not None:
-            ax.text(r["pppl"], i + shift, _bar_label(r, comparison is not None), va="center", fontsize=9)
-    ax.set_yticks(y, [_short(r["name"], 28) for r in rows])
-    ax.set_xlabel(f"{_LABELS[_metric(audit)]} (corpus level)")
+        if r.pppl is not None:
+            ax.text(r.pppl, i + shift, _bar_label(r, comparison is not None), va="center", fontsize=9)
+    ax.set_yticks(y, [_short(r.name, 28) for r in rows])
+    ax.set_xlabel(f"{_LABELS[audit.metric]} (corpus level)")
     ax.margins(x=0.18)
     if comparison:
         fig.legend(loc="outside upper right", ncols=2, fontsize=9)
     return _png(fig)
 
 
-def _bar_label(row: dict, compared: bool) -> str:
+def _bar_label(row: _Row, compared: bool) -> str:
     """' 12.3 (+4.1%)' against the baseline, ' 12.3  [new]' without one, ' 12.3' with no baseline at all."""
-    if row["change"] is not None:
-        return f" {row['pppl']:.3g} ({row['change']:+.1%})"
-    return f" {row['pppl']:.3g}" + (f"  [{row['status']}]" if compared else "")
+    if row.change is not None:
+        return f" {row.pppl:.3g} ({row.change:+.1%})"
+    return f" {row.pppl:.3g}" + (f"  [{row.status}]" if compared else "")
 
 
-def _partition_table(audit: dict, comparison: dict | None) -> str:
+def _partition_table(audit: AuditRecord, comparison: Comparison | None) -> str:
     """Every partition's figures; baseline, change and status columns only when there is a baseline."""
     rows = _partition_rows(audit, comparison)
-    overall = _row(OVERALL, audit["overall"], comparison["overall"] if comparison else {}, _metric(audit))
+    overall = _row(OVERALL, audit.overall, comparison.overall if comparison else None, audit.metric)
     columns = ["partition", "rows", "errors", "error rate", "PPPL token", "PPPL word", "outliers"]
     columns += ["baseline", "change", "status"] if comparison else []
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
     body = [_table_row(overall, "overall", comparison is not None)]
-    body += [_table_row(r, _CSS_CLASS.get(r["status"], ""), comparison is not None) for r in rows]
+    body += [_table_row(r, _CSS_CLASS.get(r.status, ""), comparison is not None) for r in rows]
     more = "" if len(rows) <= MAX_BARS else (
         f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: regressed and most changed first.</p>"
     )
     return f"{more}<table>{head}{''.join(body)}</table>"
 
 
-def _table_row(r: dict, css: str, compared: bool) -> str:
-    f = r["figures"] or {}
-    cells = [
-        f"<td>{_e(r['name'])}</td>", _td(f.get("rows")), _td(f.get("errors")),
-        f"<td class='num'>{_pct(f.get('error_rate'))}</td>", f"<td class='num'>{_num(f.get('pppl_token'))}</td>",
-        f"<td class='num'>{_num(f.get('pppl_word'))}</td>", _td(f.get("outliers")),
-    ]
+def _table_row(r: _Row, css: str, compared: bool) -> str:
+    f = r.figures
+    cells = [f"<td>{_e(r.name)}</td>", *(_figure_cells(f) if f else ["<td class='num'>–</td>"] * 6)]
     if compared:
         cells += [
-            f"<td class='num'>{_num(r['baseline'])}</td>", f"<td class='num'>{_pct(r['change'], signed=True)}</td>",
-            f"<td title='{_e('; '.join(r['reasons']))}'>{_e(r['status'])}</td>",
+            f"<td class='num'>{_num(r.baseline)}</td>", f"<td class='num'>{_pct(r.change, signed=True)}</td>",
+            f"<td title='{_e('; '.join(r.reasons))}'>{_e(r.status)}</td>",
         ]
     return f"<tr class='{_e(css)}'>{''.join(cells)}</tr>"
+
+
+def _figure_cells(f: ScopeFigures) -> list[str]:
+    return [
+        _td(f.rows), _td(f.errors), f"<td class='num'>{_pct(f.error_rate)}</td>",
+        f"<td class='num'>{_num(f.pppl_token)}</td>", f"<td class='num'>{_num(f.pppl_word)}</td>", _td(f.outliers),
+    ]
 
 
 def _td(value: int | None) -> str:
     return f"<td class='num'>{'–' if value is None else f'{value:,}'}</td>"
 
 
-def _histogram_chart(audit: dict, baseline: dict | None) -> bytes:
+def _histogram_chart(audit: AuditRecord, baseline: AuditRecord | None) -> bytes:
     """Share of sentences per log-spaced PPPL bin, this run against the baseline's, with the outlier cutoff."""
-    hist = audit["histogram"]
-    edges, counts = hist["edges"], hist["overall"]["counts"]
+    edges, counts = audit.histogram.edges, audit.histogram.overall.counts
     fig, ax = _figure(10, 4.2)
     ax.stairs(_shares(counts), edges, fill=True, color=_BLUE, alpha=0.55, label="this run")
-    base = baseline["histogram"] if baseline else None
-    if base and base["edges"] == edges:
-        ax.stairs(_shares(base["overall"]["counts"]), edges, color="#1a202c", linewidth=1.5, label="baseline")
-    cutoff = audit["outliers"]["cutoffs"].get(OVERALL)
-    if cutoff and cutoff["high_pppl"] and edges[0] <= cutoff["high_pppl"] <= edges[-1]:
-        ax.axvline(cutoff["high_pppl"], color=_RED, linestyle="--", linewidth=1.2,
-                   label=f"outlier cutoff ({cutoff['high_pppl']:.3g})")
+    base = baseline.histogram.overall.counts if baseline and baseline.histogram.edges == edges else None
+    if base:
+        ax.stairs(_shares(base), edges, color="#1a202c", linewidth=1.5, label="baseline")
+    cutoff = audit.outliers.cutoffs.get(OVERALL)
+    if cutoff and cutoff.high_pppl and edges[0] <= cutoff.high_pppl <= edges[-1]:
+        ax.axvline(cutoff.high_pppl, color=_RED, linestyle="--", linewidth=1.2,
+                   label=f"outlier cutoff ({cutoff.high_pppl:.3g})")
     _log_x(ax)
-    ax.set_xlim(*_occupied_range(edges, counts, base["overall"]["counts"] if base and base["edges"] == edges else None))
+    ax.set_xlim(*_occupied_range(edges, counts, base))
     ax.set_xlabel("per-sentence PPPL per token (log scale)")
     ax.set_ylabel("share of sentences")
     ax.legend(fontsize=9)
@@ -348,17 +357,15 @@ def _occupied_range(edges: list[float], counts: list[int], other: list[int] | No
     return edges[max(min(filled) - 1, 0)], edges[min(max(filled) + 2, len(edges) - 1)]
 
 
-def _histogram_note(audit: dict) -> str:
-    overall = audit["histogram"]["overall"]
-    edges = audit["histogram"]["edges"]
+def _histogram_note(histogram: Histogram) -> str:
+    overall, edges = histogram.overall, histogram.edges
     return (
-        f"<p class='note'>{sum(overall['counts']):,} scored sentences in {len(edges) - 1} bins from {edges[0]:g} "
-        f"to {edges[-1]:g}; {overall['underflow']:,} below, {overall['overflow']:,} above.</p>"
+        f"<p class='note'>{sum(overall.counts):,} scored sentences in {len(edges) - 1} bins from {edges[0]:g} "
+        f"to {edges[-1]:g}; {overall.underflow:,} below, {overall.overflow:,} above.</p>"
     )
 
 
-def _positionwise(audit: dict) -> str:
-    curves = audit["positionwise"]
+def _positionwise(curves: Positionwise | None) -> str:
     if curves is None:
         return "<p class='note'>No per-token log-probabilities in the rows: score with --per-token to get them.</p>"
     note = (
@@ -369,23 +376,22 @@ def _positionwise(audit: dict) -> str:
     return note + _img(_positionwise_chart(curves), "positionwise cross-entropy")
 
 
-def _positionwise_chart(curves: dict) -> bytes:
+def _positionwise_chart(curves: Positionwise) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
     fig, (left, right) = _figure(11, 4.2, panels=2)
-    by_position = curves["by_position"]
-    means, tokens = by_position["mean_nll"], by_position["tokens"]
+    means, tokens = curves.by_position.mean_nll, curves.by_position.tokens
     shown = [(t, mean) for t, (mean, n) in enumerate(zip(means, tokens), 1) if n >= MIN_POSITION_TOKENS]
     if shown:
         left.plot(*zip(*shown), color=_BLUE, linewidth=1.5)
     else:
         _empty(left, f"no position has {MIN_POSITION_TOKENS} or more scored tokens:\ntoo few sentences to draw a curve")
     left.set_title(f"by absolute position (positions with ≥ {MIN_POSITION_TOKENS} tokens)", fontsize=10)
-    frequent = sorted(curves["by_length"].items(), key=lambda kv: (-kv[1]["sentences"], int(kv[0])))[:MAX_CURVES]
+    frequent = sorted(curves.by_length.items(), key=lambda kv: (-kv[1].sentences, int(kv[0])))[:MAX_CURVES]
     for length, curve in sorted(frequent, key=lambda kv: int(kv[0])):
-        means = [s / curve["sentences"] for s in curve["sum_nll"]]
+        means = [s / curve.sentences for s in curve.sum_nll]
         right.plot(range(1, len(means) + 1), means, marker="o", markersize=3, linewidth=1.2,
-                   label=f"|W| = {length} ({curve['sentences']:,} sentences)")
+                   label=f"|W| = {length} ({curve.sentences:,} sentences)")
     right.set_title(f"by sentence length (the {len(frequent)} most frequent lengths)", fontsize=10)
     if frequent:
         right.legend(fontsize=8)
@@ -400,38 +406,37 @@ def _positionwise_chart(curves: dict) -> bytes:
     return _png(fig)
 
 
-def _outlier_table(audit: dict) -> str:
-    outliers = audit["outliers"]
-    rule = outliers["rule"]
-    tails = "both tails" if rule["low_tail"] else "high tail"
+def _outlier_table(outliers: Outliers) -> str:
+    rule = outliers.rule
+    tails = "both tails" if rule.low_tail else "high tail"
     cutoffs = "; ".join(
-        f"{name}: median {c['median']:.3f}, sigma {c['sigma']:.3f}, above {c['high']:.3f}"
-        + (f" or below {c['low']:.3f}" if c["low"] is not None else "")
-        for name, c in list(outliers["cutoffs"].items())[:5]
+        f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}, above {c.high:.3f}"
+        + (f" or below {c.low:.3f}" if c.low is not None else "")
+        for name, c in list(outliers.cutoffs.items())[:5]
     )
     intro = (
-        f"<p class='note'>{outliers['count']:,} of {outliers['eligible']:,} sentences flagged: NLL per token beyond "
-        f"median ± {rule['k']:g} · 1.4826 · MAD ({tails}, scope {_e(rule['scope'])}, "
-        f"at least {rule['min_tokens']} tokens). {_e(cutoffs)}. All flagged rows are in {_e(outliers['file'])}; "
-        f"the {len(outliers['listed'])} most extreme are listed.</p>"
+        f"<p class='note'>{outliers.count:,} of {outliers.eligible:,} sentences flagged: NLL per token beyond "
+        f"median ± {rule.k:g} · 1.4826 · MAD ({tails}, scope {_e(rule.scope)}, "
+        f"at least {rule.min_tokens} tokens). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}; "
+        f"the {len(outliers.listed)} most extreme are listed.</p>"
     )
-    if not outliers["listed"]:
+    if not outliers.listed:
         return intro
     head = "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>tokens</th>" \
            "<th>hardest token (t, nats)</th><th>text</th></tr>"
-    body = []
-    for rank, row in enumerate(outliers["listed"], 1):
-        text = row["text"][:_TEXT_CHARS] + ("…" if row["text_truncated"] or len(row["text"]) > _TEXT_CHARS else "")
-        worst = "–" if row["worst_token"] is None else (
-            f"{row['worst_token']} (t={row['worst_position']}, {row['worst_token_nll']:.2f})"
-        )
-        body.append(
-            f"<tr><td class='num'>{rank}</td><td>{_e(row['id'])}</td><td>{_e(row['partition'])}</td>"
-            f"<td class='num'>{row['nll_per_token']:.3f}</td><td class='num'>{_num(row['pppl_token'])}</td>"
-            f"<td class='num'>{row['robust_z']:+.1f}</td><td class='num'>{row['n_tokens']}</td>"
-            f"<td>{_e(worst)}</td><td class='text'>{_e(text)}</td></tr>"
-        )
+    body = [_outlier_row(rank, row) for rank, row in enumerate(outliers.listed, 1)]
     return f"{intro}<table>{head}{''.join(body)}</table>"
+
+
+def _outlier_row(rank: int, row: Listed) -> str:
+    text = row.text[:_TEXT_CHARS] + ("…" if row.text_truncated or len(row.text) > _TEXT_CHARS else "")
+    worst = "–" if row.worst_token is None else f"{row.worst_token} (t={row.worst_position}, {row.worst_token_nll:.2f})"
+    return (
+        f"<tr><td class='num'>{rank}</td><td>{_e(row.id)}</td><td>{_e(row.partition)}</td>"
+        f"<td class='num'>{row.nll_per_token:.3f}</td><td class='num'>{_num(row.pppl_token)}</td>"
+        f"<td class='num'>{row.robust_z:+.1f}</td><td class='num'>{row.n_tokens}</td>"
+        f"<td>{_e(worst)}</td><td class='text'>{_e(text)}</td></tr>"
+    )
 
 
 def _empty(ax, why: str) -> None:

@@ -425,8 +425,8 @@ def pc_divide(column, by: int) -> pa.Array:
 def test_an_audit_json_of_version_1_is_still_read_as_a_baseline(tmp_path):
     """tests/data/audit_v1/audit.json was written by the code before intervals (schema version 1)."""
     v1 = Path(__file__).parent / "data" / "audit_v1" / "audit.json"
-    data, uri = load_baseline(str(v1))
-    assert data["schema_version"] == 1 and uri == str(v1)
+    record, uri = load_baseline(str(v1))
+    assert record.version == 1 and record.row_stats is None and uri == str(v1)
     result = audit_rows(tmp_path, "now", night(0), str(v1))
     assert result.exit_code == EXIT_INSUFFICIENT
     assert "no per-row figures" in result.comparison.overall.reasons[0]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 import shutil
 import subprocess
 import tempfile
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -17,7 +19,7 @@ import pytest
 from audit_helpers import scored_table, write_rows
 from distributed_scoring import schema as S
 from distributed_scoring.audit import AuditConfig, run_audit
-from distributed_scoring.baseline import Thresholds
+from distributed_scoring.baseline import NO_CHANGE, Thresholds, load_baseline
 from distributed_scoring.report import render_report
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
@@ -111,10 +113,32 @@ def test_math_in_partition_names_and_short_corpora_render(tmp_path):
 
 def test_report_is_a_pure_function_of_the_audit(audits):
     first, second = audits
-    assert render_report(second.audit) != render_report(first.audit)
-    assert "PASS" not in render_report(first.audit)  # no baseline, so no pass either
-    same = dict(second.audit, baseline=dict(second.audit["baseline"], verdict="pass", exit_code=0, regressed=[]))
+    assert render_report(second.record) != render_report(first.record)
+    assert "PASS" not in render_report(first.record)  # no baseline, so no pass either
+    comparison = second.comparison
+    calm = [replace(c, status=NO_CHANGE) for c in (comparison.overall, *comparison.partitions)]
+    same = replace(second.record, baseline=replace(comparison, overall=calm[0], partitions=tuple(calm[1:])))
     assert "PASS" in render_report(same)
+
+
+def test_an_audit_json_written_before_typed_records_is_a_baseline_and_renders(tmp_path):
+    """tests/data/audit_v2 holds an audit.json (with a regression against its own baseline) and its
+    row_stats.parquet, written by the code before audit.json was built from typed records."""
+    v2 = Path(__file__).parent / "data" / "audit_v2"
+    record, uri = load_baseline(str(v2))
+    assert record.version == 2 and uri == str(v2 / "audit.json")
+    assert record.to_json() == json.loads((v2 / "audit.json").read_text())  # read back exactly as written
+    assert record.baseline.verdict == "regression" and record.baseline.new_partitions == ("forum",)
+    page = render_report(record)
+    assert Page(page).verdicts == ["verdict regression"] and "forum" in page
+    rng = np.random.default_rng(3)
+    now = pa.concat_tables([scored_table(rng, 120, "news", nll=2.0, lengths=(4, 12)),
+                            scored_table(rng, 60, "web", nll=3.2, lengths=(4, 12))])
+    write_rows(tmp_path / "now", now, files=1)
+    result = run_audit(str(tmp_path / "now"), str(tmp_path / "audit"), baseline=str(v2), config=CONFIG)
+    assert result.comparison.vanished_partitions == ("forum",)
+    assert result.comparison.overall.paired is False and result.comparison.overall.pppl_ratio is not None
+    assert "PPPL audit" in (tmp_path / "audit" / "report.html").read_text()
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="chromium is not installed (apt-get install chromium)")

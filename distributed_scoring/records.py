@@ -1,0 +1,226 @@
+"""audit.json as typed records: what the audit writes, the baseline is read as, and the report renders.
+
+Each record has one `to_json` (the exact object on disk, keys and values) and one `from_json` (which
+also reads the version 1 files older code wrote), so readers use attributes, never string subscripts.
+Only `config` stays a plain object: it is `asdict(AuditConfig)` recorded for people, and no code reads
+it back beyond the metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+from .baseline import Comparison
+
+__all__ = ["AuditRecord", "Bins", "Cutoff", "Histogram", "LengthCurve", "Listed", "OutlierRule", "Outliers",
+           "PositionMeans", "Positionwise", "ScopeFigures"]
+
+
+def _flat(cls, data: dict):
+    """A record of plain fields from its JSON object; a field the object lacks takes its default (version 1)."""
+    return cls(**{f.name: data[f.name] for f in fields(cls) if f.name in data})
+
+
+@dataclass(frozen=True)
+class ScopeFigures:
+    """The corpus figures of one scope (the whole corpus or a partition)."""
+
+    rows: int
+    ok: int
+    errors: int
+    sum_pll: float
+    n_tokens: int
+    n_words: int
+    pppl_token: float | None
+    pppl_word: float | None
+    error_rate: float
+    outliers: int
+
+    def figure(self, metric: str) -> float | None:
+        """The PPPL named by a `Thresholds.metric` (pppl_token or pppl_word)."""
+        return getattr(self, metric)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ScopeFigures":
+        return _flat(cls, data)
+
+
+@dataclass(frozen=True)
+class Bins:
+    """One histogram of per-sentence PPPL: counts per bin, plus those below and above the edges."""
+
+    underflow: int
+    counts: list[int]
+    overflow: int
+
+
+@dataclass(frozen=True)
+class Histogram:
+    quantity: str
+    edges: list[float]
+    overall: Bins
+    partitions: dict[str, Bins]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Histogram":
+        partitions = {name: _flat(Bins, bins) for name, bins in data["partitions"].items()}
+        return cls(data["quantity"], data["edges"], _flat(Bins, data["overall"]), partitions)
+
+
+@dataclass(frozen=True)
+class PositionMeans:
+    sum_nll: list[float]
+    tokens: list[int]
+    mean_nll: list[float]
+
+
+@dataclass(frozen=True)
+class LengthCurve:
+    sentences: int
+    sum_nll: list[float]
+
+
+@dataclass(frozen=True)
+class Positionwise:
+    """Positionwise cross-entropy (`audit.PositionCurves`), by absolute position and by sentence length."""
+
+    quantity: str
+    by_position: PositionMeans
+    by_length: dict[str, LengthCurve]
+    max_position: int
+    max_length: int
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Positionwise":
+        by_length = {length: _flat(LengthCurve, curve) for length, curve in data["by_length"].items()}
+        return cls(data["quantity"], _flat(PositionMeans, data["by_position"]), by_length,
+                   data["max_position"], data["max_length"])
+
+
+@dataclass(frozen=True)
+class OutlierRule:
+    """The outlier rule as recorded: `outliers.OutlierRule`'s fields plus the statistic and MAD factor
+    (absent from version 1 files)."""
+
+    k: float
+    low_tail: bool
+    min_tokens: int
+    scope: str
+    statistic: str | None = None
+    sigma: float | None = None
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """A scope's outlier cutoff in NLL per token, and as per-sentence PPPL."""
+
+    median: float
+    sigma: float
+    high: float
+    low: float | None
+    high_pppl: float | None
+    low_pppl: float | None
+
+
+@dataclass(frozen=True)
+class Listed:
+    """One flagged sentence as audit.json lists it."""
+
+    id: str
+    partition: str
+    text: str
+    text_truncated: bool
+    n_tokens: int
+    nll_per_token: float
+    pppl_token: float | None
+    robust_z: float
+    tail: str
+    worst_position: int | None
+    worst_token: str | None
+    worst_token_nll: float | None
+
+
+@dataclass(frozen=True)
+class Outliers:
+    rule: OutlierRule
+    cutoffs: dict[str, Cutoff]
+    eligible: int
+    count: int
+    by_partition: dict[str, int]
+    listed: list[Listed]
+    file: str
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Outliers":
+        return cls(
+            _flat(OutlierRule, data["rule"]),
+            {name: _flat(Cutoff, cutoff) for name, cutoff in data["cutoffs"].items()},
+            data["eligible"], data["count"], data["by_partition"],
+            [_flat(Listed, row) for row in data["listed"]], data["file"],
+        )
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """audit.json. `version` is its `schema_version` (1 files lack `row_stats`); `baseline` is the
+    comparison against the previous audit, None without one."""
+
+    version: int
+    row_stats: str | None
+    created: str
+    package_version: str
+    rows_dir: str
+    signature: dict | list[dict]
+    scorer_signature: dict | list | None
+    config: dict
+    overall: ScopeFigures
+    partitions: dict[str, ScopeFigures]
+    histogram: Histogram
+    positionwise: Positionwise | None
+    outliers: Outliers
+    baseline: Comparison | None = None
+
+    @property
+    def metric(self) -> str:
+        """The PPPL the audit judges by (`Thresholds.metric`)."""
+        return self.config["thresholds"]["metric"]
+
+    def to_json(self) -> dict:
+        data = {
+            "schema_version": self.version, "row_stats": self.row_stats, "created": self.created,
+            "package_version": self.package_version, "rows_dir": self.rows_dir, "signature": self.signature,
+            "scorer_signature": self.scorer_signature, "config": self.config, "overall": self.overall.to_json(),
+            "partitions": {name: p.to_json() for name, p in self.partitions.items()},
+            "histogram": self.histogram.to_json(),
+            "positionwise": self.positionwise.to_json() if self.positionwise else None,
+            "outliers": self.outliers.to_json(),
+            "baseline": self.baseline.to_json() if self.baseline else None,
+        }
+        return data if self.row_stats is not None else {k: v for k, v in data.items() if k != "row_stats"}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "AuditRecord":
+        positionwise, baseline = data["positionwise"], data.get("baseline")
+        return cls(
+            data["schema_version"], data.get("row_stats"), data["created"], data["package_version"],
+            data["rows_dir"], data["signature"], data["scorer_signature"], data["config"],
+            ScopeFigures.from_json(data["overall"]),
+            {name: ScopeFigures.from_json(p) for name, p in data["partitions"].items()},
+            Histogram.from_json(data["histogram"]),
+            Positionwise.from_json(positionwise) if positionwise else None,
+            Outliers.from_json(data["outliers"]),
+            Comparison.from_json(baseline) if baseline else None,
+        )
+
