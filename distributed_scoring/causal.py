@@ -35,6 +35,7 @@ import torch
 
 from . import schema as S
 from .config import ModelSpec
+from .schema import LOGP
 from .models import (
     DEFAULT_BATCH_TOKENS,
     ModelLoadError,
@@ -48,7 +49,6 @@ from .models import (
     warn_full_logits,
 )
 
-LOGP = "logp"  # log P(W) including the end term; N_TOKENS (= |W|) and the status columns come from schema
 
 CAUSAL_SCHEMA = pa.schema(
     [

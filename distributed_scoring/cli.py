@@ -11,6 +11,7 @@ from typing import Sequence
 
 from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import DataLossError, UserError
+from .quiet import quiet_transformers
 
 
 def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000) -> None:
@@ -186,7 +187,7 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
-    from .joints import PIVOTS, JointOptions
+    from .joint_stats import PIVOTS, JointOptions
     from .joints_run import SCHEMES
 
     d = JointOptions()
@@ -206,7 +207,7 @@ def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _joints(args: argparse.Namespace) -> int:
-    from .joints import JointOptions
+    from .joint_stats import JointOptions
     from .joints_run import JointsInputs, pairwise_joints
 
     inputs = JointsInputs(tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column,
@@ -302,8 +303,6 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .models import quiet_transformers
-
     quiet_transformers()
     try:
         return args.func(args)

@@ -30,7 +30,7 @@ from . import schema as S
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import UserError
 from .inputs import InputError
-from .joints import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
+from .joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
 from .prepare import Preparer
 from .runner import run

@@ -160,14 +160,6 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
-def quiet_transformers() -> None:
-    """No per-load progress bars or advisory warnings from transformers in logs (CLI, Ray actors)."""
-    import transformers
-
-    transformers.logging.set_verbosity_error()
-    transformers.utils.logging.disable_progress_bar()
-
-
 def resolve_device(device: str) -> torch.device:
     """`auto` is CUDA when present, else CPU; asking for CUDA without one is an error, not a fallback."""
     if device == "auto":
