@@ -14,12 +14,14 @@ from .errors import DataLossError, UserError
 from .quiet import quiet_transformers
 
 
-def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000) -> None:
-    """Which masked LM, where its results go, and how it runs: shared by every scoring command."""
+def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True) -> None:
+    """Which masked LM, where its results go, and how it runs: shared by every scoring command.
+    `variant`: the command computes PLLs, whose masking the variant chooses."""
     p.add_argument("--model", required=True, help="local model folder or Hub id of a masked LM")
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
-    p.add_argument("--variant", choices=VARIANTS, default="original",
-                   help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
+    if variant:
+        p.add_argument("--variant", choices=VARIANTS, default="original",
+                       help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)")
     p.add_argument("--device", choices=DEVICES, default="auto")
@@ -193,7 +195,8 @@ def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
     d = JointOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a text corpus (pairs drawn by --scheme) or one JSONL of given pairs (text, positions: [a, b])")
-    _add_model_arguments(p, shard_rows=50)
+    # No --variant: the paper's conditionals mask exactly the pair (`conditionals.py`), not a PLL's words.
+    _add_model_arguments(p, shard_rows=50, variant=False)
     p.add_argument("--text-column", default="text", help="column holding the text of a corpus (default: text)")
     p.add_argument("--scheme", choices=SCHEMES, default="random",
                    help="two tokens uniformly at random, or two adjacent tokens (ignored for given pairs)")

@@ -100,12 +100,27 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     return summary
 
 
+@dataclass(frozen=True)
+class PairwiseOptions:
+    """What changes a joints run's rows (the scheme is in the workload's name): the seed of the drawn
+    positions, the constructions' options and the vocabulary restriction."""
+
+    seed: int
+    ag_iterations: int
+    hcb_pivot: str | int
+    top_k: int | None
+
+    @classmethod
+    def of(cls, seed: int, options: JointOptions, top_k: int | None) -> "PairwiseOptions":
+        return cls(seed, options.ag_iterations, options.pivot, top_k)
+
+
 def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
                     batch_tokens: int | None, top_k: int | None) -> Workload:
     return Workload(
-        f"joints-{scheme}", partial(PairPreparer, model, examples_file, scheme, seed),
+        f"joints-{scheme}", PairwiseOptions.of(seed, options, top_k),
+        partial(PairPreparer, model, examples_file, scheme, seed),
         partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
-        settings={"seed": seed, "ag_iterations": options.ag_iterations, "hcb_pivot": options.pivot, "top_k": top_k},
     )
 
 

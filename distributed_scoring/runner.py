@@ -31,7 +31,7 @@ def claimed(config: RunConfig, workload: Workload,
     out = OutputDir(config.output)
     identities = file_identities(plan)
     with FolderLock(out):
-        run = {"workload": workload.name, **workload.settings, **fingerprint(config, plan), INPUT_FILES: identities}
+        run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities}
         done = out.start(run, overwrite)
         _check_inputs(out, plan, done, config.inputs, identities)
         todo = [shard for shard in plan if shard.key not in done]
