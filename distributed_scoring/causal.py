@@ -35,19 +35,17 @@ import torch
 
 from . import schema as S
 from .config import ModelSpec
-from .schema import LOGP
+from .model_files import ModelLoadError, check_local_folder, max_input_length
 from .models import (
     DEFAULT_BATCH_TOKENS,
-    ModelLoadError,
     autocast_region,
-    check_local_folder,
     head_rows,
     load_pretrained,
-    max_input_length,
     some_keys,
     to_device,
     warn_full_logits,
 )
+from .schema import LOGP
 
 
 CAUSAL_SCHEMA = pa.schema(

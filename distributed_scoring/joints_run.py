@@ -163,7 +163,7 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
 def _sampled_examples(inputs: JointsInputs, model: ModelSpec) -> list[dict]:
     """`examples` scorable sentences (read, and at least two non-special tokens: never a blank line),
     uniformly at random (reservoir sampling), in id order."""
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     preparer = Preparer(*load_tokenizer(model))
     spec = InputSpec(inputs.paths, inputs.text_column, shard_rows=10_000)
@@ -211,7 +211,7 @@ class PairPreparer:
     """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
-        from .models import load_tokenizer
+        from .model_files import load_tokenizer
 
         self.preparer = Preparer(*load_tokenizer(model))
         self.scheme, self.seed = scheme, seed

@@ -90,7 +90,7 @@ def check_models(model: ModelSpec | None, causal_model: ModelSpec | None) -> Non
     """Every model the run needs loads its configuration and tokenizer, before any scoring: a bad
     `--causal-model` must not wait for the whole masked-LM pass to fail."""
     from .causal import load_causal_parts
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     if model is not None:
         load_tokenizer(model)

@@ -94,7 +94,7 @@ def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = Fa
     The model's configuration and tokenizer are loaded here first, so a model that cannot be used
     stops the run before any file is written (on Ray, actors would only fail later, one by one).
     """
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)

@@ -63,7 +63,7 @@ class CausalOptions:
 
 
 def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
     from .prepare import Preparer
 
     tokenizer, max_length = load_tokenizer(model)
