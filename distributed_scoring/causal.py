@@ -35,20 +35,18 @@ import torch
 
 from . import schema as S
 from .config import ModelSpec
+from .model_files import ModelLoadError, check_local_folder, max_input_length
 from .models import (
     DEFAULT_BATCH_TOKENS,
-    ModelLoadError,
     autocast_region,
-    check_local_folder,
     head_rows,
     load_pretrained,
-    max_input_length,
     some_keys,
     to_device,
     warn_full_logits,
 )
+from .schema import LOGP
 
-LOGP = "logp"  # log P(W) including the end term; N_TOKENS (= |W|) and the status columns come from schema
 
 CAUSAL_SCHEMA = pa.schema(
     [

@@ -12,14 +12,17 @@ from typing import Sequence
 
 from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import DataLossError, UserError
+from .quiet import quiet_transformers
 
 
-def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000) -> None:
-    """Which masked LM, where its results go, and how it runs: shared by every scoring command."""
+def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True) -> None:
+    """Which masked LM, where its results go, and how it runs: shared by every scoring command.
+    `variant`: the command computes PLLs, whose masking the variant chooses."""
     p.add_argument("--model", required=True, help="local model folder or Hub id of a masked LM")
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
-    p.add_argument("--variant", choices=VARIANTS, default="original",
-                   help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
+    if variant:
+        p.add_argument("--variant", choices=VARIANTS, default="original",
+                       help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)")
     p.add_argument("--device", choices=DEVICES, default="auto")
@@ -187,13 +190,14 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
-    from .joints import PIVOTS, JointOptions
+    from .joint_stats import PIVOTS, JointOptions
     from .joints_run import SCHEMES
 
     d = JointOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="a text corpus (pairs drawn by --scheme) or one JSONL of given pairs (text, positions: [a, b])")
-    _add_model_arguments(p, shard_rows=50)
+    # No --variant: the paper's conditionals mask exactly the pair (`conditionals.py`), not a PLL's words.
+    _add_model_arguments(p, shard_rows=50, variant=False)
     p.add_argument("--text-column", default="text", help="column holding the text of a corpus (default: text)")
     p.add_argument("--scheme", choices=SCHEMES, default="random",
                    help="two tokens uniformly at random, or two adjacent tokens (ignored for given pairs)")
@@ -207,7 +211,7 @@ def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _joints(args: argparse.Namespace) -> int:
-    from .joints import JointOptions
+    from .joint_stats import JointOptions
     from .joints_run import JointsInputs, pairwise_joints
 
     inputs = JointsInputs(tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column,
@@ -303,8 +307,6 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from .models import quiet_transformers
-
     quiet_transformers()
     # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,
     # anything else printed there (Ray streams its workers' and raylets' messages to stdout) goes to stderr.

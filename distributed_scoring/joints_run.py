@@ -30,7 +30,7 @@ from . import schema as S
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import UserError
 from .inputs import InputError
-from .joints import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
+from .joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from .output import ROWS_DIR, SUMMARY_FILE, OutputDir
 from .prepare import Preparer
 from .runner import run
@@ -100,12 +100,27 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     return summary
 
 
+@dataclass(frozen=True)
+class PairwiseOptions:
+    """What changes a joints run's rows (the scheme is in the workload's name): the seed of the drawn
+    positions, the constructions' options and the vocabulary restriction."""
+
+    seed: int
+    ag_iterations: int
+    hcb_pivot: str | int
+    top_k: int | None
+
+    @classmethod
+    def of(cls, seed: int, options: JointOptions, top_k: int | None) -> "PairwiseOptions":
+        return cls(seed, options.ag_iterations, options.pivot, top_k)
+
+
 def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
                     batch_tokens: int | None, top_k: int | None) -> Workload:
     return Workload(
-        f"joints-{scheme}", partial(PairPreparer, model, examples_file, scheme, seed),
+        f"joints-{scheme}", PairwiseOptions.of(seed, options, top_k),
+        partial(PairPreparer, model, examples_file, scheme, seed),
         partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
-        settings={"seed": seed, "ag_iterations": options.ag_iterations, "hcb_pivot": options.pivot, "top_k": top_k},
     )
 
 
@@ -148,7 +163,7 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
 def _sampled_examples(inputs: JointsInputs, model: ModelSpec) -> list[dict]:
     """`examples` scorable sentences (read, and at least two non-special tokens: never a blank line),
     uniformly at random (reservoir sampling), in id order."""
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     preparer = Preparer(*load_tokenizer(model))
     spec = InputSpec(inputs.paths, inputs.text_column, shard_rows=10_000)
@@ -196,7 +211,7 @@ class PairPreparer:
     """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
-        from .models import load_tokenizer
+        from .model_files import load_tokenizer
 
         self.preparer = Preparer(*load_tokenizer(model))
         self.scheme, self.seed = scheme, seed

@@ -22,9 +22,11 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
-import torch
+if TYPE_CHECKING:
+    import torch
+
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +113,7 @@ def _save_fast_tokenizer(tokenizer_object, dest: Path, max_length: int, specials
 
 def convert_antiberty(archive: Path, dest: Path) -> None:
     """AntiBERTy: BERT (8 layers, hidden 512) over single residues, [CLS]/[SEP] around the chain."""
+    import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -156,6 +159,7 @@ def _sapiens_state(fairseq: dict, n_layers: int) -> dict:
 
 def convert_sapiens(archive: Path, dest: Path, chain: str) -> None:
     """Sapiens heavy (vh) or light (vl) chain model: a small fairseq RoBERTa, `<s>` residues `</s>`."""
+    import torch
     from tokenizers import Tokenizer, models, pre_tokenizers, processors
     from transformers import RobertaConfig, RobertaForMaskedLM
 
@@ -190,6 +194,7 @@ def convert_sapiens(archive: Path, dest: Path, chain: str) -> None:
 
 def convert_rxnmapper(archive: Path, dest: Path) -> None:
     """rxnmapper's ALBERT over reaction SMILES; the tokenizer splits SMILES with the package's own regex."""
+    import torch
     from tokenizers import Regex, Tokenizer, models, pre_tokenizers, processors
     from transformers import AlbertConfig, AlbertForMaskedLM
 

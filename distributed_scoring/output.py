@@ -16,12 +16,13 @@ Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarr
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import logging
 import posixpath
 import uuid
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -53,10 +54,23 @@ def part_name(key: str) -> str:
     return f"part-{key}.parquet"
 
 
-def fingerprint(config: RunConfig, plan: Iterable[Shard]) -> dict:
-    """What must match for a rerun to resume into the same folder (not batch size or device)."""
+# Field metadata of a workload option added after runs were written: it enters the fingerprint only when
+# it differs from its default, so folders written before it existed still resume.
+ADDED_LATER = {"fingerprint": "when set"}
+
+
+def option_values(options: Any) -> dict:
+    """A workload's options (a frozen dataclass) as its fingerprint records them."""
+    later = {f.name: f.default for f in dataclasses.fields(options) if f.metadata.get("fingerprint") == "when set"}
+    return {k: v for k, v in dataclasses.asdict(options).items() if not (k in later and v == later[k])}
+
+
+def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[Shard]) -> dict:
+    """What must match for a rerun to resume into the same folder: the workload's name and options, the
+    model and the input's identity (not batch size or device, which do not change the results)."""
     plan_digest = hashlib.sha256("\n".join(f"{s.key} {s.rows}" for s in plan).encode()).hexdigest()
-    return {
+    run = {
+        "workload": workload,
         "inputs": list(config.inputs.paths),
         "text_column": config.inputs.text_column,
         "id_column": config.inputs.id_column,
@@ -66,11 +80,11 @@ def fingerprint(config: RunConfig, plan: Iterable[Shard]) -> dict:
         "model": config.model.name,
         "revision": config.model.revision,
         "dtype": config.model.dtype,
-        "variant": config.scoring.variant,
-        "per_token": config.scoring.per_token,
-        "word_scores": config.scoring.word_scores,
         "plan": plan_digest,
     }
+    values = option_values(options)
+    assert not set(values) & set(run), f"options of {workload} shadow the run's own keys: {set(values) & set(run)}"
+    return {**run, **values}
 
 
 class OutputDir:
@@ -132,9 +146,12 @@ class OutputDir:
         changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
         if changed:
             edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
+            unknown = [k for k in changed if k not in run]
             raise OutputError(
                 f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
                 + (f"; changed since: {', '.join(edited)}" if edited else "")
+                + (f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
+                   "workload or an older dscore" if unknown else "")
                 + "); use another --output, or pass --overwrite to replace them"
             )
         return self.done_keys()

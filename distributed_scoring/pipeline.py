@@ -26,10 +26,10 @@ import pyarrow as pa
 
 from .config import InputSpec, RayOptions, RunConfig
 from .errors import DataLossError, UserError
-from .models import quiet_transformers
 from .output import OutputDir
 from .progress import Progress
 from .provenance import rows_digest
+from .quiet import quiet_transformers
 from .sources import Shard, read_unit, read_units
 from .workloads import Workload
 

@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from . import schema as S
-from .causal import LOGP
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .nbest import read_nbest, require_references, unique_texts
 from .output import OutputDir
@@ -72,7 +71,7 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     if causal_model is not None:
         config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))
         run(config, causal_workload(causal_model, scoring.batch_tokens), ray, overwrite)
-        causal = _scores(config.output, texts, LOGP, "causal LM")
+        causal = _scores(config.output, texts, S.LOGP, "causal LM")
     seconds = time.monotonic() - started
     result = rescore(dev, test, mlm, causal, options)
     result.report["scoring"] = {
@@ -91,7 +90,7 @@ def check_models(model: ModelSpec | None, causal_model: ModelSpec | None) -> Non
     """Every model the run needs loads its configuration and tokenizer, before any scoring: a bad
     `--causal-model` must not wait for the whole masked-LM pass to fail."""
     from .causal import load_causal_parts
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     if model is not None:
         load_tokenizer(model)

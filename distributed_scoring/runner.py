@@ -31,7 +31,7 @@ def claimed(config: RunConfig, workload: Workload,
     out = OutputDir(config.output)
     identities = file_identities(plan)
     with FolderLock(out):
-        run = {"workload": workload.name, **workload.settings, **fingerprint(config, plan), INPUT_FILES: identities}
+        run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities}
         done = out.start(run, overwrite)
         _check_inputs(out, plan, done, config.inputs, identities)
         todo = [shard for shard in plan if shard.key not in done]
@@ -94,7 +94,7 @@ def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = Fa
     The model's configuration and tokenizer are loaded here first, so a model that cannot be used
     stops the run before any file is written (on Ray, actors would only fail later, one by one).
     """
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)

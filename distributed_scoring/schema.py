@@ -36,6 +36,7 @@ PPPL_WORD = "pppl_word"
 TOKENS = "tokens"
 TOKEN_LOGPROBS = "token_logprobs"
 WORD_SCORES = "word_scores"
+LOGP = "logp"  # causal LM: log P(W) including the end term (N_TOKENS = |W|)
 
 READ_FIELDS = [
     pa.field(ID, pa.string(), nullable=False),

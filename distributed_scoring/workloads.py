@@ -1,9 +1,11 @@
 """What runs on each shard: a workload's prepare and score stages, built once per worker.
 
 Both executions (in-process in `runner.py`, Ray actors in `pipeline.py`) take a `Workload`, so a new
-kind of scoring (PLL, causal-LM log-probabilities, pairwise joints) brings its two stage factories and
-reuses reading, sharding, writing, resume and fault tolerance unchanged. Factories must be picklable
-(module-level functions and `functools.partial` of them), since Ray ships them to its workers.
+kind of scoring (PLL, causal-LM log-probabilities, pairwise joints) brings its name, its options
+dataclass and its two stage factories, and reuses reading, sharding, writing, resume and fault
+tolerance unchanged: the run's fingerprint comes from the name and options (`output.fingerprint`).
+Factories must be picklable (module-level functions and `functools.partial` of them), since Ray ships
+them to its workers.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Callable, Protocol
 import pyarrow as pa
 
 from .config import ModelSpec, ScoringOptions
+from .output import ADDED_LATER
 
 
 class ShardScorer(Protocol):
@@ -27,20 +30,40 @@ class ShardScorer(Protocol):
 
 @dataclass(frozen=True)
 class Workload:
-    """`name` enters the run's fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources);
-    `rows_per_input` is how many output rows each input row becomes (the no-loss check counts them);
-    `settings` are the workload's own options that change its results (they enter the fingerprint)."""
+    """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
+    fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources); `rows_per_input` is how
+    many output rows each input row becomes (the no-loss check counts them)."""
 
     name: str
+    options: Any
     make_preparer: Callable[[], Callable[[pa.Table], pa.Table]]
     make_scorer: Callable[[], ShardScorer]
     device: str
     rows_per_input: int = 1
-    settings: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PLLOptions:
+    """What changes a PLL run's rows: the masking variant, the optional columns, per-residue splitting
+    (added later, so it enters the fingerprint only when set). Batch size is not one of them."""
+
+    variant: str
+    per_token: bool
+    word_scores: bool
+    split_chars: bool = field(default=False, metadata=ADDED_LATER)
+
+    @classmethod
+    def of(cls, scoring: ScoringOptions) -> "PLLOptions":
+        return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars)
+
+
+@dataclass(frozen=True)
+class CausalOptions:
+    """A causal LM's log P(W) has no option yet: the model and its boundary tokens settle it."""
 
 
 def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
-    from .models import load_tokenizer
+    from .model_files import load_tokenizer
     from .prepare import Preparer
 
     tokenizer, max_length = load_tokenizer(model)
@@ -54,11 +77,9 @@ def _pll_scorer(model: ModelSpec, scoring: ScoringOptions) -> Any:
 
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
-    """Masked-LM pseudo-log-likelihoods (`dscore score`). `split_chars` enters the fingerprint only when
-    set, so folders of runs without it still resume."""
-    settings = {"split_chars": True} if scoring.split_chars else {}
-    return Workload("pll", partial(_pll_preparer, model, scoring.split_chars), partial(_pll_scorer, model, scoring),
-                    model.device, settings=settings)
+    """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
+    return Workload("pll", PLLOptions.of(scoring), partial(_pll_preparer, model, scoring.split_chars),
+                    partial(_pll_scorer, model, scoring), model.device)
 
 
 def _unchanged() -> Callable[[pa.Table], pa.Table]:
@@ -80,4 +101,4 @@ def causal_workload(model: ModelSpec, batch_tokens: int | None = None) -> Worklo
 
     Its tokenisation depends on the loaded LM's boundary tokens, so it runs in the score stage.
     """
-    return Workload("causal", _unchanged, partial(_causal_scorer, model, batch_tokens), model.device)
+    return Workload("causal", CausalOptions(), _unchanged, partial(_causal_scorer, model, batch_tokens), model.device)

@@ -13,7 +13,7 @@ from distributed_scoring import causal
 from distributed_scoring import schema as S
 from distributed_scoring.causal import CausalEngine, encode, load_causal_lm, pack
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.models import ModelLoadError
+from distributed_scoring.model_files import ModelLoadError
 
 TEXTS = tiny.CORPUS[:6] + ["the", "Colourless green ideas sleep", "café crème"]
 # 24 is below every sentence's length (one sentence per pass), 120 packs a few, 10**6 packs all.

@@ -223,3 +223,10 @@ def test_split_chars_scores_one_token_per_residue_and_enters_the_fingerprint(tmp
     assert row[S.N_TOKENS] == row[S.N_WORDS] == len(row[S.WORD_SCORES]) == 4 and row[S.N_UNKNOWN] == 0
     rc, _, err = score(capsys, text, "--model", model, "--output", out, "--per-token", "--word-scores")
     assert rc == 2 and "split_chars" in err  # a resume without the option would mix tokenisations
+
+
+def test_joints_has_no_variant_flag(tmp_path, capsys):
+    """The joints' conditionals mask exactly the pair; a PLL masking variant would be silently ignored."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["joints", "corpus.txt", "--model", "m", "--output", str(tmp_path), "--variant", "word_l2r"])
+    assert exit_.value.code == 2 and "--variant" in capsys.readouterr().err

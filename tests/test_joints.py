@@ -18,14 +18,11 @@ import torch
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
+from distributed_scoring.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
 from distributed_scoring.joints import (
-    CONSTRUCTIONS,
-    JointOptions,
-    JointStats,
     ag_joint,
     conditional_kls,
     construct,
-    corpus_stats,
     normalise,
     pair_metrics,
     score_pair,

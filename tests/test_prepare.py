@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.models import load_tokenizer
+from distributed_scoring.model_files import load_tokenizer
 from distributed_scoring.prepare import PROBE_CHARS_PER_TOKEN, Preparer, prepare_encoding
 
 

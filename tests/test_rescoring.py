@@ -333,7 +333,7 @@ def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
     tables into mappings with `text_scores`, and rescore; the component columns carry those scores."""
     from distributed_scoring.causal import LOGP, CausalEngine, load_causal_lm
     from distributed_scoring.config import ModelSpec, ScoringOptions
-    from distributed_scoring.models import load_tokenizer
+    from distributed_scoring.model_files import load_tokenizer
     from distributed_scoring.prepare import Preparer
     from distributed_scoring.scorer import Scorer
 

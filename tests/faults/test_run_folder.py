@@ -236,3 +236,46 @@ def test_the_cli_refuses_a_locked_folder_in_one_line(run, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dscore: error: ") and "pid 4242 on gpu-node-7" in err and len(err.splitlines()) == 1
+
+
+# The fingerprint: the workload's name and options, the model, the input's identity.
+
+PLL_RUN_KEYS = {"workload", "inputs", "text_column", "id_column", "shard_rows", "partition_column",
+                "partition_by_file", "model", "revision", "dtype", "variant", "per_token", "word_scores", "plan",
+                "input_files"}
+
+
+def test_a_pll_folder_records_what_earlier_versions_did(run):
+    """Folders written before the options dataclasses keep resuming: same keys, split_chars only when set."""
+    _, out = run
+    recorded = json.loads((out / "_run.json").read_text())
+    assert set(recorded) == PLL_RUN_KEYS and recorded["workload"] == "pll" and recorded["variant"] == "original"
+
+
+def test_each_workload_fingerprints_its_own_options_only(tmp_path):
+    from distributed_scoring.joint_stats import JointOptions
+    from distributed_scoring.joints_run import joints_workload
+    from distributed_scoring.output import fingerprint
+    from distributed_scoring.sources import plan_shards
+    from distributed_scoring.workloads import causal_workload
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("a b\n")
+    config = RunConfig(InputSpec((str(corpus),)), ModelSpec("m"), output=str(tmp_path / "out"))
+    plan = plan_shards(config.inputs)
+    causal = causal_workload(config.model, batch_tokens=64)
+    joints = joints_workload(config.model, "x.parquet", "random", 3, JointOptions(pivot="gold"), None, 8)
+    common = PLL_RUN_KEYS - {"variant", "per_token", "word_scores", "input_files"}
+    assert set(fingerprint(causal.name, causal.options, config, plan)) == common
+    recorded = fingerprint(joints.name, joints.options, config, plan)
+    assert recorded == {**recorded, "workload": "joints-random", "seed": 3, "hcb_pivot": "gold", "top_k": 8,
+                        "ag_iterations": 50}
+    assert set(recorded) == common | {"seed", "hcb_pivot", "top_k", "ag_iterations"}
+
+
+def test_a_folder_recording_options_this_workload_lacks_is_refused_clearly(run):
+    config, out = run
+    recorded = json.loads((out / "_run.json").read_text())
+    (out / "_run.json").write_text(json.dumps({**recorded, "beam": 4}))
+    with pytest.raises(OutputError, match="differs in: beam.*records beam, which this workload does not have"):
+        score(config)
