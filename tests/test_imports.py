@@ -38,12 +38,3 @@ def test_the_workflow_modules_are_all_checked():
 @pytest.mark.parametrize("module", DRIVER_MODULES)
 def test_importing_a_driver_module_leaves_torch_out(module):
     assert not _imports_torch(f"import distributed_scoring.{module}")
-
-
-def test_the_driver_checks_of_a_score_run_leave_torch_out(tiny_model_dir):
-    """What `dscore score` loads on the driver before any scoring: the model's configuration and tokenizer."""
-    if _imports_torch("import transformers.configuration_utils"):
-        pytest.skip("this transformers imports torch with its configuration classes (5.x: modeling_rope_utils)")
-    spec = f"ModelSpec({str(tiny_model_dir('bert'))!r})"
-    assert not _imports_torch("from distributed_scoring.config import ModelSpec\n"
-                              f"from distributed_scoring.model_files import load_tokenizer\nload_tokenizer({spec})")
