@@ -107,7 +107,8 @@ def run_fitting(
         budget.halve()
         logger.warning("out of memory on a batch of %d rows; token budget halved to %d", rows, budget.tokens)
         split = TokenBudget(min(budget.tokens, rows * lengths[batch[0].group] // 2))
-        return [done for part in _repack(batch, lengths, split) for done in run_fitting(part, lengths, budget, forward, out_of_memory)]
+        parts = _repack(batch, lengths, split)
+        return [done for part in parts for done in run_fitting(part, lengths, budget, forward, out_of_memory)]
 
 
 def _repack(batch: list[Piece], lengths: Sequence[int], budget: TokenBudget) -> Iterator[list[Piece]]:
