@@ -95,20 +95,21 @@ def run_fitting(
 
     On an out-of-memory error the budget is halved and the batch is re-packed under at most half its
     own tokens (so it always splits) and retried part by part; a single row that does not fit re-raises.
-    `forward` must leave no trace of a failed call, since its rows are run again.
+    `forward` may run the same rows again after it failed, so it must hand nothing out before it returns.
     """
+    rows = rows_of(batch)
     try:
         return [(batch, forward(batch))]
     except out_of_memory.error:
-        rows = rows_of(batch)
         if rows == 1:
             raise
-        out_of_memory.release()
-        budget.halve()
-        logger.warning("out of memory on a batch of %d rows; token budget halved to %d", rows, budget.tokens)
-        split = TokenBudget(min(budget.tokens, rows * lengths[batch[0].group] // 2))
-        parts = _repack(batch, lengths, split)
-        return [done for part in parts for done in run_fitting(part, lengths, budget, forward, out_of_memory)]
+    # Retried outside the handler: the traceback would keep the failed pass's tensors alive.
+    out_of_memory.release()
+    budget.halve()
+    logger.warning("out of memory on a batch of %d rows; token budget halved to %d", rows, budget.tokens)
+    split = TokenBudget(min(budget.tokens, rows * lengths[batch[0].group] // 2))
+    parts = _repack(batch, lengths, split)
+    return [done for part in parts for done in run_fitting(part, lengths, budget, forward, out_of_memory)]
 
 
 def _repack(batch: list[Piece], lengths: Sequence[int], budget: TokenBudget) -> Iterator[list[Piece]]:
