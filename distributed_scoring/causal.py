@@ -26,6 +26,7 @@ slower).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -33,10 +34,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
+from . import packing
 from . import schema as S
 from .config import ModelSpec
 from .model_files import ModelLoadError, check_local_folder, max_input_length
 from .models import (
+    CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
     autocast_region,
     head_rows,
@@ -46,6 +49,7 @@ from .models import (
     warn_full_logits,
 )
 from .schema import LOGP
+from .packing import Piece, TokenBudget, run_fitting
 
 
 CAUSAL_SCHEMA = pa.schema(
@@ -227,15 +231,12 @@ def encode(lm: CausalLM, texts: Sequence[str]) -> list[np.ndarray | str]:
 
 def pack(lengths: Sequence[int], batch_tokens: int) -> list[np.ndarray]:
     """Indices of the sequences of each forward pass, longest first; rows x width <= budget (>= 1 row)."""
-    order = np.argsort(-np.asarray(lengths), kind="stable")
-    batches: list[np.ndarray] = []
-    start = 0
-    while start < len(order):
-        width = lengths[order[start]]  # longest first: the first sequence sets the batch's width
-        rows = max(1, batch_tokens // width)
-        batches.append(order[start : start + rows])
-        start += rows
-    return batches
+    return [_indices(batch) for batch in packing.pack(lengths, [1] * len(lengths), TokenBudget(batch_tokens))]
+
+
+def _indices(batch: list[Piece]) -> np.ndarray:
+    """The sequences of a batch of `packing` pieces: each sequence is a group of one row."""
+    return np.array([piece.group for piece in batch], dtype=np.int64)
 
 
 class CausalEngine:
@@ -243,7 +244,7 @@ class CausalEngine:
 
     def __init__(self, lm: CausalLM, batch_tokens: int | None = None) -> None:
         self.lm = lm
-        self.batch_tokens = batch_tokens or lm.default_batch_tokens()
+        self.budget = TokenBudget(batch_tokens or lm.default_batch_tokens())
 
     def score_texts(self, texts: Sequence[str]) -> pa.Table:
         """One `CAUSAL_SCHEMA` row per text: log P(W) and |W|, or an error row (blank, too long)."""
@@ -265,16 +266,23 @@ class CausalEngine:
         """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64)."""
         out: list[np.ndarray] = [np.empty(0)] * len(sequences)
         lengths = [len(s) for s in sequences]
-        for batch in pack(lengths, self.batch_tokens):
-            width = lengths[batch[0]]
-            input_ids = np.full((len(batch), width), self.lm.pad_id, dtype=np.int64)  # (B, T)
-            for row, index in enumerate(batch):
-                input_ids[row, : lengths[index]] = sequences[index]
-            batch_lengths = np.array([lengths[i] for i in batch])
-            flat = self.forward(input_ids, batch_lengths).double().cpu().numpy()  # (R,), R = sum(L_b - 1)
-            for index, values in zip(batch, np.split(flat, np.cumsum(batch_lengths - 1)[:-1])):
-                out[index] = values
+        score = partial(self._score, sequences)
+        for pieces in packing.pack(lengths, [1] * len(lengths), self.budget):
+            for part, flat in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+                batch = _indices(part)
+                ends = np.cumsum([lengths[i] - 1 for i in batch])[:-1]
+                for index, values in zip(batch, np.split(flat, ends)):
+                    out[index] = values
         return out
+
+    def _score(self, sequences: Sequence[np.ndarray], pieces: list[Piece]) -> np.ndarray:
+        """(R,) float64 log-probabilities of the batch's sequences, concatenated, R = sum(L_b - 1)."""
+        batch = _indices(pieces)
+        lengths = np.array([len(sequences[i]) for i in batch])  # (B,)
+        input_ids = np.full((len(batch), lengths[0]), self.lm.pad_id, dtype=np.int64)  # (B, T)
+        for row, index in enumerate(batch):
+            input_ids[row, : lengths[row]] = sequences[index]
+        return self.forward(input_ids, lengths).double().cpu().numpy()
 
     @torch.inference_mode()
     def forward(self, input_ids: np.ndarray, lengths: np.ndarray) -> torch.Tensor:

@@ -13,7 +13,7 @@ v = [MASK] rows of the unary tables and an example costs 2|V| passes, not 2|V| +
 
 All rows of an example have the example's length and differ from one base (both positions masked) at one
 position only, so they are built by one scatter and packed without padding between them; examples are
-sorted longest first and packed under a token budget (rows x padded length) as in `masking.pack`, an
+sorted longest first and packed under a token budget (rows x padded length) by `packing.pack`, an
 example's rows running over as many batches as the budget needs. Each row needs the vocabulary
 projection at one position only: the encoder runs once per batch, one hidden state per row is gathered,
 and the LM head runs on those rows (`MaskedLM.logits_at`), in chunks that bound rows x |V|, in float32
@@ -28,14 +28,16 @@ distribution is renormalised over the candidates; exact values are the default.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Iterator, Sequence
 
 import numpy as np
 import torch
 
 from .errors import UserError
-from .models import MaskedLM
+from .models import CUDA_OUT_OF_MEMORY, MaskedLM
+from .packing import Piece, TokenBudget, pack, run_fitting
 
 
 @dataclass(frozen=True)
@@ -124,7 +126,6 @@ class _Block:
     values: np.ndarray  # (R,) token ids put at `other`, one per row
     keep: torch.Tensor | None  # (K,) token ids kept from the logits, on the device
     table: torch.Tensor | None = None  # (R, K)
-    filled: int = 0
 
     def write(self, start: int, logits: torch.Tensor) -> None:
         """Store the logits (n, V) of rows start..start+n."""
@@ -132,11 +133,6 @@ class _Block:
         if self.table is None:
             self.table = torch.empty((len(self.values), rows.shape[1]), dtype=rows.dtype, device=rows.device)
         self.table[start : start + len(rows)] = rows
-        self.filled += len(rows)
-
-    @property
-    def done(self) -> bool:
-        return self.filled == len(self.values)
 
     def take(self) -> torch.Tensor:
         """The complete table, released from the block so that it lives no longer than its user needs."""
@@ -151,12 +147,6 @@ class _Segment:
     block: _Block
     start: int
     end: int
-
-
-@dataclass
-class _Batch:
-    segments: list[_Segment] = field(default_factory=list)
-    rows: int = 0
 
 
 # Peak memory of exact joints, in |V| x |V| tables of the head dtype: the examples in flight, then the
@@ -175,7 +165,7 @@ class ConditionalsEngine:
         if top_k is not None and top_k < 1:
             raise UserError(f"top_k must be positive or None (the whole vocabulary), got {top_k}")
         self.mlm = mlm
-        self.batch_tokens = batch_tokens or mlm.default_batch_tokens()
+        self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
         self.top_k = top_k
         self.vocab_size = int(mlm.model.config.vocab_size)
         if top_k is None:
@@ -267,12 +257,20 @@ class ConditionalsEngine:
         lengths = [len(pairs[block.example].input_ids) for block in blocks]
         bases = [self._both_masked(pair) for pair in pairs]
         half_done: set[int] = set()
-        for batch in _pack(blocks, lengths, self.batch_tokens):
-            chunks = self._forward(*_build(batch, bases, self.mlm.pad_token_id))
-            for block in _scatter(batch.segments, chunks):
-                if block.example in half_done:
-                    yield block.example
-                half_done.add(block.example)
+        fill = partial(self._fill, blocks, bases)
+        for pieces in pack(lengths, [len(block.values) for block in blocks], self.budget):
+            for _, completed in run_fitting(pieces, lengths, self.budget, fill, CUDA_OUT_OF_MEMORY):
+                for block in completed:
+                    if block.example in half_done:
+                        yield block.example
+                    half_done.add(block.example)
+
+    def _fill(self, blocks: list[_Block], bases: list[np.ndarray], pieces: list[Piece]) -> list[_Block]:
+        """Write the rows of `pieces` (a group is a block) into their blocks' tables; return the blocks
+        this completed. Nothing is handed out before the whole batch has run, so a batch that runs out
+        of memory half-way is simply written again."""
+        segments = [_Segment(blocks[p.group], p.start, p.end) for p in pieces]
+        return list(_scatter(segments, self._forward(*_build(segments, bases, self.mlm.pad_token_id))))
 
     def _both_masked(self, pair: Pair) -> np.ndarray:
         ids = np.array(pair.input_ids, dtype=np.int64)
@@ -312,7 +310,8 @@ def _position(ids: np.ndarray, token_id: int) -> int:
 
 
 def _scatter(segments: list[_Segment], chunks: Iterator[torch.Tensor]) -> Iterator[_Block]:
-    """Hand each segment its rows of the batch's logits (chunks in row order); yield completed blocks."""
+    """Hand each segment its rows of the batch's logits (chunks in row order); yield each block whose
+    last row this wrote (a block's rows are written in order, over one or more batches)."""
     pending = iter(segments)
     segment, offset = next(pending), 0
     for logits in chunks:
@@ -321,40 +320,23 @@ def _scatter(segments: list[_Segment], chunks: Iterator[torch.Tensor]) -> Iterat
             segment.block.write(segment.start + offset, logits[:take])
             logits, offset = logits[take:], offset + take
             if segment.start + offset == segment.end:
-                if segment.block.done:
+                if segment.end == len(segment.block.values):
                     yield segment.block
                 segment, offset = next(pending, None), 0
 
 
-def _pack(blocks: list[_Block], lengths: list[int], batch_tokens: int) -> Iterator[_Batch]:
-    """Longest first; a batch's first (longest) row sets its width; a block may span several batches."""
-    order = sorted(range(len(blocks)), key=lambda i: -lengths[i])
-    batch, capacity = _Batch(), 0
-    for index in order:
-        block, start = blocks[index], 0
-        while start < len(block.values):
-            if not batch.segments:
-                capacity = max(1, batch_tokens // lengths[index])
-            take = min(capacity - batch.rows, len(block.values) - start)
-            batch.segments.append(_Segment(block, start, start + take))
-            batch.rows += take
-            start += take
-            if batch.rows == capacity:
-                yield batch
-                batch = _Batch()
-    if batch.segments:
-        yield batch
-
-
-def _build(batch: _Batch, bases: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _build(
+    segments: list[_Segment], bases: list[np.ndarray], pad_id: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input_ids (B, T), attention_mask (B, T), positions (B,)): each row its example's both-masked
     base with one value put at the block's other position."""
-    width = max(len(bases[s.block.example]) for s in batch.segments)
-    input_ids = np.full((batch.rows, width), pad_id, dtype=np.int64)
-    attention = np.zeros((batch.rows, width), dtype=np.int64)
-    positions = np.empty(batch.rows, dtype=np.int64)
+    n_rows = sum(s.end - s.start for s in segments)
+    width = max(len(bases[s.block.example]) for s in segments)
+    input_ids = np.full((n_rows, width), pad_id, dtype=np.int64)
+    attention = np.zeros((n_rows, width), dtype=np.int64)
+    positions = np.empty(n_rows, dtype=np.int64)
     row = 0
-    for s in batch.segments:
+    for s in segments:
         base, n = bases[s.block.example], s.end - s.start
         input_ids[row : row + n, : len(base)] = base
         input_ids[row : row + n, s.block.other] = s.block.values[s.start : s.end]

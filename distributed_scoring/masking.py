@@ -2,9 +2,8 @@
 
 A sentence of length L with n scored tokens becomes n copies of length L, copy k masking target k
 (and, in the `word_l2r` variant, the later pieces of the same word). Copies of many sentences share a
-forward pass: sentences are sorted by length, longest first, so every batch pads to nearly its own
-length, and a sentence whose copies exceed the budget is split over several batches. The budget bounds
-rows x padded length; a batch always holds at least one row.
+forward pass, packed by `packing.pack` (a sentence is a group of rows: longest first, a sentence's
+copies may run over several batches, rows x padded length within the budget).
 """
 
 from __future__ import annotations
@@ -13,6 +12,9 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
+
+from . import packing
+from .packing import Piece, TokenBudget, rows_of
 
 
 @dataclass(frozen=True)
@@ -37,14 +39,6 @@ class MaskedBatch:
 
     def __len__(self) -> int:
         return len(self.positions)
-
-    def halves(self) -> tuple["MaskedBatch", "MaskedBatch"]:
-        """The first and second half of the rows (for retrying a batch that ran out of memory)."""
-        middle = len(self) // 2
-        return tuple(MaskedBatch(*(a[part] for a in self.astuple())) for part in (slice(None, middle), slice(middle, None)))
-
-    def astuple(self) -> tuple[np.ndarray, ...]:
-        return (self.input_ids, self.attention_mask, self.positions, self.labels, self.sentence, self.slot)
 
 
 def mask_matrix(sentence: Sentence, variant: str) -> np.ndarray:
@@ -72,39 +66,27 @@ def pack(
     pad_id: int,
 ) -> Iterator[MaskedBatch]:
     """Yield batches covering every (sentence, target) exactly once."""
-    order = sorted(range(len(sentences)), key=lambda i: -len(sentences[i].input_ids))
-    pending: list[tuple[int, int, int]] = []  # (sentence index, first target, end target)
-    rows = 0
-    width = 0
-    capacity = 0
-    for index in order:
-        n_targets = len(sentences[index].targets)
-        length = len(sentences[index].input_ids)
-        start = 0
-        while start < n_targets:
-            if not pending:
-                width = length  # longest first: the first sentence of a batch sets its width
-                capacity = max(1, batch_tokens // width)
-            take = min(capacity - rows, n_targets - start)
-            pending.append((index, start, start + take))
-            rows += take
-            start += take
-            if rows == capacity:
-                yield _build(sentences, pending, width, variant, mask_id, pad_id)
-                pending, rows = [], 0
-    if pending:
-        yield _build(sentences, pending, width, variant, mask_id, pad_id)
+    lengths, counts = shape_of(sentences)
+    for pieces in packing.pack(lengths, counts, TokenBudget(batch_tokens)):
+        yield build(sentences, pieces, variant, mask_id, pad_id)
 
 
-def _build(
+def shape_of(sentences: Sequence[Sentence]) -> tuple[list[int], list[int]]:
+    """(length, number of masked copies) of each sentence: the groups `packing.pack` takes."""
+    return [len(s.input_ids) for s in sentences], [len(s.targets) for s in sentences]
+
+
+def build(
     sentences: Sequence[Sentence],
-    pieces: list[tuple[int, int, int]],
-    width: int,
+    pieces: list[Piece],
     variant: str,
     mask_id: int,
     pad_id: int,
 ) -> MaskedBatch:
-    n_rows = sum(end - start for _, start, end in pieces)
+    """The masked copies of `pieces` (a group is a sentence, a row one of its targets), padded to the
+    first (longest) sentence."""
+    n_rows = rows_of(pieces)
+    width = len(sentences[pieces[0].group].input_ids)
     input_ids = np.full((n_rows, width), pad_id, dtype=np.int64)
     attention = np.zeros((n_rows, width), dtype=np.int64)
     positions = np.empty(n_rows, dtype=np.int64)
@@ -112,16 +94,16 @@ def _build(
     sentence_of = np.empty(n_rows, dtype=np.int64)
     slot = np.empty(n_rows, dtype=np.int64)
     row = 0
-    for index, start, end in pieces:
-        s = sentences[index]
+    for piece in pieces:
+        s, copies = sentences[piece.group], slice(piece.start, piece.end)
         length = len(s.input_ids)
-        block = slice(row, row + end - start)
-        masked = mask_matrix(s, variant)[start:end]  # (k, L)
+        block = slice(row, row + piece.rows)
+        masked = mask_matrix(s, variant)[copies]  # (k, L)
         input_ids[block, :length] = np.where(masked, mask_id, s.input_ids[None, :])
         attention[block, :length] = 1
-        positions[block] = s.targets[start:end]
-        labels[block] = s.input_ids[s.targets[start:end]]
-        sentence_of[block] = index
-        slot[block] = np.arange(start, end)
-        row += end - start
+        positions[block] = s.targets[copies]
+        labels[block] = s.input_ids[s.targets[copies]]
+        sentence_of[block] = piece.group
+        slot[block] = np.arange(piece.start, piece.end)
+        row += piece.rows
     return MaskedBatch(input_ids, attention, positions, labels, sentence_of, slot)

@@ -21,12 +21,16 @@ from torch import nn
 
 from .config import ModelSpec
 from .model_files import ModelLoadError, load_error, load_tokenizer
+from .packing import OutOfMemory
 from .versions import versions
 
 logger = logging.getLogger(__name__)
 
 # Default token budget of one forward pass (rows x padded length), per device type.
 DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 65536}
+
+# What every engine catches to halve its budget and retry a batch in parts (see `packing.run_fitting`).
+CUDA_OUT_OF_MEMORY = OutOfMemory(torch.cuda.OutOfMemoryError, torch.cuda.empty_cache)
 
 # Logits computed per LM-head call: bounds the (rows, V) block (256 MB in float32) for large vocabularies.
 HEAD_ELEMENTS = 1 << 26

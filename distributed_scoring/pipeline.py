@@ -360,8 +360,6 @@ def _plan_when_ready(options: RayOptions, device: str, joined: bool) -> StageRes
 
 def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
     """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
-    import ray
-
     with ray_session(options):
         resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)

@@ -8,16 +8,14 @@ log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head st
 
 from __future__ import annotations
 
-import logging
 from typing import Sequence
 
 import numpy as np
 import torch
 
-from .masking import MaskedBatch, Sentence, pack
-from .models import MaskedLM, to_device
-
-logger = logging.getLogger(__name__)
+from .masking import MaskedBatch, Sentence, build, shape_of
+from .models import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
+from .packing import Piece, TokenBudget, pack, run_fitting
 
 
 class PLLEngine:
@@ -26,31 +24,28 @@ class PLLEngine:
     def __init__(self, mlm: MaskedLM, variant: str = "original", batch_tokens: int | None = None) -> None:
         self.mlm = mlm
         self.variant = variant
-        self.batch_tokens = batch_tokens or mlm.default_batch_tokens()
+        self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
+
+    @property
+    def batch_tokens(self) -> int:
+        """The current token budget: the one given, halved after each batch that ran out of memory."""
+        return self.budget.tokens
 
     def token_logprobs(self, sentences: Sequence[Sentence]) -> list[np.ndarray]:
         """Natural-log probability of each target token of each sentence, in target order (float64)."""
         out = [np.empty(len(s.targets), dtype=np.float64) for s in sentences]
-        batches = pack(sentences, self.variant, self.batch_tokens, self.mlm.mask_token_id, self.mlm.pad_token_id)
-        for batch in batches:
-            for part, logprobs in self._forward_fitting(batch):
-                for sentence in np.unique(part.sentence):
-                    rows = part.sentence == sentence
-                    out[sentence][part.slot[rows]] = logprobs[rows]
-        return out
+        lengths, counts = shape_of(sentences)
 
-    def _forward_fitting(self, batch: MaskedBatch) -> list[tuple[MaskedBatch, np.ndarray]]:
-        """Forward a batch; on a CUDA out-of-memory error halve the budget and retry it in halves."""
-        try:
-            return [(batch, self.forward(batch).double().cpu().numpy())]
-        except torch.cuda.OutOfMemoryError:
-            if len(batch) == 1:
-                raise
-            torch.cuda.empty_cache()
-            self.batch_tokens = max(1, self.batch_tokens // 2)
-            logger.warning("out of memory on a batch of %d rows; token budget halved to %d", len(batch), self.batch_tokens)
-            first, second = batch.halves()
-            return self._forward_fitting(first) + self._forward_fitting(second)
+        def score(pieces: list[Piece]) -> tuple[MaskedBatch, np.ndarray]:
+            batch = build(sentences, pieces, self.variant, self.mlm.mask_token_id, self.mlm.pad_token_id)
+            return batch, self.forward(batch).double().cpu().numpy()
+
+        for pieces in pack(lengths, counts, self.budget):
+            for _, (batch, logprobs) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+                for sentence in np.unique(batch.sentence):
+                    rows = batch.sentence == sentence
+                    out[sentence][batch.slot[rows]] = logprobs[rows]
+        return out
 
     @torch.inference_mode()
     def forward(self, batch: MaskedBatch) -> torch.Tensor:
