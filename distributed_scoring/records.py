@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 from .baseline import Comparison
+from .outliers import Cutoff as RobustCutoff
 
 __all__ = ["AuditRecord", "Bins", "Cutoff", "Histogram", "LengthCurve", "Listed", "OutlierRule", "Outliers",
            "PositionMeans", "Positionwise", "ScopeFigures"]
@@ -120,13 +121,10 @@ class OutlierRule:
 
 
 @dataclass(frozen=True)
-class Cutoff:
-    """A scope's outlier cutoff in NLL per token, and as per-sentence PPPL."""
+class Cutoff(RobustCutoff):
+    """A scope's outlier cutoff as recorded: the robust cutoff in NLL per token, and its bounds as
+    per-sentence PPPL (what the histogram shows)."""
 
-    median: float
-    sigma: float
-    high: float
-    low: float | None
     high_pppl: float | None
     low_pppl: float | None
 
