@@ -44,7 +44,8 @@ sys.path.insert(0, str(HERE.parent))  # the GPU machine runs from a checkout, wi
 
 from distributed_scoring.config import ModelSpec  # noqa: E402
 from distributed_scoring.masking import Sentence, pack  # noqa: E402
-from distributed_scoring.models import MaskedLM, load_masked_lm, quiet_transformers  # noqa: E402
+from distributed_scoring.models import MaskedLM, load_masked_lm  # noqa: E402
+from distributed_scoring.quiet import quiet_transformers  # noqa: E402
 from distributed_scoring.offline_models import cache_root  # noqa: E402
 from distributed_scoring.pll import PLLEngine  # noqa: E402
 
@@ -125,18 +126,39 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+class Stopwatch:
+    """Seconds of a block: CUDA events on a GPU (recorded on the stream, read after it drains), else the host clock."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.seconds = device, 0.0
+
+    def __enter__(self) -> "Stopwatch":
+        sync(self.device)
+        if self.device.type == "cuda":
+            self.events = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            self.events[0].record()
+        self.start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.device.type == "cuda":
+            self.events[1].record()
+            self.events[1].synchronize()
+            self.seconds = self.events[0].elapsed_time(self.events[1]) / 1000
+        else:
+            self.seconds = time.perf_counter() - self.start
+
+
 def matmul_tflops(device: torch.device, n: int, dtype: torch.dtype, repeats: int = 20) -> float:
     """Dense matmul throughput of this device: the peak that MFU is measured against."""
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
-    sync(device)
-    start = time.perf_counter()
-    for _ in range(repeats):
-        a @ b
-    sync(device)
-    return 2 * n**3 * repeats / (time.perf_counter() - start) / 1e12
+    with Stopwatch(device) as watch:
+        for _ in range(repeats):
+            a @ b
+    return 2 * n**3 * repeats / watch.seconds / 1e12
 
 
 def score(engine: PLLEngine, shards: list[list[Sentence]]) -> list[np.ndarray]:
@@ -159,11 +181,9 @@ def timed_rounds(
         torch.cuda.reset_peak_memory_stats(device)
     seconds = []
     for _ in range(rounds):
-        sync(device)
-        start = time.perf_counter()
-        scores = score(engine, shards)
-        sync(device)
-        seconds.append(time.perf_counter() - start)
+        with Stopwatch(device) as watch:
+            scores = score(engine, shards)
+        seconds.append(watch.seconds)
     peak = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return warmup, seconds, peak, scores
 
@@ -252,7 +272,7 @@ def markdown(result: dict) -> str:
         f"transformers {m['versions']['transformers']}, CUDA {m.get('cuda')}.",
         f"Peak: {result['matmul_tflops']:.1f} TFLOP/s ({result['matmul_dtype']} matmul, n={s['matmul_size']}). "
         f"Encoder bf16 autocast, head float32; shards of {s['shard_rows']} sentences; median of {s['rounds']} rounds "
-        "after a warm-up round.",
+        "after a warm-up round; timed with CUDA events.",
         "",
         "| shape | lengths | compile | budget | sentences/s | tokens/s | TFLOP/s | MFU | executed / useful | "
         "host packing s | warm-up s | peak GiB | max diff vs fp32 |",
