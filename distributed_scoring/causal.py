@@ -30,12 +30,9 @@ from functools import partial
 from typing import Any, Callable, Sequence
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 import torch
 
 from . import packing
-from . import schema as S
 from .config import ModelSpec
 from .model_files import ModelLoadError, check_local_folder, max_input_length
 from .models import (
@@ -48,19 +45,8 @@ from .models import (
     to_device,
     warn_full_logits,
 )
-from .schema import LOGP
 from .packing import Piece, TokenBudget, run_fitting
 
-
-CAUSAL_SCHEMA = pa.schema(
-    [
-        pa.field(S.TEXT, pa.string(), nullable=False),
-        pa.field(LOGP, pa.float64()),
-        pa.field(S.N_TOKENS, pa.int32(), nullable=False),
-        pa.field(S.STATUS, pa.string(), nullable=False),
-        pa.field(S.ERROR, pa.string()),
-    ]
-)
 
 # Causal-LM classes whose logits are exactly `get_output_embeddings()(base_model(...)[0])`: no logit
 # scaling or soft-capping after the projection. Others are scored through their full logits.
@@ -74,7 +60,6 @@ _PLAIN_HEADS = {
     "Qwen2ForCausalLM",
     "OPTForCausalLM",
 }
-
 
 
 @dataclass
@@ -246,22 +231,6 @@ class CausalEngine:
         self.lm = lm
         self.budget = TokenBudget(batch_tokens or lm.default_batch_tokens())
 
-    def score_texts(self, texts: Sequence[str]) -> pa.Table:
-        """One `CAUSAL_SCHEMA` row per text: log P(W) and |W|, or an error row (blank, too long)."""
-        encoded = encode(self.lm, texts)
-        ok = [i for i, e in enumerate(encoded) if not isinstance(e, str)]
-        logprobs = dict(zip(ok, self.token_logprobs([encoded[i] for i in ok])))
-        columns: dict[str, list] = {name: [] for name in CAUSAL_SCHEMA.names}
-        tail = 0 if self.lm.eos_id is None else 1
-        for i, (text, e) in enumerate(zip(texts, encoded)):
-            error = e if isinstance(e, str) else None
-            columns[S.TEXT].append(text)
-            columns[LOGP].append(None if error else float(logprobs[i].sum()))
-            columns[S.N_TOKENS].append(0 if error else len(e) - 1 - tail)
-            columns[S.STATUS].append(S.STATUS_ERROR if error else S.STATUS_OK)
-            columns[S.ERROR].append(error)
-        return pa.Table.from_pydict(columns, schema=CAUSAL_SCHEMA)
-
     def token_logprobs(self, sequences: Sequence[np.ndarray]) -> list[np.ndarray]:
         """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64)."""
         out: list[np.ndarray] = [np.empty(0)] * len(sequences)
@@ -316,33 +285,3 @@ class CausalEngine:
             return rows.to(self.lm.head_dtype)
         with torch.autocast(self.lm.device.type, enabled=False):
             return self.lm.head(rows.to(self.lm.head_dtype))
-
-
-CAUSAL_OUTPUT_SCHEMA = pa.schema(
-    [pa.field(S.ID, pa.string(), nullable=False), *CAUSAL_SCHEMA, pa.field(S.MODEL, pa.string(), nullable=False)]
-)
-
-
-class CausalScorer:
-    """The score stage of the causal-LM workload: read rows in, `CAUSAL_OUTPUT_SCHEMA` rows out.
-
-    Tokenisation happens here, on the scoring actor, since it needs the BOS/EOS convention of the loaded
-    LM; rows that could not be read stay error rows.
-    """
-
-    def __init__(self, spec: ModelSpec, batch_tokens: int | None = None) -> None:
-        self.engine = CausalEngine(load_causal_lm(spec), batch_tokens)
-        self.signature = self.engine.lm.signature
-        self.model_name = spec.name
-
-    def __call__(self, rows: pa.Table) -> pa.Table:
-        ok = pc.equal(rows[S.STATUS], S.STATUS_OK)
-        scored = self.engine.score_texts(rows.filter(ok)[S.TEXT].to_pylist())
-        failed = rows.filter(pc.invert(ok))
-        unscored = pa.table({
-            S.TEXT: failed[S.TEXT].fill_null(""), LOGP: pa.nulls(failed.num_rows, pa.float64()),
-            S.N_TOKENS: pa.array([0] * failed.num_rows, pa.int32()), S.STATUS: failed[S.STATUS], S.ERROR: failed[S.ERROR],
-        }, schema=CAUSAL_SCHEMA)
-        table = pa.concat_tables([scored, unscored])
-        ids = pa.concat_arrays([rows.filter(ok)[S.ID].combine_chunks(), failed[S.ID].combine_chunks()])
-        return table.add_column(0, S.ID, ids).append_column(S.MODEL, pa.array([self.model_name] * table.num_rows))

@@ -1,7 +1,7 @@
 """A run's lifecycle: plan -> claim the output folder -> execute the unfinished shards -> aggregate.
 
 Execution is either in this process (`execute_local`: read -> prepare -> score -> write per shard) or
-on Ray (`pipeline.execute_ray`), over the same `Workload` stages. `score` is `dscore score`.
+on Ray (`pipeline.execute_ray`), over the same `Workload` stages.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ import contextlib
 import logging
 from typing import Iterator
 
-from .aggregate import check_complete, summarize
+from .aggregate import check_complete
 from .config import InputSpec, RayOptions, RunConfig
 from .lock import FolderLock
 from .output import RUN_FILE, OutputDir, fingerprint
 from .progress import Progress
 from .provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from .sources import Shard, plan_shards, read_unit, read_units
-from .workloads import Workload, pll_workload
+from .workloads import Workload
 
 logger = logging.getLogger(__name__)
 
@@ -85,19 +85,3 @@ def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, ov
     with claimed(config, workload, overwrite) as (plan, out, todo):
         execute(workload, config, todo, out, ray)
         check_complete(out, plan, workload.rows_per_input)
-
-
-def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
-          progress: bool | None = None) -> dict:
-    """PLL of every input row; returns the summary (also written to summary.json).
-
-    The model's configuration and tokenizer are loaded here first, so a model that cannot be used
-    stops the run before any file is written (on Ray, actors would only fail later, one by one).
-    """
-    from .model_files import load_tokenizer
-
-    load_tokenizer(config.model)
-    workload = pll_workload(config.model, config.scoring)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
-        execute(workload, config, todo, out, ray, progress)
-        return summarize(out, plan, config)

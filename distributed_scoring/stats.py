@@ -7,20 +7,13 @@ of per-sentence perplexities.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import schema as S
-
-
-def pppl(sum_pll: float, count: int) -> float | None:
-    """exp(-sum_pll / count); None when nothing was counted."""
-    if count <= 0:
-        return None
-    return math.exp(-sum_pll / count)
+from .measures import pppl
 
 
 # The columns of scored rows that `CorpusStats.of_table` reads.

@@ -1,14 +1,18 @@
-"""The score stage: prepared rows in, published output rows out.
+"""The PLL workload (`dscore score`): pseudo-log-likelihoods of prepared rows (Salazar et al., 2020).
 
-A `Scorer` loads its model once; the in-process runner holds one and every Ray scoring actor holds one,
-so both paths run this same code. A row whose scoring fails on its own becomes an error row; a failure
-that hits every row (a broken device, say) is raised so that the caller can retry the whole shard.
+Its prepare stage is `prepare.Preparer` (tokenising on CPU actors); its score stage, `Scorer`, loads the
+model once per actor (the in-process runner holds one too, so both paths run this code). A row whose
+scoring fails on its own becomes an error row; a failure that hits every row (a broken device, say) is
+raised so that the caller can retry the whole shard. The engine (torch) is imported by the scorer on
+its actor: importing this module on the driver does not import torch.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -16,11 +20,29 @@ import pyarrow as pa
 from . import schema as S
 from .config import ModelSpec, ScoringOptions
 from .masking import Sentence
-from .models import MaskedLM, load_masked_lm
-from .pll import PLLEngine
-from .stats import pppl
+from .measures import pppl
+from .output import ADDED_LATER
+from .workloads import Workload
+
+if TYPE_CHECKING:
+    from .models import MaskedLM
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PLLOptions:
+    """What changes a PLL run's rows: the masking variant, the optional columns, per-residue splitting
+    (added later, so it enters the fingerprint only when set). Batch size is not one of them."""
+
+    variant: str
+    per_token: bool
+    word_scores: bool
+    split_chars: bool = field(default=False, metadata=ADDED_LATER)
+
+    @classmethod
+    def of(cls, scoring: ScoringOptions) -> "PLLOptions":
+        return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars)
 
 
 def to_sentence(row: dict) -> Sentence:
@@ -35,6 +57,9 @@ class Scorer:
     """Adds PLL, counts and PPPLs (and optionally per-token and word scores) to prepared rows."""
 
     def __init__(self, model: ModelSpec, options: ScoringOptions, mlm: MaskedLM | None = None) -> None:
+        from .models import load_masked_lm
+        from .pll import PLLEngine
+
         self.mlm = mlm or load_masked_lm(model)
         self.model_name = model.name
         self.options = options
@@ -102,3 +127,17 @@ class Scorer:
             columns[S.WORD_SCORES].append(words.tolist() if ok else None)
         if S.PARTITION in columns:
             columns[S.PARTITION].append(row[S.PARTITION])
+
+
+def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
+    from .model_files import load_tokenizer
+    from .prepare import Preparer
+
+    tokenizer, max_length = load_tokenizer(model)
+    return Preparer(tokenizer, max_length, split_chars)
+
+
+def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
+    """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
+    return Workload("pll", PLLOptions.of(scoring), partial(_pll_preparer, model, scoring.split_chars),
+                    partial(Scorer, model, scoring), model.device)
