@@ -41,11 +41,11 @@ import numpy as np
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.masking import Sentence, mask_matrix
-from distributed_scoring.models import MaskedLM, load_masked_lm, quiet_transformers
-from distributed_scoring.offline_models import cache_root, fetch_model
-from distributed_scoring.pll import PLLEngine
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.masking import Sentence, mask_matrix
+from distributed_scoring.engine.models import MaskedLM, load_masked_lm, quiet_transformers
+from distributed_scoring.offline.models import cache_root, fetch_model
+from distributed_scoring.engine.pll import PLLEngine
+from distributed_scoring.workloads.prepare import Preparer
 
 import machine
 import synthetic
@@ -195,7 +195,7 @@ class MiniconsWorker:
 
 def corpus(model: str, lengths: str, sentences: int, antibody_sentences: int) -> Corpus:
     if lengths == "antibody":
-        from distributed_scoring.antibodies import demo_corpus
+        from distributed_scoring.offline.antibodies import demo_corpus
 
         rows = demo_corpus(per_group=-(-antibody_sentences // 3))
         return Corpus(model, lengths, [r["text"] for r in rows][:antibody_sentences])

@@ -43,11 +43,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the GPU machine runs from a checkout, without installing the package
 
 from distributed_scoring.config import ModelSpec  # noqa: E402
-from distributed_scoring.masking import Sentence, pack  # noqa: E402
-from distributed_scoring.models import MaskedLM, load_masked_lm  # noqa: E402
+from distributed_scoring.engine.masking import Sentence, pack  # noqa: E402
+from distributed_scoring.engine.models import MaskedLM, load_masked_lm  # noqa: E402
 from distributed_scoring.quiet import quiet_transformers  # noqa: E402
-from distributed_scoring.offline_models import cache_root  # noqa: E402
-from distributed_scoring.pll import PLLEngine  # noqa: E402
+from distributed_scoring.offline.models import cache_root  # noqa: E402
+from distributed_scoring.engine.pll import PLLEngine  # noqa: E402
 
 import machine  # noqa: E402
 import synthetic  # noqa: E402
@@ -82,7 +82,7 @@ def encode(tokenizer, texts: list[str]) -> list[Sentence]:
 
 def check_encode(mlm: MaskedLM, texts: list[str], sentences: list[Sentence]) -> None:
     try:
-        from distributed_scoring.prepare import Preparer
+        from distributed_scoring.workloads.prepare import Preparer
     except ImportError as exc:  # no pyarrow here: nothing to compare with
         logger.warning("encode() not checked against prepare.Preparer: %s", exc)
         return

@@ -28,12 +28,12 @@ from scaling import small_bert
 def examples_per_second(model_dir: str, texts: list[str], seed: int, rounds: int,
                         top_k: int | None) -> tuple[list[float], int, float]:
     """(seconds of each round, vocabulary size, mean tokens per sentence) over `texts`, random pairs."""
-    from distributed_scoring.conditionals import ConditionalsEngine, Pair
+    from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
     from distributed_scoring.config import ModelSpec
-    from distributed_scoring.joints import score_pair
-    from distributed_scoring.joints_run import draw_pair
-    from distributed_scoring.models import load_masked_lm
-    from distributed_scoring.prepare import Preparer
+    from distributed_scoring.engine.joints import score_pair
+    from distributed_scoring.workloads.joints import draw_pair
+    from distributed_scoring.engine.models import load_masked_lm
+    from distributed_scoring.workloads.prepare import Preparer
 
     mlm = load_masked_lm(ModelSpec(model_dir))
     prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
@@ -64,8 +64,8 @@ def main() -> None:
     parser.add_argument("--update-results", default=None)
     args = parser.parse_args()
 
-    from distributed_scoring.antibodies import spaced, v_genes
-    from distributed_scoring.offline_models import cache_root, fetch_model
+    from distributed_scoring.offline.antibodies import spaced, v_genes
+    from distributed_scoring.offline.models import cache_root, fetch_model
 
     genes = random.Random(0).sample(sorted(v_genes("human").values()), 8)
     antiberty = str(fetch_model("antiberty"))

@@ -36,7 +36,7 @@ def small_bert(root: Path) -> Path:
 
 def run_once(corpus: Path, model: Path, out: Path, ray_options) -> tuple[float, dict]:
     from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-    from distributed_scoring.runner import score
+    from distributed_scoring.workflows.score import score
 
     shutil.rmtree(out, ignore_errors=True)
     config = RunConfig(InputSpec((str(corpus),), shard_rows=50), ModelSpec(str(model)), output=str(out))
@@ -56,7 +56,7 @@ def main() -> None:
     import ray
 
     from distributed_scoring.config import RayOptions
-    from distributed_scoring.pipeline import LOCAL_SPARE_CPUS
+    from distributed_scoring.pipeline.on_ray import LOCAL_SPARE_CPUS
 
     work = Path(tempfile.mkdtemp(prefix="dscore-scaling-"))
     model = small_bert(Path(args.models_dir) if args.models_dir else work)

@@ -15,7 +15,7 @@ import json
 import random
 from pathlib import Path
 
-from distributed_scoring.offline_models import build_folder
+from distributed_scoring.offline.models import build_folder
 
 SYLLABLES = [c + v for c in "bcdfghjklmnprstvwz" for v in ("a", "e", "i", "o", "u", "ai", "ou")]
 

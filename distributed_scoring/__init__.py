@@ -11,6 +11,6 @@ __all__ = ["InputSpec", "ModelSpec", "RayOptions", "RunConfig", "ScoringOptions"
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
     """PLL of every row of a corpus, in this process or on Ray; see `runner.score`."""
-    from .runner import score as _score
+    from .workflows.score import score as _score
 
     return _score(config, ray, overwrite=overwrite)

@@ -85,7 +85,7 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from .runner import score
+    from .workflows.score import score
 
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
@@ -93,8 +93,8 @@ def _score(args: argparse.Namespace) -> int:
 
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
-    from .baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
-    from .outliers import SCOPES, OutlierRule
+    from .workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
+    from .workflows.audit.outliers import SCOPES, OutlierRule
 
     t, o = Thresholds(), OutlierRule()
     g = p.add_argument_group("audit", "baseline comparison and outliers")
@@ -119,10 +119,10 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .audit import AuditConfig
-    from .baseline import Thresholds
-    from .outliers import OutlierRule
-    from .snapshot import audit_snapshot
+    from .workflows.audit.figures import AuditConfig
+    from .workflows.audit.baseline import Thresholds
+    from .workflows.audit.outliers import OutlierRule
+    from .workflows.audit.run import audit_snapshot
 
     config = AuditConfig(
         outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
@@ -149,7 +149,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
-    from .rescoring import METRICS, RescoreOptions
+    from .workflows.rescore.rescoring import METRICS, RescoreOptions
 
     d = RescoreOptions()
     p.add_argument("--dev", required=True, help="dev N-best list (JSONL, Parquet or ESPnet JSON): weights are tuned here")
@@ -174,8 +174,8 @@ def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from .rescore_run import RescoreInputs, rescore_nbest
-    from .rescoring import RescoreOptions
+    from .workflows.rescore.run import RescoreInputs, rescore_nbest
+    from .workflows.rescore.rescoring import RescoreOptions
 
     inputs = RescoreInputs(args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, args.shard_rows)
     options = RescoreOptions(metric=args.metric, mlm_alpha=args.mlm_alpha, causal_alpha=args.causal_alpha,
@@ -190,8 +190,8 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
-    from .joint_stats import PIVOTS, JointOptions
-    from .joints_run import SCHEMES
+    from .engine.joint_stats import PIVOTS, JointOptions
+    from .workflows.joints import SCHEMES
 
     d = JointOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -211,8 +211,8 @@ def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _joints(args: argparse.Namespace) -> int:
-    from .joint_stats import JointOptions
-    from .joints_run import JointsInputs, pairwise_joints
+    from .engine.joint_stats import JointOptions
+    from .workflows.joints import JointsInputs, pairwise_joints
 
     inputs = JointsInputs(tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column,
                           args.shard_rows)
@@ -226,14 +226,14 @@ def _joints(args: argparse.Namespace) -> int:
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .offline_models import fetch_model
+    from .offline.models import fetch_model
 
     print(fetch_model(args.name, Path(args.cache) if args.cache else None), file=args.result)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .verify import report, verify_folder
+    from .workflows.verify import report, verify_folder
 
     result = verify_folder(args.folder)
     print(report(result), file=args.result)
@@ -241,7 +241,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .offline_models import MODELS
+    from .offline.models import MODELS
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
     commands = parser.add_subparsers(dest="command", required=True)

@@ -15,9 +15,9 @@ import json
 import sys
 from pathlib import Path
 
-from distributed_scoring.antibodies import demo_corpus
+from distributed_scoring.offline.antibodies import demo_corpus
 from distributed_scoring.cli import main as dscore
-from distributed_scoring.offline_models import fetch_model
+from distributed_scoring.offline.models import fetch_model
 
 
 def write_corpus(folder: Path, per_group: int) -> list[Path]:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 
 ROWS_SCHEMA = S.output_schema(per_token=True, partition=True)
 VOCAB = pa.array([f"w{i}" for i in range(500)])

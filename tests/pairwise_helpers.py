@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from distributed_scoring.conditionals import PairConditionals
+from distributed_scoring.engine.conditionals import PairConditionals
 from reference import scored_positions
 
 

@@ -20,7 +20,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 import tiny
-from distributed_scoring import nbest
+from distributed_scoring.io import nbest
 
 ENDOFTEXT = "<|endoftext|>"
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -198,7 +198,7 @@ def antibody_nbest(
     that knows antibodies can repair the ranking. Texts are space-separated residues, as the protein
     tokenizers take them. Returns an `nbest.NBEST_SCHEMA` table.
     """
-    from distributed_scoring.antibodies import spaced
+    from distributed_scoring.offline.antibodies import spaced
 
     rng = random.Random(seed)
     records = []

@@ -20,9 +20,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from audit_helpers import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
-from distributed_scoring import schema as S
-from distributed_scoring.audit import NO_PARTITION, AuditConfig, LogBins, run_audit
-from distributed_scoring.baseline import (
+from distributed_scoring.io import schema as S
+from distributed_scoring.workflows.audit.figures import NO_PARTITION, AuditConfig, LogBins, run_audit
+from distributed_scoring.workflows.audit.baseline import (
     EXIT_INCOMPARABLE,
     EXIT_INSUFFICIENT,
     EXIT_OK,
@@ -38,7 +38,7 @@ from distributed_scoring.baseline import (
     load_baseline,
 )
 from distributed_scoring.errors import UserError
-from distributed_scoring.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
+from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
 
 SMALL = AuditConfig(  # one corpus-wide outlier rule: what the reference below computes
     outliers=OutlierRule(scope="overall"), histogram=LogBins(1.0, 1e4, 24), max_position=12, max_length=10, listed=15
@@ -478,7 +478,7 @@ _MEASURE = textwrap.dedent(
     """
     import json, sys, tracemalloc
     import pyarrow as pa
-    from distributed_scoring.audit import run_audit
+    from distributed_scoring.workflows.audit.figures import run_audit
 
     def rss_kib(field):  # VmHWM is the peak since the last reset; ru_maxrss would carry pytest's peak over exec
         with open("/proc/self/status") as status:

@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec
 from distributed_scoring.errors import UserError
-from distributed_scoring.sources import _OpenQuote, _records, plan_shards, read_unit, read_units
+from distributed_scoring.io.sources import _OpenQuote, _records, plan_shards, read_unit, read_units
 from test_sources import read_all
 
 BAD = Path(__file__).parent / "data" / "bad"

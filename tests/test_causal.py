@@ -9,11 +9,12 @@ import torch
 
 import rescoring_helpers as H
 import tiny
-from distributed_scoring import causal
-from distributed_scoring import schema as S
-from distributed_scoring.causal import CausalEngine, encode, load_causal_lm, pack
+from distributed_scoring.engine import causal
+from distributed_scoring.io import schema as S
+from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm, pack
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.model_files import ModelLoadError
+from distributed_scoring.engine.model_files import ModelLoadError
+from distributed_scoring.workloads.causal import CAUSAL_SCHEMA, score_texts
 
 TEXTS = tiny.CORPUS[:6] + ["the", "Colourless green ideas sleep", "café crème"]
 # 24 is below every sentence's length (one sentence per pass), 120 packs a few, 10**6 packs all.
@@ -52,8 +53,8 @@ def test_engine_equals_naive_reference(family, causal_dir):
     for budget in BUDGETS:
         engine = CausalEngine(lm, budget)
         got = engine.token_logprobs(sequences)
-        table = engine.score_texts(TEXTS)
-        for text, g, e, logp, n in zip(TEXTS, got, expected, table[causal.LOGP].to_pylist(), table[S.N_TOKENS].to_pylist()):
+        table = score_texts(engine, TEXTS)
+        for text, g, e, logp, n in zip(TEXTS, got, expected, table[S.LOGP].to_pylist(), table[S.N_TOKENS].to_pylist()):
             assert g.shape == e.shape, text
             np.testing.assert_allclose(g, e, rtol=0, atol=1e-5, err_msg=f"{family} {budget} {text!r}")
             assert logp == pytest.approx(e.sum(), abs=3e-5)
@@ -71,14 +72,14 @@ def test_engine_in_float64_equals_reference_to_rounding(family, causal_dir):
     naive = H.NaiveCausal(lm.model, lm.tokenizer)
     expected = [naive.token_logprobs(text).sum() for text in TEXTS]
     for budget in (BUDGETS[1], BUDGETS[2]):
-        logp = CausalEngine(lm, budget).score_texts(TEXTS)[causal.LOGP].to_pylist()
+        logp = score_texts(CausalEngine(lm, budget), TEXTS)[S.LOGP].to_pylist()
         np.testing.assert_allclose(logp, expected, rtol=0, atol=1e-9)
 
 
 def test_head_chunks_do_not_change_results(causal_dir, monkeypatch):
     """The head takes a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced
     row would show, blocking differences would not)."""
-    import distributed_scoring.models as models
+    import distributed_scoring.engine.models as models
 
     lm = load_causal_lm(ModelSpec(str(causal_dir("gpt2")), dtype="float64"))
     sequences = encode(lm, TEXTS)
@@ -109,7 +110,7 @@ def test_end_term_is_part_of_log_p(causal_dir):
     engine = CausalEngine(lm)
     (ids,) = encode(lm, ["the quick fox"])
     per_token = engine.token_logprobs([ids])[0]
-    logp = engine.score_texts(["the quick fox"])[causal.LOGP][0].as_py()
+    logp = score_texts(engine, ["the quick fox"])[S.LOGP][0].as_py()
     assert logp == pytest.approx(per_token.sum())
     assert per_token[-1] < 0 and abs(per_token[:-1].sum() - logp) > 1e-3
 
@@ -117,10 +118,10 @@ def test_end_term_is_part_of_log_p(causal_dir):
 def test_blank_and_overlong_texts_become_error_rows(causal_dir):
     lm = load_causal_lm(ModelSpec(str(causal_dir("gpt2"))))
     long = " ".join(tiny.CORPUS)
-    table = CausalEngine(lm).score_texts(["the fox", "  ", long])
-    assert table.schema == causal.CAUSAL_SCHEMA
+    table = score_texts(CausalEngine(lm), ["the fox", "  ", long])
+    assert table.schema == CAUSAL_SCHEMA
     assert table[S.STATUS].to_pylist() == [S.STATUS_OK, S.STATUS_ERROR, S.STATUS_ERROR]
-    assert table[causal.LOGP].to_pylist()[1:] == [None, None]
+    assert table[S.LOGP].to_pylist()[1:] == [None, None]
     assert "empty" in table[S.ERROR][1].as_py()
     assert f"maximum of {lm.max_length}" in table[S.ERROR][2].as_py()
 
@@ -143,9 +144,9 @@ def test_pack_covers_every_sequence_once_under_the_budget():
 def test_soft_capped_logits_are_not_a_plain_head(causal_dir):
     """Why Gemma-2 is not in the head table: its projection alone would give other log-probs."""
     lm = load_causal_lm(ModelSpec(str(causal_dir("gemma2"))))
-    exact = CausalEngine(lm).score_texts(TEXTS[:3])[causal.LOGP].to_pylist()
+    exact = score_texts(CausalEngine(lm), TEXTS[:3])[S.LOGP].to_pylist()
     lm.head = lm.model.get_output_embeddings()
-    plain = CausalEngine(lm).score_texts(TEXTS[:3])[causal.LOGP].to_pylist()
+    plain = score_texts(CausalEngine(lm), TEXTS[:3])[S.LOGP].to_pylist()
     assert min(abs(a - b) for a, b in zip(exact, plain)) > 1e-2
 
 
@@ -195,6 +196,6 @@ def test_pickled_checkpoint_loads_weights_only(tmp_path, causal_dir):
     reference = load_causal_lm(ModelSpec(str(folder)))
     torch.save(reference.model.state_dict(), target / "pytorch_model.bin")
     loaded = load_causal_lm(ModelSpec(str(target)))
-    a = CausalEngine(reference).score_texts(TEXTS[:2])[causal.LOGP].to_pylist()
-    b = CausalEngine(loaded).score_texts(TEXTS[:2])[causal.LOGP].to_pylist()
+    a = score_texts(CausalEngine(reference), TEXTS[:2])[S.LOGP].to_pylist()
+    b = score_texts(CausalEngine(loaded), TEXTS[:2])[S.LOGP].to_pylist()
     assert a == pytest.approx(b, abs=1e-6)

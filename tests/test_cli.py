@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 
 REQUIRED = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.STATUS, S.ERROR, S.MODEL, S.VARIANT]

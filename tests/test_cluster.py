@@ -17,9 +17,9 @@ import pytest
 import rescoring_helpers as H
 import tiny
 from local_cluster import REPO, local_cluster
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.runner import score
+from distributed_scoring.workflows.score import score
 
 pytestmark = pytest.mark.ray
 

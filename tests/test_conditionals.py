@@ -13,11 +13,11 @@ import torch
 
 import tiny
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.conditionals import ConditionalsEngine, Pair
+from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
-from distributed_scoring.joints import score_pair
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.joints import score_pair
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.workloads.prepare import Preparer
 from pairwise_helpers import NaivePairs
 
 # (text, a, b): adjacent, reversed and distant pairs; the last text is short, so lengths differ in a batch.
@@ -119,7 +119,7 @@ def test_full_logits_fallback_is_exact(tiny_model_dir, naive_tables):
 def test_head_chunks_do_not_change_values(tiny_model_dir, monkeypatch):
     """Head outputs are produced a few rows at a time when rows x |V| exceeds HEAD_ELEMENTS (float64, so
     that a different matmul blocking cannot hide a misplaced row)."""
-    import distributed_scoring.models as models
+    import distributed_scoring.engine.models as models
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
     pairs = pairs_of(mlm, EXAMPLES)
@@ -163,7 +163,7 @@ def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_ta
 
 
 def test_real_antiberty_engine_in_float64_equals_reference(offline_model_dir):
-    from distributed_scoring.antibodies import spaced, v_genes
+    from distributed_scoring.offline.antibodies import spaced, v_genes
 
     path = str(offline_model_dir("antiberty"))
     mlm = load_masked_lm(ModelSpec(path, dtype="float64"))
@@ -187,7 +187,7 @@ def test_top_k_must_be_positive(tiny_model_dir):
 
 def test_exact_joints_refuse_a_device_without_room_for_the_tables(tiny_model_dir, monkeypatch):
     """A vocabulary whose |V| x |V| tables do not fit is a clear error up front, not an OOM kill."""
-    import distributed_scoring.conditionals as conditionals
+    import distributed_scoring.engine.conditionals as conditionals
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     vocab = mlm.model.config.vocab_size

@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from distributed_scoring import intervals as I
-from distributed_scoring.intervals import Sums, proportion_difference, ratio_difference, scope_rng, wilson
+from distributed_scoring.workflows.audit import intervals as I
+from distributed_scoring.workflows.audit.intervals import (
+    Sums,
+    proportion_difference,
+    ratio_difference,
+    scope_rng,
+    wilson,
+)
 
 
 def sample(rng: np.random.Generator, n: int, level: float) -> Sums:

@@ -16,19 +16,12 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.conditionals import ConditionalsEngine, Pair
+from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
-from distributed_scoring.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
-from distributed_scoring.joints import (
-    ag_joint,
-    conditional_kls,
-    construct,
-    normalise,
-    pair_metrics,
-    score_pair,
-)
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
+from distributed_scoring.engine.joints import ag_joint, conditional_kls, construct, normalise, pair_metrics, score_pair
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.workloads.prepare import Preparer
 from pairwise_helpers import conditionals_of, conditionals_of_joint, eq4_objective, minimise_eq4
 
 F64 = torch.float64
@@ -241,7 +234,7 @@ def test_options_and_pivots_outside_the_support_are_refused():
 
 def test_real_antiberty_joints_and_metrics_are_finite(offline_model_dir):
     """AntiBERTy (V = 25): the whole path, engine -> five joints -> metrics, on real weights."""
-    from distributed_scoring.antibodies import spaced, v_genes
+    from distributed_scoring.offline.antibodies import spaced, v_genes
 
     mlm = load_masked_lm(ModelSpec(str(offline_model_dir("antiberty"))))
     sequence = spaced(sorted(v_genes("human").values())[0][:30])

@@ -10,10 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from distributed_scoring.antibodies import spaced, v_genes
+from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.cli import main
-from distributed_scoring.joints import CONSTRUCTIONS
-from distributed_scoring.joints_run import draw_pair
+from distributed_scoring.engine.joints import CONSTRUCTIONS
+from distributed_scoring.workloads.joints import draw_pair
 
 METRICS = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 

@@ -7,8 +7,8 @@ import torch
 
 import tiny
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.model_files import ModelLoadError
-from distributed_scoring.models import load_masked_lm
+from distributed_scoring.engine.model_files import ModelLoadError
+from distributed_scoring.engine.models import load_masked_lm
 
 
 def test_folder_without_mlm_head_is_refused(tmp_path):
@@ -82,7 +82,7 @@ def test_code_shipped_with_a_model_folder_never_runs_unless_asked(tmp_path, tiny
     import json
     import shutil
 
-    from distributed_scoring.model_files import load_tokenizer
+    from distributed_scoring.engine.model_files import load_tokenizer
 
     folder = tmp_path / "model"
     shutil.copytree(tiny_model_dir("bert"), folder)

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring import nbest
+from distributed_scoring.io import nbest
 from distributed_scoring.errors import UserError
-from distributed_scoring.nbest import NBestError, read_nbest, read_references
+from distributed_scoring.io.nbest import NBestError, read_nbest, read_references
 
 ESPNET = {
     "1272-128104-0000": {

@@ -10,12 +10,13 @@ import torch
 
 import rescoring_helpers as H
 import tiny
-from distributed_scoring.causal import CausalEngine, encode, load_causal_lm
-from distributed_scoring.conditionals import ConditionalsEngine, Pair
+from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm
+from distributed_scoring.workloads.causal import score_texts
+from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.packing import OutOfMemory, Piece, TokenBudget, pack, rows_of, run_fitting
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.packing import OutOfMemory, Piece, TokenBudget, pack, rows_of, run_fitting
+from distributed_scoring.workloads.prepare import Preparer
 
 
 class FakeOutOfMemory(Exception):
@@ -89,7 +90,7 @@ def test_out_of_memory_halves_the_budget_and_retries_in_parts(caplog):
     budget, calls = TokenBudget(400), []
     forward = fitting(lengths, 90, calls)
     done = []
-    with caplog.at_level(logging.WARNING, logger="distributed_scoring.packing"):
+    with caplog.at_level(logging.WARNING, logger="distributed_scoring.engine.packing"):
         for batch in pack(lengths, counts, budget):
             for part, rows in run_fitting(batch, lengths, budget, forward, FAKE):
                 assert rows == [(p.group, r) for p in part for r in range(p.start, p.end)]
@@ -124,7 +125,7 @@ def oom(message: str) -> torch.cuda.OutOfMemoryError:
 def test_causal_engine_retries_out_of_memory_batches(tmp_path, monkeypatch):
     lm = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
     texts = tiny.CORPUS[:6]
-    expected = CausalEngine(lm, 10**4).score_texts(texts)
+    expected = score_texts(CausalEngine(lm, 10**4), texts)
     engine = CausalEngine(lm, 10**4)
     forward, sizes = engine.forward, []
     limit = 2 * max(len(ids) for ids in encode(lm, texts))  # two rows fit, six do not
@@ -136,7 +137,7 @@ def test_causal_engine_retries_out_of_memory_batches(tmp_path, monkeypatch):
         return forward(input_ids, lengths)
 
     monkeypatch.setattr(engine, "forward", forward_with_memory_limit)
-    got = engine.score_texts(texts)
+    got = score_texts(engine, texts)
     assert max(sizes) > limit and engine.budget.tokens < 10**4
     np.testing.assert_allclose(got["logp"].to_numpy(), expected["logp"].to_numpy(), rtol=0, atol=1e-5)
 

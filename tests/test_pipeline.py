@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.errors import UserError
-from distributed_scoring.pipeline import StallError, cluster_address, consume, node_cpus, plan_resources
-from distributed_scoring.runner import score
+from distributed_scoring.pipeline.on_ray import StallError, cluster_address, consume, node_cpus, plan_resources
+from distributed_scoring.workflows.score import score
 
 RAY = RayOptions(stall_timeout_s=300)
 
@@ -129,8 +129,8 @@ def test_no_progress_turns_into_an_error():
 def test_a_stall_ends_the_command_with_exit_1_and_one_line(tmp_path, monkeypatch, capsys):
     """StallError is a DataLossError: the CLI prints it as one line (no traceback) and exits 1, so a
     rerun (which resumes) is what the user is told to do."""
-    from distributed_scoring import runner
     from distributed_scoring.cli import main
+    from distributed_scoring.workflows import score as score_workflow
 
     def stalled(*args, **kwargs):
         def slow():
@@ -139,7 +139,7 @@ def test_a_stall_ends_the_command_with_exit_1_and_one_line(tmp_path, monkeypatch
 
         consume(slow(), lambda _: None, stall_timeout_s=0.2)
 
-    monkeypatch.setattr(runner, "score", stalled)
+    monkeypatch.setattr(score_workflow, "score", stalled)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the fox\n")
     rc = main(["score", str(corpus), "--model", "unused", "--output", str(tmp_path / "out"), "--ray"])

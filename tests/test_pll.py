@@ -7,10 +7,10 @@ import pytest
 
 import tiny
 from distributed_scoring.config import VARIANTS, ModelSpec
-from distributed_scoring.masking import Sentence
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.pll import PLLEngine
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.masking import Sentence
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.pll import PLLEngine
+from distributed_scoring.workloads.prepare import Preparer
 from reference import NaiveScorer
 
 TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
@@ -107,7 +107,7 @@ def test_out_of_memory_halves_the_budget_and_retries_the_batch(tiny_model_dir, m
 def test_head_chunks_do_not_change_results(tiny_model_dir, monkeypatch):
     """Logits come a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced row
     would show, blocking differences would not)."""
-    import distributed_scoring.models as models
+    import distributed_scoring.engine.models as models
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
     sentences = sentences_of(mlm, TEXTS)

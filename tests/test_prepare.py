@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.model_files import load_tokenizer
-from distributed_scoring.prepare import PROBE_CHARS_PER_TOKEN, Preparer, prepare_encoding
+from distributed_scoring.engine.model_files import load_tokenizer
+from distributed_scoring.workloads.prepare import PROBE_CHARS_PER_TOKEN, Preparer, prepare_encoding
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,12 @@ import numpy as np
 import pytest
 import torch
 
-from distributed_scoring.antibodies import shuffled, spaced, v_genes
+from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.masking import Sentence
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.pll import PLLEngine
-from distributed_scoring.prepare import Preparer
+from distributed_scoring.engine.masking import Sentence
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.pll import PLLEngine
+from distributed_scoring.workloads.prepare import Preparer
 from reference import NaiveScorer
 
 TRASTUZUMAB_VH = (

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pytest
 
 from audit_helpers import scored_table, write_rows
-from distributed_scoring import schema as S
-from distributed_scoring.audit import AuditConfig, run_audit
-from distributed_scoring.baseline import NO_CHANGE, Thresholds, load_baseline
-from distributed_scoring.report import render_report
+from distributed_scoring.io import schema as S
+from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
+from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds, load_baseline
+from distributed_scoring.workflows.audit.report import render_report
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)

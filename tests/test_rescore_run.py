@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import rescoring_helpers as H
-from distributed_scoring import nbest
-from distributed_scoring.antibodies import v_genes
+from distributed_scoring.io import nbest
+from distributed_scoring.offline.antibodies import v_genes
 from distributed_scoring.cli import main
 
 

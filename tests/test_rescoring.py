@@ -15,12 +15,12 @@ import pytest
 import sacrebleu
 
 import rescoring_helpers as H
-from distributed_scoring import nbest
-from distributed_scoring import rescoring as R
-from distributed_scoring import schema as S
+from distributed_scoring.io import nbest
+from distributed_scoring.workflows.rescore import rescoring as R
+from distributed_scoring.io import schema as S
 from distributed_scoring.errors import UserError
-from distributed_scoring.metrics import BleuStats, WerStats
-from distributed_scoring.rescoring import RescoreOptions, TextScore, rescore
+from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
+from distributed_scoring.workflows.rescore.rescoring import RescoreOptions, TextScore, rescore
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
 
@@ -331,11 +331,13 @@ def test_text_scores_from_scorer_tables():
 def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
     """The contract the pipeline follows: score `unique_texts` once per LM, turn the scorers' output
     tables into mappings with `text_scores`, and rescore; the component columns carry those scores."""
-    from distributed_scoring.causal import LOGP, CausalEngine, load_causal_lm
+    from distributed_scoring.engine.causal import CausalEngine, load_causal_lm
+    from distributed_scoring.io.schema import LOGP
+    from distributed_scoring.workloads.causal import score_texts
     from distributed_scoring.config import ModelSpec, ScoringOptions
-    from distributed_scoring.model_files import load_tokenizer
-    from distributed_scoring.prepare import Preparer
-    from distributed_scoring.scorer import Scorer
+    from distributed_scoring.engine.model_files import load_tokenizer
+    from distributed_scoring.workloads.prepare import Preparer
+    from distributed_scoring.workloads.pll import Scorer
 
     dev, test, _ = known_answer_lists(5)
     texts = nbest.unique_texts(dev, test)
@@ -344,7 +346,7 @@ def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
                      S.STATUS: [S.STATUS_OK] * len(texts), S.ERROR: pa.nulls(len(texts), pa.string())})
     mlm_table = Scorer(spec, ScoringOptions())(Preparer(*load_tokenizer(spec))(read))
     gpt2 = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
-    causal_table = CausalEngine(gpt2).score_texts(texts)
+    causal_table = score_texts(CausalEngine(gpt2), texts)
     mlm, causal = R.text_scores(mlm_table, S.PLL, "masked LM"), R.text_scores(causal_table, LOGP, "causal LM")
     assert set(mlm) == set(causal) == set(texts)
     result = rescore(dev, test, mlm=mlm, causal=causal)

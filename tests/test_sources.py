@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec
-from distributed_scoring.inputs import InputError, detect_format, find_inputs
-from distributed_scoring.sources import Shard, plan_shards, read_unit, read_units
+from distributed_scoring.io.inputs import InputError, detect_format, find_inputs
+from distributed_scoring.io.sources import Shard, plan_shards, read_unit, read_units
 
 LINES = ["first line", "", "third ☃ line", "fourth", "fifth", "sixth", "seventh"]
 

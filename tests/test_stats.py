@@ -7,8 +7,9 @@ import math
 import pyarrow as pa
 import pytest
 
-from distributed_scoring import schema as S
-from distributed_scoring.stats import CorpusStats, pppl
+from distributed_scoring.io import schema as S
+from distributed_scoring.pipeline.stats import CorpusStats
+from distributed_scoring.measures import pppl
 
 
 def table(rows):

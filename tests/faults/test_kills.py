@@ -18,9 +18,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig
-from distributed_scoring.runner import score
+from distributed_scoring.workflows.score import score
 from local_cluster import REPO, local_cluster, running
 
 pytestmark = pytest.mark.ray

@@ -18,14 +18,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring import runner
-from distributed_scoring.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
-from distributed_scoring.output import OutputDir, OutputError
-from distributed_scoring.provenance import InputChangedError
-from distributed_scoring.runner import score
+from distributed_scoring.workflows import score as score_workflow
+from distributed_scoring.io.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
+from distributed_scoring.io.output import OutputDir, OutputError
+from distributed_scoring.io.provenance import InputChangedError
+from distributed_scoring.workflows.score import score
 
 SHARD_ROWS = 4
 
@@ -213,7 +213,7 @@ def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatc
         assert read_holder(OutputDir(str(out))).pid == os.getpid()  # held while the run works
         raise RuntimeError("scorer crashed")
 
-    monkeypatch.setattr(runner, "execute", fail)
+    monkeypatch.setattr(score_workflow, "execute", fail)
     with pytest.raises(RuntimeError, match="scorer crashed"):
         score(config, overwrite=True)
     assert not (out / "_lock.json").exists()
@@ -253,11 +253,11 @@ def test_a_pll_folder_records_what_earlier_versions_did(run):
 
 
 def test_each_workload_fingerprints_its_own_options_only(tmp_path):
-    from distributed_scoring.joint_stats import JointOptions
-    from distributed_scoring.joints_run import joints_workload
-    from distributed_scoring.output import fingerprint
-    from distributed_scoring.sources import plan_shards
-    from distributed_scoring.workloads import causal_workload
+    from distributed_scoring.engine.joint_stats import JointOptions
+    from distributed_scoring.workloads.joints import joints_workload
+    from distributed_scoring.io.output import fingerprint
+    from distributed_scoring.io.sources import plan_shards
+    from distributed_scoring.workloads.causal import causal_workload
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b\n")

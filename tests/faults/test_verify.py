@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 import tiny
-from distributed_scoring import schema as S
+from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.runner import score
+from distributed_scoring.workflows.score import score
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.models import load_masked_lm
-from distributed_scoring.pll import PLLEngine
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.pll import PLLEngine
 from reference import NaiveScorer
 from test_pll import TEXTS, sentences_of
 

@@ -1,0 +1,98 @@
+"""A model's configuration and tokenizer, checked, without its weights: what tokenising needs (the
+prepare stage on CPU workers) and what a run checks on the driver before any scoring. No torch in
+this module (transformers may still import it while it reads a configuration).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..config import ModelSpec
+from ..errors import UserError
+
+# Model types whose learned position ids start after the padding index (fairseq convention).
+_OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text"}
+
+
+class ModelLoadError(UserError):
+    """A model or tokenizer cannot be used for masked-LM scoring; the message says why and what to do."""
+
+
+def load_error(spec: ModelSpec, what: str, exc: Exception) -> ModelLoadError:
+    return ModelLoadError(
+        f"could not load the {what} of model {spec.name!r}: {exc}. Pass a local folder holding a "
+        "HuggingFace masked LM (config.json, weights, tokenizer files) or a Hub id on a machine that "
+        "reaches the Hub; `dscore fetch-model` prepares the offline models."
+    )
+
+
+def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
+    """Load the model's tokenizer and the longest input (in tokens, specials included) the model takes.
+
+    Tokenisation runs apart from the model (on CPU tasks in the Ray pipeline), so this needs no weights.
+    """
+    from transformers import AutoConfig, AutoTokenizer
+
+    check_local_folder(spec.name)
+    try:
+        config = AutoConfig.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError) as exc:
+        raise load_error(spec, "configuration", exc) from exc
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(
+            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
+        )
+    except (OSError, ValueError, TypeError) as exc:
+        raise load_error(spec, "tokenizer", exc) from exc
+    if not getattr(tokenizer, "is_fast", False):
+        raise ModelLoadError(
+            f"the tokenizer of {spec.name!r} is not a fast (tokenizers-backed) tokenizer; word ids and "
+            "offsets are needed for word counts and the word_l2r variant"
+        )
+    if tokenizer.mask_token_id is None:
+        raise ModelLoadError(f"the tokenizer of {spec.name!r} has no mask token, so it cannot drive a masked LM")
+    check_vocabulary(spec.name, tokenizer, config)
+    return tokenizer, max_input_length(config, tokenizer)
+
+
+def check_vocabulary(name: str, tokenizer: Any, config: Any) -> None:
+    """A tokenizer far smaller than the model's vocabulary means its files are missing: transformers
+    then builds an empty one (special tokens only), every word becomes the unknown token, and every row
+    would be scored as nonsense with status ok."""
+    vocab_size = getattr(config, "vocab_size", None)
+    specials = len(set(tokenizer.all_special_ids))
+    if len(tokenizer) <= specials or (vocab_size and len(tokenizer) < vocab_size / 2):
+        raise ModelLoadError(
+            f"the tokenizer of {name!r} has {len(tokenizer)} tokens ({specials} of them special) while the model's "
+            f"vocabulary has {vocab_size}: its tokenizer files (tokenizer.json, vocab.txt, merges.txt, ...) are "
+            "missing or wrong; save the tokenizer into the model folder"
+        )
+
+
+def check_local_folder(name: str) -> None:
+    """A name that is plainly a path must be an existing folder (else it would be tried as a Hub id)."""
+    path = Path(name).expanduser()
+    looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
+    if looks_local and not path.is_dir():
+        raise ModelLoadError(f"model folder {name!r} does not exist; pass an existing folder or a Hub id")
+    if path.is_dir() and not (path / "config.json").exists():
+        raise ModelLoadError(f"model folder {name!r} has no config.json; it is not a transformers model folder")
+
+
+def max_input_length(config: Any, tokenizer: Any) -> int:
+    """The longest sequence the model's positions allow, and the tokenizer's own limit if smaller."""
+    bounds = []
+    n_positions = getattr(config, "max_position_embeddings", None)
+    if n_positions:
+        if config.model_type in _OFFSET_POSITION_TYPES:
+            n_positions -= (config.pad_token_id or 0) + 1
+        bounds.append(int(n_positions))
+    tokenizer_limit = getattr(tokenizer, "model_max_length", None)
+    if tokenizer_limit and tokenizer_limit < 1_000_000:
+        bounds.append(int(tokenizer_limit))
+    if not bounds:
+        raise ModelLoadError("neither the model config nor the tokenizer states a maximum input length")
+    return min(bounds)

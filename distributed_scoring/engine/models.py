@@ -1,0 +1,261 @@
+"""Loading masked LMs and their tokenizers, and splitting each model into encoder and LM head.
+
+The PLL engine needs the vocabulary projection only at the masked position of every copy, so it runs
+the encoder over the batch, gathers one hidden state per row and applies the head to those rows alone.
+That needs to know, per architecture, which modules form the head: `_HEADS` says so. An architecture
+missing from it still scores exactly, through the full model and a gather of its logits (slower).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import pickle
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import torch
+from safetensors import SafetensorError
+from torch import nn
+
+from ..config import ModelSpec
+from .model_files import ModelLoadError, load_error, load_tokenizer
+from .packing import OutOfMemory
+from ..versions import versions
+
+logger = logging.getLogger(__name__)
+
+# Default token budget of one forward pass (rows x padded length), per device type.
+DEFAULT_BATCH_TOKENS = {"cpu": 1024, "cuda": 65536}
+
+# What every engine catches to halve its budget and retry a batch in parts (see `packing.run_fitting`).
+CUDA_OUT_OF_MEMORY = OutOfMemory(torch.cuda.OutOfMemoryError, torch.cuda.empty_cache)
+
+# Logits computed per LM-head call: bounds the (rows, V) block (256 MB in float32) for large vocabularies.
+HEAD_ELEMENTS = 1 << 26
+
+# Checkpoint keys whose absence says nothing about the LM head.
+_BENIGN_MISSING = ("position_ids", "token_type_ids")
+
+
+def _sequential(*modules: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    return nn.Sequential(*modules)
+
+
+def _deberta_v2_head(m: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    if getattr(m, "legacy", True):
+        return m.cls
+    return lambda h: m.lm_predictions(h, m.deberta.embeddings.word_embeddings)
+
+
+# Class name -> the callable mapping final hidden states (N, H) to vocabulary logits (N, V).
+_HEADS: dict[str, Callable[[nn.Module], Callable[[torch.Tensor], torch.Tensor]]] = {
+    "BertForMaskedLM": lambda m: m.cls,
+    "RobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaForMaskedLM": lambda m: m.lm_head,
+    "XLMRobertaXLForMaskedLM": lambda m: m.lm_head,
+    "CamembertForMaskedLM": lambda m: m.lm_head,
+    "EsmForMaskedLM": lambda m: m.lm_head,
+    "DistilBertForMaskedLM": lambda m: _sequential(
+        m.vocab_transform, m.activation, m.vocab_layer_norm, m.vocab_projector
+    ),
+    "AlbertForMaskedLM": lambda m: m.predictions,
+    "ElectraForMaskedLM": lambda m: _sequential(m.generator_predictions, m.generator_lm_head),
+    "ModernBertForMaskedLM": lambda m: _sequential(m.head, m.decoder),
+    "DebertaForMaskedLM": lambda m: m.cls,
+    "DebertaV2ForMaskedLM": _deberta_v2_head,
+}
+
+
+@dataclass
+class MaskedLM:
+    """A loaded masked LM ready for scoring.
+
+    `head` is None for architectures outside `_HEADS`; the engine then takes logits from the full model.
+    `autocast_dtype` is None when the encoder runs in its weights' dtype; `head_dtype` is float32, or
+    float64 when the model was loaded in float64.
+    """
+
+    model: nn.Module
+    tokenizer: Any
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    head_dtype: torch.dtype
+    max_length: int
+    head: Callable[[torch.Tensor], torch.Tensor] | None
+    signature: dict
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.model.base_model
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.tokenizer.mask_token_id
+
+    @property
+    def pad_token_id(self) -> int:
+        """Any id works for padding (the attention mask hides it); prefer the tokenizer's own."""
+        pad = self.tokenizer.pad_token_id
+        return self.mask_token_id if pad is None else pad
+
+    def default_batch_tokens(self) -> int:
+        return DEFAULT_BATCH_TOKENS[self.device.type]
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        return autocast_region(self.device, self.autocast_dtype)
+
+    @torch.inference_mode()
+    def logits_at(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray) -> Iterator[torch.Tensor]:
+        """Vocabulary logits (in `head_dtype`) at one position per row, in chunks of rows, in row order.
+
+        The encoder runs once over the batch; only the gathered hidden states go through the head, at
+        most `HEAD_ELEMENTS` logits at a time. Without a head-table entry, the full model's logits are
+        gathered instead (exact, slower).
+        """
+        ids = to_device(input_ids, self.device)  # (B, T)
+        mask = to_device(attention_mask, self.device)  # (B, T)
+        at = to_device(positions, self.device)  # (B,)
+        rows = torch.arange(len(at), device=self.device)
+        with self.autocast():
+            if self.head is None:
+                yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (B, V)
+                return
+            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (B, H)
+        chunk = head_rows(self.model.config.vocab_size)
+        with torch.autocast(self.device.type, enabled=False):
+            for start in range(0, len(hidden), chunk):
+                yield self.head(hidden[start : start + chunk]).to(self.head_dtype)  # (C, V)
+
+
+def head_rows(vocab_size: int) -> int:
+    """Rows the LM head takes at once, so that one call makes at most `HEAD_ELEMENTS` logits."""
+    return max(1, HEAD_ELEMENTS // vocab_size)
+
+
+def warn_full_logits(architecture: str) -> None:
+    logger.warning("%s is not in the head table; scoring it through full logits (exact, but slower)", architecture)
+
+
+def some_keys(keys: list[str], most: int = 6) -> str:
+    """The first `most` of `keys`, sorted, for an error message."""
+    return ", ".join(sorted(keys)[:most]) + (" ..." if len(keys) > most else "")
+
+
+def autocast_region(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
+    """Mixed-precision region of the encoder/decoder; none when the model runs in its weights' dtype."""
+    return contextlib.nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A host array on the device: pinned and copied asynchronously to a GPU."""
+    tensor = torch.from_numpy(array)
+    if device.type == "cuda":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
+
+
+def resolve_device(device: str) -> torch.device:
+    """`auto` is CUDA when present, else CPU; asking for CUDA without one is an error, not a fallback."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} was asked for but torch sees no CUDA device; use --device cpu")
+    return torch.device(device)
+
+
+def resolve_autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
+    """The encoder's autocast dtype: bf16 (fp16 on GPUs without bf16) on CUDA by default, none on CPU."""
+    if dtype == "auto":
+        if device.type != "cuda":
+            return None
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return None if dtype in ("float32", "float64") else getattr(torch, dtype)
+
+
+@dataclass
+class Loaded:
+    """A model fresh from `load_pretrained`: on its device, in eval mode, with its dtypes."""
+
+    model: nn.Module
+    missing_keys: list[str]
+    device: torch.device
+    autocast_dtype: torch.dtype | None
+    weights_dtype: torch.dtype
+
+    def signature(self, spec: ModelSpec, max_length: int) -> dict:
+        """The reproducibility signature every score records (model, revision, dtype, versions...)."""
+        return {
+            "model": spec.name,
+            "revision": spec.revision or getattr(self.model.config, "_commit_hash", None),
+            "architecture": type(self.model).__name__,
+            "dtype": str(self.autocast_dtype or self.weights_dtype).removeprefix("torch."),
+            "device": self.device.type,
+            "max_length": max_length,
+            **versions(),
+        }
+
+
+def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> Loaded:
+    """`auto_class.from_pretrained` with the project's rules: float32 weights (float64 when asked),
+    safetensors preferred, pickles only weights-only, and errors that say what to do."""
+    device = resolve_device(spec.device)
+    weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    try:
+        # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
+        model, info = auto_class.from_pretrained(
+            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True,
+            trust_remote_code=spec.trust_remote_code,
+        )
+    except ValueError as exc:
+        raise ModelLoadError(f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
+    except OSError as exc:
+        raise load_error(spec, "weights", exc) from exc
+    except SafetensorError as exc:
+        raise ModelLoadError(
+            f"the safetensors weights of {spec.name!r} are damaged ({exc}): download or convert the model "
+            "again (a partial copy or an interrupted download leaves such files)"
+        ) from exc
+    except pickle.UnpicklingError as exc:
+        raise ModelLoadError(
+            f"refused to load the pickled checkpoint of {spec.name!r}: it holds objects other than tensors, "
+            "and pickles are only read weights-only (unpickling arbitrary objects can run code). If you "
+            "trust its source, convert it to safetensors there."
+        ) from exc
+    model.eval().to(device)
+    return Loaded(model, list(info.get("missing_keys", [])), device,
+                  resolve_autocast_dtype(spec.dtype, device), weights_dtype)
+
+
+def load_masked_lm(spec: ModelSpec) -> MaskedLM:
+    """Load a masked LM with its head for inference; refuse checkpoints that lack MLM head weights.
+
+    Safetensors weights are preferred; pickled checkpoints are only read with `weights_only=True`.
+    """
+    from transformers import AutoModelForMaskedLM
+
+    tokenizer, max_length = load_tokenizer(spec)
+    loaded = load_pretrained(AutoModelForMaskedLM, spec, "masked LM", "Masked-LM scoring needs an encoder "
+                             "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...).")
+    model = loaded.model
+    missing = [k for k in loaded.missing_keys if not k.endswith(_BENIGN_MISSING)]
+    if missing:
+        raise ModelLoadError(
+            f"{spec.name!r} has no trained masked-LM head: {len(missing)} weights are missing from the "
+            f"checkpoint ({some_keys(missing)}). It was probably saved from a bare encoder or a fine-tuned classifier; "
+            "scoring it would use a randomly initialised head. Use a checkpoint saved with its MLM head."
+        )
+    head_factory = _HEADS.get(type(model).__name__)
+    if head_factory is None:
+        warn_full_logits(type(model).__name__)
+    return MaskedLM(
+        model=model,
+        tokenizer=tokenizer,
+        device=loaded.device,
+        autocast_dtype=loaded.autocast_dtype,
+        head_dtype=loaded.weights_dtype,
+        max_length=max_length,
+        head=head_factory(model) if head_factory else None,
+        signature={**loaded.signature(spec, max_length), "attention": model.config._attn_implementation},
+    )

@@ -1,0 +1,363 @@
+"""N-best lists of a sequence model (ASR, MT) for rescoring, read into one validated table.
+
+Three input shapes become one table (`NBEST_SCHEMA`, one row per hypothesis):
+
+- JSONL or Parquet, one record per hypothesis: `utt_id`, `hyp_id` (the sequence model's rank),
+  `text`, `score` (its log-score), optional `ref` and `seq_len` (hypothesis length in the sequence
+  model's own tokens, used only to length-normalise `score`).
+- The ESPnet-style JSON of Shin et al. (2019) that mlm-scoring reads:
+  `{utt_id: {"ref": "...", "hyp_1": {"score": s, "text": "..."}, "hyp_2": {...}, ...}}`; keys of an
+  utterance other than `ref` and `hyp_<rank>` are ignored.
+- References may instead come from a separate file (`read_references`): JSONL or Parquet with
+  `utt_id` and `ref`, a TSV of `utt_id<TAB>ref` lines, or the same ESPnet JSON.
+
+Nothing is guessed: a malformed record (missing or non-numeric score, missing or blank text, a
+duplicate (utt_id, hyp_id), conflicting references) stops the read with one error that names every
+problem's place (first ones shown) and what to do. Texts are stripped of surrounding whitespace (the
+ESPnet lists start every hypothesis with a space), and the stripped text is what LMs score and what
+`unique_texts` returns. Rows come out grouped by utterance, in order of each utterance's first
+appearance in the input, hypotheses by rank.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+
+import pyarrow as pa
+
+from ..errors import UserError
+from .inputs import detect_format
+from .storage import COMPRESSIONS, is_seekable, open_binary
+
+UTT_ID = "utt_id"
+HYP_ID = "hyp_id"
+TEXT = "text"
+SCORE = "score"
+REF = "ref"
+SEQ_LEN = "seq_len"
+
+NBEST_SCHEMA = pa.schema(
+    [
+        pa.field(UTT_ID, pa.string(), nullable=False),
+        pa.field(HYP_ID, pa.int32(), nullable=False),  # rank in the sequence model's list (1 = its best)
+        pa.field(TEXT, pa.string(), nullable=False),
+        pa.field(SCORE, pa.float64(), nullable=False),  # the sequence model's log-score
+        pa.field(REF, pa.string()),  # the utterance's reference; null where none was given
+        pa.field(SEQ_LEN, pa.int32()),  # length in the sequence model's tokens; null where not given
+    ]
+)
+
+NBEST_FORMATS = ("espnet", "jsonl", "parquet")
+REFERENCE_FORMATS = ("espnet", "jsonl", "parquet", "tsv")
+
+_HYP_KEY = re.compile(r"hyp_(\d+)")
+_SHOWN = 10  # problems listed in one error message
+
+
+class NBestError(UserError):
+    """An N-best list or reference file cannot be used as given; the message names the rows and the fix."""
+
+
+@dataclass(frozen=True)
+class _Record:
+    """One input record and where it came from (for error messages)."""
+
+    where: str
+    fields: Mapping[str, Any]
+
+
+def read_nbest(uri: str, references: str | None = None, fmt: str | None = None) -> pa.Table:
+    """Read an N-best list (and optionally a separate reference file) into a `NBEST_SCHEMA` table.
+
+    `fmt` is one of `NBEST_FORMATS`; by default `.json` means ESPnet JSON, `.jsonl`/`.ndjson` JSONL
+    and `.parquet`/`.pq` Parquet (after a compression suffix such as `.gz`).
+    """
+    fmt = fmt or _format_of(uri, NBEST_FORMATS)
+    if fmt == "espnet":
+        records = _espnet_hypotheses(_load_json(uri), uri)
+    elif fmt == "jsonl":
+        records = _jsonl_records(uri)
+    elif fmt == "parquet":
+        records = _parquet_records(uri)
+    else:
+        raise NBestError(f"N-best format {fmt!r} is not one of {NBEST_FORMATS}")
+    table = nbest_table(records, uri)
+    if references is not None:
+        table = with_references(table, read_references(references), references)
+    return table
+
+
+def read_references(uri: str, fmt: str | None = None) -> dict[str, str]:
+    """utt_id -> reference text from a file in one of `REFERENCE_FORMATS` (stripped like hypotheses)."""
+    fmt = fmt or _format_of(uri, REFERENCE_FORMATS)
+    if fmt == "espnet":
+        records: Iterable[_Record] = _espnet_references(_load_json(uri), uri)
+    elif fmt == "jsonl":
+        records = _jsonl_records(uri)
+    elif fmt == "parquet":
+        records = _parquet_records(uri)
+    elif fmt == "tsv":
+        records = _tsv_references(uri)
+    else:
+        raise NBestError(f"reference format {fmt!r} is not one of {REFERENCE_FORMATS}")
+    refs: dict[str, str] = {}
+    first_seen: dict[str, str] = {}
+    problems: list[str] = []
+    for record in records:
+        utt_id, ref = _utt_id(record.fields.get(UTT_ID)), record.fields.get(REF)
+        if utt_id is None:
+            problems.append(f"{record.where}: utt_id is missing or not a string")
+        elif not isinstance(ref, str):
+            problems.append(f"{record.where}: ref of utterance {utt_id!r} is missing or not a string")
+        elif utt_id in refs:
+            problems.append(f"{record.where}: utterance {utt_id!r} already has a reference ({first_seen[utt_id]})")
+        else:
+            refs[utt_id], first_seen[utt_id] = ref.strip(), record.where
+    _raise_if(problems, uri, "reference records", "give each utterance exactly one string `ref`")
+    return refs
+
+
+def nbest_table(records: Iterable[Mapping[str, Any] | _Record], source: str = "N-best list") -> pa.Table:
+    """Validate hypothesis records (dicts with the `NBEST_SCHEMA` fields) into a table.
+
+    This is what every reader ends with; in-memory lists (tests, generated data) use it directly.
+    An utterance's reference may sit on any of its rows; rows that carry one must agree.
+    """
+    rows: list[dict] = []
+    problems: list[str] = []
+    for index, record in enumerate(records):
+        if not isinstance(record, _Record):
+            record = _Record(f"record {index + 1}", record)
+        row, problem = _hypothesis_row(record)
+        if problem:
+            problems.append(f"{record.where}: {problem}")
+        else:
+            row["_where"] = record.where
+            rows.append(row)
+    by_utt: dict[str, list[dict]] = {}
+    for row in rows:
+        by_utt.setdefault(row[UTT_ID], []).append(row)
+    for utt_id, hyps in by_utt.items():
+        problems += _utterance_problems(utt_id, hyps)
+    _raise_if(problems, source, "hypothesis records", "fix or drop these records; nothing was rescored")
+    ordered = [row for hyps in by_utt.values() for row in sorted(hyps, key=lambda r: r[HYP_ID])]
+    columns = {name: [row[name] for row in ordered] for name in NBEST_SCHEMA.names}
+    return pa.Table.from_pydict(columns, schema=NBEST_SCHEMA)
+
+
+def with_references(table: pa.Table, refs: Mapping[str, str], source: str) -> pa.Table:
+    """Fill the `ref` column from `refs`; a reference already in the table must agree with the file's.
+
+    References for utterances not in the table are ignored (a reference file may cover a whole corpus).
+    """
+    utt_ids = table.column(UTT_ID).to_pylist()
+    current = table.column(REF).to_pylist()
+    problems = []
+    for utt_id, ref in sorted({(u, r) for u, r in zip(utt_ids, current) if r is not None and u in refs}):
+        if refs[utt_id] != ref:
+            problems.append(f"utterance {utt_id!r}: the N-best list says {ref!r}, {source} says {refs[utt_id]!r}")
+    _raise_if(problems, source, "references", "keep the reference in one place, or make both agree")
+    merged = pa.array([refs.get(u, r) for u, r in zip(utt_ids, current)], pa.string())
+    return table.set_column(NBEST_SCHEMA.get_field_index(REF), NBEST_SCHEMA.field(REF), merged)
+
+
+def require_references(table: pa.Table, name: str) -> None:
+    """Refuse a table where some utterance has no reference (the metric needs one for every utterance)."""
+    missing = sorted({u for u, r in zip(table.column(UTT_ID).to_pylist(), table.column(REF).to_pylist()) if r is None})
+    if missing:
+        shown = ", ".join(repr(u) for u in missing[:_SHOWN]) + (" ..." if len(missing) > _SHOWN else "")
+        raise NBestError(
+            f"{name}: {len(missing)} utterances have no reference ({shown}); WER/BLEU need one for every "
+            "utterance: add a `ref` to their rows, or pass a reference file with `utt_id` and `ref`"
+        )
+
+
+def unique_texts(*tables: pa.Table) -> list[str]:
+    """Every distinct hypothesis text of the tables, sorted: what each LM must score once."""
+    texts: set[str] = set()
+    for table in tables:
+        texts.update(table.column(TEXT).to_pylist())
+    return sorted(texts)
+
+
+def _hypothesis_row(record: _Record) -> tuple[dict, str | None]:
+    """The validated row of one record, or what is wrong with it."""
+    f = record.fields
+    utt_id = _utt_id(f.get(UTT_ID))
+    if utt_id is None:
+        return {}, f"`{UTT_ID}` is missing or not a string (got {f.get(UTT_ID)!r})"
+    hyp_id = f.get(HYP_ID)
+    if isinstance(hyp_id, float) and hyp_id.is_integer():
+        hyp_id = int(hyp_id)
+    if not isinstance(hyp_id, int) or isinstance(hyp_id, bool):
+        return {}, f"utterance {utt_id!r}: `{HYP_ID}` is missing or not an integer rank (got {hyp_id!r})"
+    where = f"utterance {utt_id!r} hypothesis {hyp_id}"
+    text = f.get(TEXT)
+    if not isinstance(text, str):
+        return {}, f"{where}: `{TEXT}` is missing or not a string (got {text!r})"
+    if not text.strip():
+        return {}, f"{where}: `{TEXT}` is empty; LMs cannot score an empty hypothesis, drop it"
+    if "\n" in text.strip() or "\r" in text.strip():
+        return {}, f"{where}: `{TEXT}` holds a line break; one hypothesis must be one line"
+    score = f.get(SCORE)
+    if not isinstance(score, (int, float)) or isinstance(score, bool):
+        return {}, f"{where}: `{SCORE}` is missing or not a number (got {score!r})"
+    if not math.isfinite(score):
+        return {}, f"{where}: `{SCORE}` is {score}, not a finite log-score"
+    ref = f.get(REF)
+    if ref is not None and not isinstance(ref, str):
+        return {}, f"{where}: `{REF}` is not a string (got {ref!r})"
+    seq_len = f.get(SEQ_LEN)
+    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 0):
+        return {}, f"{where}: `{SEQ_LEN}` is not a non-negative integer (got {seq_len!r})"
+    row = {UTT_ID: utt_id, HYP_ID: hyp_id, TEXT: text.strip(), SCORE: float(score), REF: ref, SEQ_LEN: seq_len}
+    if ref is not None:
+        row[REF] = ref.strip()
+    return row, None
+
+
+def _utt_id(value: Any) -> str | None:
+    """Utterance ids are strings; integer ids (Parquet, JSON) are taken as their decimal string."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else None
+
+
+def _utterance_problems(utt_id: str, hyps: list[dict]) -> list[str]:
+    """Duplicate ranks and conflicting references within one utterance; fills its reference on every row."""
+    problems = []
+    seen: dict[int, str] = {}
+    for row in hyps:
+        if row[HYP_ID] in seen:
+            problems.append(
+                f"{row['_where']}: utterance {utt_id!r} already has hypothesis {row[HYP_ID]} "
+                f"({seen[row[HYP_ID]]}); give each hypothesis of an utterance its own hyp_id"
+            )
+        seen.setdefault(row[HYP_ID], row["_where"])
+    refs = {row[REF] for row in hyps if row[REF] is not None}
+    if len(refs) > 1:
+        problems.append(f"utterance {utt_id!r}: its rows give {len(refs)} different references {sorted(refs)!r}")
+    elif refs:
+        (ref,) = refs
+        for row in hyps:
+            row[REF] = ref
+    return problems
+
+
+def _raise_if(problems: list[str], source: str, what: str, fix: str) -> None:
+    if not problems:
+        return
+    shown = "; ".join(problems[:_SHOWN])
+    more = f"; and {len(problems) - _SHOWN} more" if len(problems) > _SHOWN else ""
+    raise NBestError(f"{source}: {len(problems)} problems in the {what}: {shown}{more}. To fix: {fix}")
+
+
+def _format_of(uri: str, allowed: tuple[str, ...]) -> str:
+    suffixes = [s.lower() for s in PurePosixPath(uri).suffixes]
+    if suffixes and suffixes[-1] in COMPRESSIONS:
+        suffixes.pop()
+    fmt = "espnet" if suffixes and suffixes[-1] == ".json" else detect_format(uri)
+    if fmt not in allowed:
+        raise NBestError(
+            f"cannot tell the format of {uri!r} from its name; use one of the suffixes .json (ESPnet), "
+            f".jsonl, .parquet{', .tsv' if 'tsv' in allowed else ''}, or name the format ({', '.join(allowed)})"
+        )
+    return fmt
+
+
+def _open(uri: str, seekable: bool) -> BinaryIO:
+    """`open_binary`, with a missing or unreadable N-best or reference file as an `NBestError`."""
+    try:
+        return open_binary(uri, seekable)
+    except OSError as exc:
+        raise NBestError(
+            f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file"
+        ) from exc
+
+
+def _load_json(uri: str) -> dict:
+    """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        keys = [k for k, _ in items]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise NBestError(f"{uri}: the key(s) {repeated!r} appear twice in one JSON object; each must be unique")
+        return dict(items)
+
+    with _open(uri, seekable=False) as stream:
+        try:
+            document = json.load(stream, object_pairs_hook=pairs)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise NBestError(f"{uri} is not valid JSON ({exc}); ESPnet N-best lists are one JSON object") from exc
+    if not isinstance(document, dict):
+        raise NBestError(f"{uri}: expected a JSON object {{utt_id: {{...}}}}, got {type(document).__name__}")
+    return document
+
+
+def _espnet_hypotheses(document: dict, uri: str) -> Iterator[_Record]:
+    for utt_id, entry in document.items():
+        if not isinstance(entry, dict):
+            raise NBestError(f"{uri}: utterance {utt_id!r} is a {type(entry).__name__}, not an object of hyp_N entries")
+        hyp_keys = [k for k in entry if k.startswith("hyp")]
+        if not hyp_keys:
+            raise NBestError(f"{uri}: utterance {utt_id!r} has no hyp_N entries")
+        for key in hyp_keys:
+            match = _HYP_KEY.fullmatch(key)
+            where = f"{uri} utterance {utt_id!r} {key}"
+            if not match:
+                raise NBestError(f"{where}: hypothesis keys must read hyp_<rank> (hyp_1, hyp_2, ...)")
+            hyp = entry[key]
+            if not isinstance(hyp, dict):
+                raise NBestError(f"{where}: expected an object with `score` and `text`, got {hyp!r}")
+            fields = {UTT_ID: utt_id, HYP_ID: int(match.group(1)), TEXT: hyp.get(TEXT), SCORE: hyp.get(SCORE)}
+            yield _Record(where, {**fields, REF: entry.get(REF)})
+
+
+def _espnet_references(document: dict, uri: str) -> Iterator[_Record]:
+    for utt_id, entry in document.items():
+        ref = entry.get(REF) if isinstance(entry, dict) else None
+        yield _Record(f"{uri} utterance {utt_id!r}", {UTT_ID: utt_id, REF: ref})
+
+
+def _jsonl_records(uri: str) -> Iterator[_Record]:
+    with _open(uri, seekable=False) as stream:
+        for number, raw in enumerate(stream, start=1):
+            if not raw.strip():
+                continue
+            where = f"{uri} line {number}"
+            try:
+                fields = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise NBestError(f"{where} is not a JSON record ({exc}); JSONL holds one JSON object per line") from exc
+            if not isinstance(fields, dict):
+                raise NBestError(f"{where} is a JSON {type(fields).__name__}, not an object")
+            yield _Record(where, fields)
+
+
+def _parquet_records(uri: str) -> Iterator[_Record]:
+    import pyarrow.parquet as pq
+
+    with _open(uri, seekable=True) as stream:
+        source = stream if is_seekable(uri) else io.BytesIO(stream.read())
+        table = pq.read_table(source)
+    for number, fields in enumerate(table.to_pylist(), start=1):
+        yield _Record(f"{uri} row {number}", fields)
+
+
+def _tsv_references(uri: str) -> Iterator[_Record]:
+    with _open(uri, seekable=False) as stream:
+        for number, raw in enumerate(stream, start=1):
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line.strip() or (number == 1 and line == f"{UTT_ID}\t{REF}"):
+                continue
+            utt_id, tab, ref = line.partition("\t")
+            if not tab:
+                raise NBestError(f"{uri} line {number}: expected `utt_id<TAB>reference`, found no tab")
+            yield _Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: ref})

@@ -1,0 +1,262 @@
+"""The write stage and the output folder: one Parquet file per shard, a completion marker per shard.
+
+Layout: `DIR/rows/part-<shard>.parquet` (the scored rows, readable as one dataset:
+`pyarrow.parquet.read_table("DIR/rows")`), `DIR/summary.json`, and the bookkeeping `DIR/_run.json`
+and `DIR/_done/<shard>.json`.
+
+A shard's file is written under a hidden temporary name (which dataset readers skip) and moved into
+place; its marker is written only after that, so a marker always means a complete file. Temporary files
+left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
+and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options); input files
+that changed under a resumed run are caught by `provenance.py`. While a run works, `DIR/_lock.json` keeps
+a second run out (`lock.py`); `verify.py` checks a finished folder.
+Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import logging
+import posixpath
+import uuid
+from typing import Any, Iterable, Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ..config import RunConfig
+from ..errors import UserError
+from .provenance import DIGEST, INPUT_FILES, changed_files
+from .sources import Shard
+from .storage import filesystem, join, scheme
+
+logger = logging.getLogger(__name__)
+
+ROWS_DIR = "rows"
+RUN_FILE = "_run.json"
+DONE_DIR = "_done"
+SUMMARY_FILE = "summary.json"
+LOCK_FILE = "_lock.json"
+# A run's own entries: what --overwrite may delete (all but the lock, which by then is the new run's).
+OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)
+FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
+
+
+class OutputError(UserError):
+    """The output folder cannot be used for this run; the message says why and what to do."""
+
+
+def part_name(key: str) -> str:
+    return f"part-{key}.parquet"
+
+
+# Field metadata of a workload option added after runs were written: it enters the fingerprint only when
+# it differs from its default, so folders written before it existed still resume.
+ADDED_LATER = {"fingerprint": "when set"}
+
+
+def option_values(options: Any) -> dict:
+    """A workload's options (a frozen dataclass) as its fingerprint records them."""
+    later = {f.name: f.default for f in dataclasses.fields(options) if f.metadata.get("fingerprint") == "when set"}
+    return {k: v for k, v in dataclasses.asdict(options).items() if not (k in later and v == later[k])}
+
+
+def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[Shard]) -> dict:
+    """What must match for a rerun to resume into the same folder: the workload's name and options, the
+    model and the input's identity (not batch size or device, which do not change the results)."""
+    plan_digest = hashlib.sha256("\n".join(f"{s.key} {s.rows}" for s in plan).encode()).hexdigest()
+    run = {
+        "workload": workload,
+        "inputs": list(config.inputs.paths),
+        "text_column": config.inputs.text_column,
+        "id_column": config.inputs.id_column,
+        "shard_rows": config.inputs.shard_rows,
+        "partition_column": config.inputs.partition_column,
+        "partition_by_file": config.inputs.partition_by_file,
+        "model": config.model.name,
+        "revision": config.model.revision,
+        "dtype": config.model.dtype,
+        "plan": plan_digest,
+    }
+    values = option_values(options)
+    assert not set(values) & set(run), f"options of {workload} shadow the run's own keys: {set(values) & set(run)}"
+    return {**run, **values}
+
+
+class OutputDir:
+    """A run's output folder on any pyarrow filesystem."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.fs, self.root = filesystem(uri)
+        if self.fs is None:
+            raise OutputError(f"cannot write to {uri!r}: use a local path or an s3://, gs:// or file:// URI")
+        # What other processes (Ray workers, whatever their working folder) open as the same folder.
+        self.location = self.root if scheme(uri) in (None, "file") else uri
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[None]:
+        """Turn an OS error while creating or writing the folder (read-only, a file in the way) into one
+        line that says what to do."""
+        try:
+            yield
+        except OSError as exc:
+            raise OutputError(
+                f"cannot create or write the output folder {self.uri!r} ({exc}); pass an --output you can write to"
+            ) from exc
+
+    def path(self, *parts: str) -> str:
+        return posixpath.join(self.root, *parts)
+
+    def part_path(self, key: str) -> str:
+        return self.path(ROWS_DIR, part_name(key))
+
+    def start(self, run: dict, overwrite: bool = False) -> set[str]:
+        """Claim the folder for this run and return the keys of shards already done.
+
+        A folder left by the same run resumes; one left by another run is refused unless `overwrite`,
+        which deletes only that run's own entries (`OWN_ENTRIES`); files the workflows wrote beside them
+        are rewritten by the new run, and anything else in the folder is left alone.
+        """
+        if overwrite and self.exists(self.root):
+            self._clear_own()
+        with self.writing():
+            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+            for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
+                self.fs.delete_file(stale)
+        try:
+            previous = self.read_json(RUN_FILE)
+        except ValueError as exc:
+            raise OutputError(
+                f"{self.uri}/{RUN_FILE} is damaged ({exc}), so this folder's run cannot be identified; pass "
+                "--overwrite to replace its results, or use another --output"
+            ) from exc
+        if previous is None:
+            if self.files(ROWS_DIR, suffix=".parquet"):
+                raise OutputError(
+                    f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
+                )
+            self.write_json(RUN_FILE, run)
+            return set()
+        changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
+        if changed:
+            edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
+            unknown = [k for k in changed if k not in run]
+            raise OutputError(
+                f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
+                + (f"; changed since: {', '.join(edited)}" if edited else "")
+                + (f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
+                   "workload or an older dscore" if unknown else "")
+                + "); use another --output, or pass --overwrite to replace them"
+            )
+        return self.done_keys()
+
+    def _clear_own(self) -> None:
+        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours.
+        The lock is this run's own by now (taken before), so it stays."""
+        entries = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
+        if all(posixpath.basename(i.path) == LOCK_FILE for i in entries):
+            return
+        if not self.exists(self.path(RUN_FILE)):
+            raise OutputError(
+                f"{self.uri} is not empty and holds no {RUN_FILE} of a dscore run: --overwrite deletes only a run's "
+                "own files, so nothing was deleted; use an empty or a new --output"
+            )
+        for name in OWN_ENTRIES:
+            if name == LOCK_FILE:
+                continue
+            info = self.fs.get_file_info(self.path(name))
+            if info.type == pafs.FileType.Directory:
+                self.fs.delete_dir(info.path)
+            elif info.type == pafs.FileType.File:
+                self.fs.delete_file(info.path)
+
+    def done_keys(self) -> set[str]:
+        """Keys of the shards that are really done: marker readable, file present and whole, row counts
+        equal. Any other marker is removed (saying why), so its shard is scored again."""
+        done = set()
+        for marker in self.files(DONE_DIR, suffix=".json"):
+            key = posixpath.basename(marker).removesuffix(".json")
+            problem = self.shard_problem(key)
+            if problem is None:
+                done.add(key)
+                continue
+            logger.warning("shard %s is scored again: %s", key, problem)
+            self.fs.delete_file(marker)
+        return done
+
+    def shard_problem(self, key: str) -> str | None:
+        """Why shard `key`'s marker cannot be trusted, or None."""
+        try:
+            marker = self.read_marker(key)
+        except ValueError:
+            return "its completion marker is not valid JSON (a write was cut off)"
+        if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
+            return "its completion marker has no row count"
+        if not self.exists(self.part_path(key)):
+            return "its Parquet file is missing"
+        try:
+            rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
+        except (OSError, pa.ArrowInvalid) as exc:
+            return f"its Parquet file cannot be read ({exc})"
+        if rows != marker["rows"]:
+            return f"its Parquet file holds {rows} rows, its marker says {marker['rows']}"
+        return None
+
+    def write_shard(self, key: str, table: pa.Table, signature: dict, input_digest: str) -> None:
+        """Write the shard's rows, then its marker: the scorer's signature, the digest of the input rows
+        (checked on resume, see `provenance.py`) and of the file's bytes (checked by `dscore verify`)."""
+        final = self.part_path(key)
+        temporary = self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp")
+        buffer = pa.BufferOutputStream()
+        pq.write_table(table, buffer)
+        data = buffer.getvalue()
+        with self.fs.open_output_stream(temporary) as stream:
+            stream.write(data)
+        self.fs.move(temporary, final)
+        marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
+                  FILE_DIGEST: hashlib.sha256(data).hexdigest()}
+        self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
+
+    def read_marker(self, key: str) -> dict | None:
+        return self.read_json(posixpath.join(DONE_DIR, f"{key}.json"))
+
+    def write_json(self, name: str, obj: dict) -> None:
+        self.write_text(name, json.dumps(obj, indent=2, sort_keys=True))
+
+    def write_text(self, name: str, text: str) -> None:
+        """Write a file whole or not at all: locally through a hidden temporary file and a rename (a
+        reader never sees half a marker); an object store's single PUT is already all or nothing."""
+        path = self.path(name)
+        if not isinstance(self.fs, pafs.LocalFileSystem):
+            with self.fs.open_output_stream(path) as stream:
+                stream.write(text.encode("utf-8"))
+            return
+        temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        with self.fs.open_output_stream(temporary) as stream:
+            stream.write(text.encode("utf-8"))
+        self.fs.move(temporary, path)
+
+    def write_table(self, name: str, table: pa.Table) -> str:
+        """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""
+        self.fs.create_dir(posixpath.dirname(self.path(name)), recursive=True)
+        pq.write_table(table, self.path(name), filesystem=self.fs)
+        return join(self.location, name)
+
+    def read_json(self, name: str) -> dict | None:
+        if not self.exists(self.path(name)):
+            return None
+        with self.fs.open_input_stream(self.path(name)) as stream:
+            return json.loads(stream.read())
+
+    def exists(self, path: str) -> bool:
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def files(self, folder: str, suffix: str) -> list[str]:
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
+        return [i.path for i in infos if i.path.endswith(suffix)]

@@ -1,0 +1,486 @@
+"""The read stage: cut the input files into shards, and read shards into rows.
+
+A shard is a fixed range of records of one file, planned once on the driver; its key names its output
+file, so a rerun finds exactly which shards are done. Every input record becomes one row
+(`schema.read_schema`), bad ones included, so that record numbers in ids stay true.
+
+Line formats (text, JSONL, CSV, TSV) are planned by one pass that notes the byte offset of every
+shard's first record, so an uncompressed shard is read by seeking. A compressed or stream-only file
+cannot seek: its shards are read together, in one pass, as one read unit.
+
+What planning refuses, before any work, since no per-row answer could keep rows in == records in: a
+damaged compressed or Parquet file, a CSV quoted field that is never closed (it would swallow the rest
+of the file), and CR-only (old Mac) line endings (the whole file would read as one record).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import re
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, replace
+from itertools import groupby
+from typing import BinaryIO, Iterator
+
+import pyarrow as pa
+
+from ..io import schema as S
+from ..config import InputSpec
+from .inputs import InputError, InputFile, find_inputs
+from .storage import error_reason, filesystem, is_seekable, open_binary
+
+logger = logging.getLogger(__name__)
+
+LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_BARE_CR = re.compile(rb"\r(?!\n|$)")
+_CSV_MARKS = re.compile(rb'[",\n]')
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Records [start, start + rows) of one input file."""
+
+    file: InputFile
+    start: int
+    rows: int
+    byte_offset: int | None = None  # where record `start` begins, when the file can seek
+
+    @property
+    def key(self) -> str:
+        return f"{self.file.index:05d}-{self.start:012d}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Shard":
+        d = json.loads(text)
+        return cls(**{**d, "file": InputFile(**{**d["file"], "columns": tuple(d["file"]["columns"])})})
+
+
+def plan_shards(spec: InputSpec) -> list[Shard]:
+    """Every shard of every input, in order; checks the text and id columns up front."""
+    shards: list[Shard] = []
+    for f in find_inputs(spec.paths):
+        if spec.partition_column is not None and f.fmt == "text":
+            raise InputError(f"{f.path}: a text file has no columns to partition by; use --partition-by-file")
+        if f.fmt == "parquet":
+            shards += _parquet_plan(f, spec)
+        elif f.fmt == "hf":
+            shards += _hf_plan(f, spec)
+        else:
+            shards += _line_plan(f, spec)
+    return shards
+
+
+def read_units(shards: list[Shard]) -> list[list[Shard]]:
+    """Groups of shards read in one pass: each seekable shard alone, a file that cannot seek whole."""
+    units: list[list[Shard]] = []
+    for _, group in groupby(shards, key=lambda s: s.file.index):
+        group = list(group)
+        if group[0].file.fmt in LINE_FORMATS and group[0].byte_offset is None:
+            units.append(group)
+        else:
+            units += [[s] for s in group]
+    return units
+
+
+def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
+    """Each shard of the unit with its rows as `schema.read_schema`, in order."""
+    f = unit[0].file
+    if f.fmt == "parquet":
+        yield unit[0], _rows_table(_parquet_rows(unit[0], spec), f, spec)
+    elif f.fmt == "hf":
+        yield unit[0], _rows_table(_hf_rows(unit[0], spec), f, spec)
+    else:
+        yield from _read_line_unit(unit, spec)
+
+
+def ok_row(row_id: str, text: object) -> dict:
+    """A row to score, or an error row when the text is missing or not a string."""
+    if text is None:
+        return error_row(row_id, None, "text is missing (null)")
+    if not isinstance(text, str):
+        return error_row(row_id, None, f"text is a {type(text).__name__}, not a string")
+    return {S.ID: row_id, S.TEXT: text, S.STATUS: S.STATUS_OK, S.ERROR: None}
+
+
+def error_row(row_id: str, text: str | None, error: str) -> dict:
+    return {S.ID: row_id, S.TEXT: text, S.STATUS: S.STATUS_ERROR, S.ERROR: error}
+
+
+def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table:
+    """The rows as a table; with partitioning on, a `partition` column (a record's own value, else
+    the file's name when partitioning by file)."""
+    rows = list(rows)
+    if spec.partition_by_file:
+        for row in rows:
+            row[S.PARTITION] = f.name
+    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned))
+
+
+def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
+    roles = (("text", spec.text_column), ("id", spec.id_column), ("partition", spec.partition_column))
+    for role, column in roles:
+        if column is not None and column not in columns:
+            raise InputError(
+                f"{f.path}: no {role} column {column!r}; its columns are {', '.join(map(repr, columns))}. "
+                f"Pass --{role}-column with one of them."
+            )
+
+
+def _id_and_text(record: dict, row_id: str, spec: InputSpec) -> dict:
+    """The row of a record with named fields (JSONL, CSV, TSV, Parquet, datasets)."""
+    row = _record_row(record, row_id, spec)
+    if spec.partition_column is not None and record.get(spec.partition_column) is not None:
+        row[S.PARTITION] = str(record[spec.partition_column])
+    return row
+
+
+def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
+    if spec.id_column is not None:
+        if record.get(spec.id_column) is None:
+            return error_row(row_id, None, f"record has no {spec.id_column!r} value for its id")
+        row_id = str(record[spec.id_column])
+    if spec.text_column not in record:
+        return error_row(row_id, None, f"record has no {spec.text_column!r} field")
+    return ok_row(row_id, record[spec.text_column])
+
+
+# Line formats.
+
+
+class _OpenQuote(Exception):
+    """The stream ended inside a quoted CSV field; `line` counts from where the stream was opened."""
+
+    def __init__(self, line: int) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+def _records(stream: BinaryIO, fmt: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:
+    """(byte offset, raw record without its line ending); a quoted CSV field may span lines.
+
+    Raises `_OpenQuote` at the end of the stream when a quoted field is still open.
+    """
+    pending: list[bytes] = []  # the lines of a record that spans lines, joined once it ends
+    start, line_number, open_line = offset, 0, 0
+    state = _CSV_RECORD_START
+    for line in stream:
+        line_number += 1
+        offset += len(line)
+        if not pending:
+            open_line = line_number
+        pending.append(line)
+        if fmt == "csv":
+            state = _csv_state(line, state)
+            if state.quoted:  # inside a quoted field: the record goes on
+                continue
+            state = _CSV_RECORD_START
+        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
+        pending, start = [], offset
+    if state.quoted:
+        raise _OpenQuote(open_line)
+    if pending:
+        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
+
+
+@dataclass(frozen=True)
+class _CsvState:
+    """Where a CSV record stands after some of its bytes."""
+
+    quoted: bool  # inside a quoted field
+    after_quote: bool  # just after a quote in a quoted field: it closes the field, or a second one follows
+    field_start: bool
+
+
+_CSV_RECORD_START = _CsvState(quoted=False, after_quote=False, field_start=True)
+
+
+def _csv_state(chunk: bytes, state: _CsvState) -> _CsvState:
+    """The state after `chunk`. Only a quote that starts a field opens a quoted one: a quote inside an
+    unquoted field (`a"b`) is a literal, as the csv module reads it, and cannot swallow lines. Only
+    quotes, commas and newlines are visited, so a planning pass stays fast."""
+    if not state.quoted and b'"' not in chunk:
+        return _CsvState(False, False, chunk.endswith((b",", b"\n")))
+    quoted, after_quote, field_start = state.quoted, state.after_quote, state.field_start
+    last = -1
+    for mark in _CSV_MARKS.finditer(chunk):
+        if mark.start() > last + 1 and not quoted:  # other bytes since the last mark: an unquoted field
+            field_start = after_quote = False
+        last = mark.start()
+        byte = mark.group()
+        if quoted:
+            quoted = byte != b'"'
+            after_quote = not quoted
+        elif after_quote and byte == b'"':  # a doubled quote: still inside the field
+            quoted, after_quote = True, False
+        else:
+            quoted = field_start and byte == b'"'
+            field_start, after_quote = byte != b'"', False
+    if len(chunk) > last + 1 and not quoted:
+        field_start = after_quote = False
+    return _CsvState(quoted, after_quote, field_start)
+
+
+def _decode(raw: bytes, first: bool) -> tuple[str, str | None]:
+    if first and raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]  # UTF-8 byte-order mark
+    try:
+        return raw.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return raw.decode("utf-8", "replace"), f"line is not valid UTF-8 ({exc.reason} at byte {exc.start})"
+
+
+def _split_fields(line: str, fmt: str) -> list[str]:
+    """The fields of a record; raises `csv.Error` for malformed quoting (`"ab"c`)."""
+    if fmt == "tsv":
+        return line.split("\t")
+    return next(csv.reader([line], strict=True), [])
+
+
+def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
+    """One pass over the file: record count, CSV header, first JSONL object, shard offsets."""
+    seekable = is_seekable(f.path)
+    try:
+        stream = open_binary(f.path, seekable)
+    except OSError as exc:
+        raise InputError(f"cannot open input {f.path!r}: {exc}") from exc
+    with stream, _plain_errors(f, "planning"):
+        f, offsets, n_records = _count_records(f, spec, stream)
+    return [
+        Shard(f, start, min(spec.shard_rows, n_records - start), offset if seekable else None)
+        for start, offset in zip(range(0, n_records, spec.shard_rows), offsets)
+    ]
+
+
+def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[InputFile, list[int], int]:
+    """(the file with its CSV/TSV columns, byte offset of every shard's first record, record count)."""
+    offsets: list[int] = []
+    n_records = 0
+    checked = f.fmt != "jsonl"
+    records = _records(stream, f.fmt)
+    if f.fmt in ("csv", "tsv"):
+        header = next(records, None)
+        if header is None:
+            raise InputError(f"{f.path}: empty {f.fmt.upper()} file, expected a header row")
+        _refuse_cr_line_endings(f, header[1])
+        try:
+            columns = _split_fields(_decode(header[1], True)[0], f.fmt)
+        except csv.Error as exc:
+            raise InputError(f"{f.path}: the header row is not valid CSV ({exc}); fix its quoting") from exc
+        _require_columns(f, spec, columns)
+        f = replace(f, columns=tuple(columns))
+    for offset, raw in records:
+        if n_records == 0:
+            _refuse_cr_line_endings(f, raw)
+        if not checked:
+            checked = _check_jsonl_record(f, spec, raw)
+        if n_records % spec.shard_rows == 0:
+            offsets.append(offset)
+        n_records += 1
+    return f, offsets, n_records
+
+
+def _refuse_cr_line_endings(f: InputFile, first_record: bytes) -> None:
+    """Lines ended by a lone CR (old Mac files) would all read as one record, so rows in != records
+    in. Only the first record is checked: a file with LF endings rarely starts with a bare CR, and a
+    CR-only file always does (when it has two lines or more)."""
+    if _BARE_CR.search(first_record):
+        raise InputError(
+            f"{f.path}: line 1 holds a carriage return (CR) that ends no CRLF pair: the file seems to use "
+            "old Mac (CR-only) line endings, so all of it would read as one record; convert its line endings "
+            "to LF (e.g. `tr '\\r' '\\n' < IN > OUT`) and run again"
+        )
+
+
+@contextmanager
+def _plain_errors(f: InputFile, stage: str) -> Iterator[None]:
+    """A damaged compressed file or a CSV quote never closed, as one line naming the file."""
+    try:
+        yield
+    except _OpenQuote as exc:
+        if stage != "planning":
+            raise InputError(f"{f.path} now ends inside a quoted field; was it changed since planning?") from None
+        raise InputError(
+            f"{f.path}: line {exc.line} opens a quoted CSV field that is never closed, so the rest of the file "
+            'would read as one field; close the quote, or write a literal quote inside a quoted field as ""'
+        ) from None
+    except (OSError, EOFError) as exc:
+        raise InputError(
+            f"{f.path}: cannot be read while {stage} ({error_reason(exc)}); the file is damaged or truncated, "
+            "or its suffix does not match its compression: check it (e.g. `gzip -t`) or copy it again"
+        ) from exc
+
+
+def _check_jsonl_record(f: InputFile, spec: InputSpec, raw: bytes) -> bool:
+    """Fail early when the first object lacks the text (or id) column: every row would be an error."""
+    try:
+        record = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    if not isinstance(record, dict):
+        return False
+    _require_columns(f, spec, list(record))
+    return True
+
+
+def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
+    f = unit[0].file
+    seekable = unit[0].byte_offset is not None
+    with open_binary(f.path, seekable) as stream, _plain_errors(f, "reading"):
+        if seekable:
+            stream.seek(unit[0].byte_offset)
+            records = _records(stream, f.fmt, unit[0].byte_offset)
+            index = unit[0].start
+        else:
+            records = _records(stream, f.fmt)
+            if f.fmt in ("csv", "tsv"):
+                next(records)  # the header
+            index = 0
+        for shard in unit:
+            for _ in range(shard.start - index):
+                _next_record(records, f)  # records of shards already done
+            rows = []
+            for number in range(shard.start + 1, shard.start + shard.rows + 1):
+                offset, raw = _next_record(records, f)
+                rows.append(_parse_record(raw, f, f"{f.name}:{number}", spec, first=offset == 0))
+            index = shard.start + shard.rows
+            yield shard, _rows_table(iter(rows), f, spec)
+
+
+def _next_record(records: Iterator[tuple[int, bytes]], f: InputFile) -> tuple[int, bytes]:
+    record = next(records, None)
+    if record is None:
+        raise InputError(f"{f.path} has fewer records than when the run was planned; was it changed?")
+    return record
+
+
+def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first: bool) -> dict:
+    text, error = _decode(raw, first)
+    if error:
+        return error_row(row_id, text, error)
+    if f.fmt == "text":
+        return ok_row(row_id, text)
+    if not text.strip():
+        return error_row(row_id, None, "empty line")
+    if f.fmt == "jsonl":
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            return error_row(row_id, text, f"invalid JSON: {exc}")
+        if not isinstance(record, dict):
+            return error_row(row_id, text, f"a JSON {type(record).__name__}, not an object")
+        return _without_lone_surrogates(_id_and_text(record, row_id, spec), row_id)
+    try:
+        fields = _split_fields(text, f.fmt)
+    except csv.Error as exc:
+        return error_row(row_id, text, f"malformed CSV quoting ({exc}); quote the field and double any quote inside it")
+    if len(fields) != len(f.columns):
+        return error_row(row_id, text, f"record has {len(fields)} fields, the header has {len(f.columns)}")
+    return _id_and_text(dict(zip(f.columns, fields)), row_id, spec)
+
+
+def _without_lone_surrogates(row: dict, row_id: str) -> dict:
+    """The row, or an error row when a JSON escape spelled a lone surrogate (`"\\ud800"`): json.loads
+    accepts it, but it is no character and cannot be written as UTF-8, so it would crash the shard."""
+    for column in (S.ID, S.TEXT, S.PARTITION):
+        value = row.get(column)
+        match = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
+        if match:
+            return error_row(
+                row_id if column == S.ID else row[S.ID], None,
+                f"the {column} holds a lone surrogate escape \\u{ord(match.group()):04x} (at character "
+                f"{match.start()}), which is no Unicode character; fix or drop that escape",
+            )
+    return row
+
+
+# Parquet.
+
+
+def _parquet_file(f: InputFile):
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(f.path)
+    if fs is None:
+        raise InputError(f"{f.path}: Parquet needs random access; use a local path or an s3://, gs:// or file:// URI")
+    try:
+        return pq.ParquetFile(fs.open_input_file(path))
+    except (pa.ArrowInvalid, OSError) as exc:
+        reason = error_reason(exc)
+        raise InputError(f"{f.path}: not a readable Parquet file ({reason}); check it or copy it again") from exc
+
+
+def _parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
+    parquet = _parquet_file(f)
+    schema = parquet.schema_arrow
+    _require_columns(f, spec, schema.names)
+    text_type = schema.field(spec.text_column).type
+    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
+        raise InputError(f"{f.path}: text column {spec.text_column!r} holds {text_type}, not strings")
+    n_rows = parquet.metadata.num_rows
+    return _row_shards(f, n_rows, spec.shard_rows)
+
+
+def _row_shards(f: InputFile, n_rows: int, shard_rows: int) -> list[Shard]:
+    """Shards of a file read by row index (Parquet, datasets): no byte offsets."""
+    return [Shard(f, start, min(shard_rows, n_rows - start)) for start in range(0, n_rows, shard_rows)]
+
+
+def _named_columns(spec: InputSpec) -> list[str]:
+    return [c for c in (spec.text_column, spec.id_column, spec.partition_column) if c is not None]
+
+
+def _parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
+    columns = _named_columns(spec)
+    try:
+        table = _read_row_range(_parquet_file(shard.file), columns, shard.start, shard.rows)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
+                         f"({error_reason(exc)}); the file is damaged: check it or copy it again") from exc
+    yield from _table_rows(table, shard, spec)
+
+
+def _read_row_range(parquet, columns: list[str], start: int, rows: int) -> pa.Table:
+    """Rows [start, start + rows), reading only the row groups that hold them."""
+    groups, first_row, row = [], None, 0
+    for g in range(parquet.metadata.num_row_groups):
+        n = parquet.metadata.row_group(g).num_rows
+        if row + n > start and row < start + rows:
+            groups.append(g)
+            first_row = row if first_row is None else first_row
+        row += n
+    table = parquet.read_row_groups(groups, columns=columns)
+    return table.slice(start - (first_row or 0), rows)
+
+
+def _table_rows(table: pa.Table, shard: Shard, spec: InputSpec) -> Iterator[dict]:
+    for i, record in enumerate(table.to_pylist()):
+        yield _id_and_text(record, f"{shard.file.name}:{shard.start + i + 1}", spec)
+
+
+# `datasets` folders (save_to_disk).
+
+
+def _hf_dataset(f: InputFile):
+    from datasets import load_from_disk
+
+    _, path = filesystem(f.path)
+    return load_from_disk(path)
+
+
+def _hf_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
+    dataset = _hf_dataset(f)
+    _require_columns(f, spec, dataset.column_names)
+    n_rows = len(dataset)
+    return _row_shards(f, n_rows, spec.shard_rows)
+
+
+def _hf_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
+    columns = _named_columns(spec)
+    dataset = _hf_dataset(shard.file).select_columns(columns).with_format("arrow")
+    yield from _table_rows(dataset[shard.start : shard.start + shard.rows], shard, spec)

@@ -1,0 +1,83 @@
+"""Where bytes live: local paths and URIs mapped to filesystems, and opening files for reading.
+
+pyarrow filesystems serve local paths, `file://`, `s3://`, `gs://` and `hdfs://` (listing, globbing,
+random access, decompression); any other scheme smart-open knows (`https://`, `azure://`, ...) is read
+as a single stream through smart-open.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+
+from ..errors import UserError
+
+PYARROW_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs")
+COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
+
+
+def scheme(uri: str) -> str | None:
+    return uri.split("://", 1)[0].lower() if "://" in uri else None
+
+
+def error_reason(exc: BaseException) -> str:
+    """The first line of an exception's message (pyarrow's run over many lines), for one-line errors."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class StorageError(UserError):
+    """A URI that cannot be used (unknown scheme, unreachable store); the message says what to do."""
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
+    """(pyarrow filesystem, path in it); None for schemes that only smart-open reads."""
+    s = scheme(uri)
+    if s is None:
+        return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
+    if s in ("hf", "hf-datasets"):
+        raise StorageError(
+            f"{uri!r}: hf:// URIs are not read directly; download the data first (e.g. "
+            "datasets.load_dataset(...).save_to_disk(DIR)) and pass DIR, or a copy of its files on local disk or s3://"
+        )
+    if s in PYARROW_SCHEMES:
+        try:
+            return pafs.FileSystem.from_uri(uri)
+        except (OSError, pa.ArrowInvalid) as exc:
+            raise StorageError(
+                f"cannot reach {uri!r} ({error_reason(exc)}); check the URI, the network and the credentials"
+            ) from exc
+    return None, uri
+
+
+def join(base: str, relative: str) -> str:
+    """`relative` under `base`, keeping the URI scheme of `base`."""
+    return f"{base.rstrip('/')}/{relative}"
+
+
+def compression_of(path: str) -> str | None:
+    return COMPRESSIONS.get(Path(path).suffix.lower())
+
+
+def open_binary(uri: str, seekable: bool) -> BinaryIO:
+    """A buffered binary reader, decompressed by suffix; random access when `seekable` (uncompressed)."""
+    fs, path = filesystem(uri)
+    compression = compression_of(uri)
+    if fs is None:
+        import smart_open
+
+        return smart_open.open(uri, "rb")
+    if isinstance(fs, pafs.LocalFileSystem) and compression is None:
+        return open(path, "rb")
+    if seekable and compression is None:
+        return io.BufferedReader(fs.open_input_file(path), 1 << 20)
+    return io.BufferedReader(fs.open_input_stream(path, compression=compression), 1 << 20)
+
+
+def is_seekable(uri: str) -> bool:
+    """Whether a reader can jump to a byte offset (uncompressed, on a pyarrow filesystem)."""
+    return compression_of(uri) is None and scheme(uri) in (None, *PYARROW_SCHEMES)

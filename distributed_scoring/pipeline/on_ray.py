@@ -1,0 +1,368 @@
+"""The Ray Data execution of a run: the only place that calls `map_batches`.
+
+read (tasks) -> prepare (CPU actors, tokenizer) -> score (actors, one model replica each; one GPU each
+on GPU clusters) -> write (tasks); the driver then aggregates over the written files (`runner.py`).
+
+Rows of this dataset are work items, not sentences: first a read unit, then one shard per row, with
+the shard's table carried as Arrow IPC bytes. A shard thus moves through the stages as one indivisible
+row whatever Ray Data does with blocks, so its file is written whole and marked done exactly once; the
+shard of a killed actor is scored again by its replacement (Ray Data restarts pool actors and retries
+their tasks). The stages are the workload's own (`workloads.py`), as in the in-process execution.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator
+
+import pyarrow as pa
+
+from ..config import InputSpec, RayOptions, RunConfig
+from ..errors import DataLossError, UserError
+from ..io.output import OutputDir
+from .progress import Progress
+from ..io.provenance import rows_digest
+from ..quiet import quiet_transformers
+from ..io.sources import Shard, read_unit, read_units
+from .workload import Workload
+
+logger = logging.getLogger(__name__)
+
+UNIT, SHARD, TABLE, SIGNATURE, DIGEST = "unit", "shard", "table", "signature", "digest"
+LOCAL_SPARE_CPUS = 2  # logical CPUs an embedded Ray declares beyond the cores, for read/prepare/write
+GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
+NODE_WAIT_S = 60.0  # how long a run on a joined cluster waits for a node that can hold a scoring actor
+NODE_POLL_S = 5.0
+IO_CPUS = 0.25  # read and write tasks wait on storage more than they compute
+# Errors a map task is retried on (up to MAX_RETRIES times), matched against the message: Ray Data's
+# own transient storage errors and common network failures.
+TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temporary failure", "503")
+MAX_RETRIES = 3
+
+
+class StallError(DataLossError):
+    """No shard finished within the no-progress timeout (finished shards are kept: a rerun resumes)."""
+
+
+@dataclass(frozen=True)
+class StageResources:
+    """The `map_batches` sizing, computed once from the cluster (see `plan_resources`)."""
+
+    actors: int
+    cpus_per_actor: float
+    gpus_per_actor: float
+    threads_per_actor: int
+    prepare_actors: tuple[int, int]
+
+
+SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room
+_CPU_STEP = 0.25  # granularity of CPUs per actor when it is sized to fit a requested number of actors
+
+
+def node_cpus(nodes: list[dict]) -> list[float]:
+    """The CPUs of each alive node (`ray.nodes()` entries), largest first."""
+    cpus = [float(n.get("Resources", {}).get("CPU", 0)) for n in nodes if n.get("Alive", True)]
+    return sorted((c for c in cpus if c > 0), reverse=True)
+
+
+def _placed(cpus: list[float], per_actor: float, actors: int) -> list[float] | None:
+    """Free CPUs per node after placing `actors` actors of `per_actor` CPUs each on the freest nodes;
+    None when they do not all fit, or leave no room for tokenising, reading and writing."""
+    free = list(cpus)
+    for _ in range(actors):
+        i = max(range(len(free)), key=free.__getitem__)
+        if free[i] + 1e-9 < per_actor:
+            return None
+        free[i] -= per_actor
+    if sum(free) + 1e-9 < SPARE_CPUS or max(free) + 1e-9 < 1:
+        return None
+    return free
+
+
+def _most_actors(cpus: list[float], per_actor: float) -> int:
+    actors = 0
+    while _placed(cpus, per_actor, actors + 1) is not None:
+        actors += 1
+    return actors
+
+
+def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> StageResources:
+    """Size the scoring actors node by node, so that every actor fits on one node and read, prepare
+    and write always keep CPUs to run on.
+
+    GPU clusters: one actor per GPU (1 GPU, 1 CPU each). CPU clusters: actors of `cpus_per_actor` CPUs
+    (default: the largest of 4, 3, 2, 1 with which one actor fits beside the other stages), as many as
+    fit; when only the number of actors is given, their CPUs are sized to fit (in quarters of a CPU).
+    An embedded Ray declares 2 CPUs beyond the machine's cores for the other stages. Ray Data waits
+    forever for an actor no node can hold, and hangs silently when actors take every CPU, so both are
+    refused here with what to change.
+    """
+    cpus = node_cpus(nodes)
+    total = sum(cpus)
+    gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive", True))
+    use_gpus = device in ("auto", "cuda") and gpus >= 1
+    if device.startswith("cuda") and gpus < 1:
+        raise UserError("--device cuda was asked for, but the Ray cluster has no GPUs")
+    if not cpus:
+        raise UserError("the Ray cluster has no alive node with CPUs; start its nodes or check --address")
+    if use_gpus:
+        cpus_per_actor = options.cpus_per_actor or 1.0
+        actors = options.num_actors or int(gpus)
+        if actors > gpus:
+            raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}")
+        if _placed(cpus, cpus_per_actor, actors) is None:
+            raise UserError(f"{actors} GPU actors x {cpus_per_actor:g} CPUs do not fit beside the other stages on "
+                            f"nodes of {cpus} CPUs; lower --cpus-per-actor")
+    else:
+        cpus_per_actor, actors = _cpu_plan(cpus, options)
+    spare = total - actors * cpus_per_actor
+    return StageResources(
+        actors=actors,
+        cpus_per_actor=cpus_per_actor,
+        gpus_per_actor=1.0 if use_gpus else 0.0,
+        threads_per_actor=max(1, int(cpus_per_actor)),
+        prepare_actors=(1, max(1, min(actors, int(spare - 2 * IO_CPUS)))),
+    )
+
+
+def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
+    """(CPUs per actor, actors) on CPU nodes of `cpus` CPUs each, following what the user fixed."""
+    largest = cpus[0]
+    shape = f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+    per_actor, actors = options.cpus_per_actor, options.num_actors
+    if per_actor is not None and per_actor > largest:
+        raise UserError(f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
+                        f"lower --cpus-per-actor to at most {largest:g}")
+    if per_actor is None and actors is None:
+        fitting = [c for c in (4.0, 3.0, 2.0, 1.0) if c <= largest and _placed(cpus, c, 1) is not None]
+        if not fitting:
+            raise UserError(f"no scoring actor fits beside the CPUs that reading, tokenising and writing need "
+                            f"({SPARE_CPUS:g}) on {shape}; add CPUs or nodes")
+        return fitting[0], _most_actors(cpus, fitting[0])
+    if per_actor is None:
+        steps = int(min(4.0, largest) / _CPU_STEP)
+        fitting = [k * _CPU_STEP for k in range(steps, 0, -1) if _placed(cpus, k * _CPU_STEP, actors) is not None]
+        if not fitting:
+            raise UserError(f"{actors} scoring actors do not fit on {shape} beside the {SPARE_CPUS:g} CPUs that "
+                            "reading, tokenising and writing need, even at a quarter CPU each; lower --num-actors")
+        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, fitting[0], shape)
+        return fitting[0], actors
+    if actors is None:
+        actors = _most_actors(cpus, per_actor)
+        if actors == 0:
+            raise UserError(f"a scoring actor of {per_actor:g} CPUs leaves too few of the CPUs on {shape} for "
+                            f"reading, tokenising and writing ({SPARE_CPUS:g} needed); lower --cpus-per-actor")
+        return per_actor, actors
+    if _placed(cpus, per_actor, actors) is None:
+        raise UserError(
+            f"{actors} scoring actors x {per_actor:g} CPUs do not fit on {shape} beside the {SPARE_CPUS:g} CPUs "
+            "that reading, tokenising and writing need (Ray Data would stall); lower --num-actors or "
+            "--cpus-per-actor, or leave one of them out to have it sized to fit"
+        )
+    return per_actor, actors
+
+
+# Payload rows: a shard and its table.
+
+
+def pack(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def unpack(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(data).read_all()
+
+
+def payload(shard: str, table: pa.Table, **extra: str) -> pa.Table:
+    return pa.table({SHARD: [shard], TABLE: pa.array([pack(table)], pa.binary()), **{k: [v] for k, v in extra.items()}})
+
+
+def _each(batch: pa.Table) -> Iterator[dict]:
+    return iter(batch.to_pylist())
+
+
+# Stages.
+
+
+def read_stage(batch: pa.Table, spec: InputSpec) -> Iterator[pa.Table]:
+    """A read unit in, one payload row per shard out."""
+    for row in _each(batch):
+        unit = [Shard.from_json(s) for s in json.loads(row[UNIT])]
+        for shard, rows in read_unit(unit, spec):
+            yield payload(shard.to_json(), rows, digest=rows_digest(rows))
+
+
+class PrepareStage:
+    """Tokenises on CPU; holds the workload's preparer (a tokenizer, never the model)."""
+
+    def __init__(self, workload: Workload) -> None:
+        quiet_transformers()
+        self.preparer = workload.make_preparer()
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.concat_tables(
+            [payload(r[SHARD], self.preparer(unpack(r[TABLE])), digest=r[DIGEST]) for r in _each(batch)]
+        )
+
+
+class ScoreStage:
+    """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs, never
+    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin)."""
+
+    def __init__(self, workload: Workload, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
+        quiet_transformers()
+        self.scorer = workload.make_scorer()
+        self.signature = json.dumps(self.scorer.signature)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        return pa.concat_tables(
+            [payload(r[SHARD], self.scorer(unpack(r[TABLE])), signature=self.signature, digest=r[DIGEST])
+             for r in _each(batch)]
+        )
+
+
+def write_stage(batch: pa.Table, output: str) -> pa.Table:
+    """Writes each shard's file and marker; returns what the driver counts progress with."""
+    out = OutputDir(output)
+    keys, rows = [], []
+    for r in _each(batch):
+        shard = Shard.from_json(r[SHARD])
+        out.write_shard(shard.key, unpack(r[TABLE]), json.loads(r[SIGNATURE]), r[DIGEST])
+        keys.append(shard.key)
+        rows.append(shard.rows)
+    return pa.table({"key": keys, "rows": rows})
+
+
+def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]], resources: StageResources,
+                  output: str):
+    import ray
+
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = os.isatty(2)
+    context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
+    context.max_map_retries = MAX_RETRIES
+    items = [{UNIT: json.dumps([s.to_json() for s in unit])} for unit in units]
+    common = dict(batch_size=1, batch_format="pyarrow")
+    prepare_min, prepare_max = resources.prepare_actors
+    ds = ray.data.from_items(items, override_num_blocks=len(items))
+    ds = ds.map_batches(read_stage, fn_kwargs={"spec": spec}, num_cpus=IO_CPUS, **common)
+    ds = ds.map_batches(
+        PrepareStage, fn_constructor_kwargs={"workload": workload}, num_cpus=1,
+        compute=ray.data.ActorPoolStrategy(min_size=prepare_min, max_size=prepare_max), **common,
+    )
+    ds = ds.map_batches(
+        ScoreStage,
+        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor},
+        num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
+        compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
+    )
+    return ds.map_batches(write_stage, fn_kwargs={"output": output}, num_cpus=IO_CPUS, **common)
+
+
+# Driver.
+
+
+@contextlib.contextmanager
+def ray_session(options: RayOptions) -> Iterator[None]:
+    """Use the Ray this process already has, join `address`/`RAY_ADDRESS`, or start an embedded one
+    (shut down again on exit)."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = cluster_address(options.address)
+    if address:
+        ray.init(address=address)
+    else:
+        ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False)
+    try:
+        yield
+    finally:
+        if not address:
+            ray.shutdown()
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The Ray cluster a driver joins: `--address`, else $DSCORE_RAY_ADDRESS (what
+    `cluster/local_cluster.sh env` exports), else $RAY_ADDRESS; None for an embedded Ray.
+
+    $RAY_ADDRESS often holds the job server's http:// address (what `ray job submit` needs), which a
+    driver cannot join: that is refused with the address to use instead.
+    """
+    address = given or os.environ.get(GCS_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS")
+    if address and address.lower().startswith(("http://", "https://")):
+        raise UserError(
+            f"{address!r} is the Ray job server's address (for `ray job submit`), not one a driver can join: pass "
+            f"--address HOST:PORT with the head node's GCS port (6379 unless it was started otherwise; "
+            f"cluster/local_cluster.sh env exports it as {GCS_ADDRESS_VARIABLE}), or submit the run as a job"
+        )
+    return address
+
+
+def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float) -> None:
+    """Drain `items`, raising `StallError` when none arrives within `stall_timeout_s`."""
+    q: queue.Queue = queue.Queue()
+
+    def pump() -> None:
+        try:
+            for item in items:
+                q.put(("item", item))
+            q.put(("done", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the driver thread
+            q.put(("error", exc))
+
+    threading.Thread(target=pump, daemon=True, name="dscore-consume").start()
+    while True:
+        try:
+            kind, value = q.get(timeout=stall_timeout_s)
+        except queue.Empty:
+            raise StallError(
+                f"no shard finished in {stall_timeout_s:.0f} s; the cluster may lack free CPUs for reading "
+                "and writing, or a scoring actor may be stuck. Finished shards are kept: rerun to resume."
+            ) from None
+        if kind == "done":
+            return
+        if kind == "error":
+            raise value
+        on_item(value)
+
+
+def _plan_when_ready(options: RayOptions, device: str, joined: bool) -> StageResources:
+    """Plan from the nodes alive now; on a joined cluster whose nodes cannot hold an actor yet, re-plan as
+    nodes join, for up to NODE_WAIT_S, then fail with the planner's message."""
+    import ray
+
+    deadline = time.monotonic() + (NODE_WAIT_S if joined else 0.0)
+    while True:
+        try:
+            return plan_resources(ray.nodes(), options, device)
+        except UserError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info("waiting for nodes to join (%s)", exc)
+            time.sleep(NODE_POLL_S)
+
+
+def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
+    """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
+    with ray_session(options):
+        resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
+        logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
+        dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location)
+        progress = Progress(sum(s.rows for s in todo), bar=False)
+        consume(dataset.iter_rows(), lambda row: progress.update(row["rows"]), options.stall_timeout_s)

@@ -1,0 +1,441 @@
+"""Comparison of an audit with a previous one (the baseline `audit.json`), and the audit's exit codes.
+
+Every scope (the whole corpus and each partition present in both audits) is judged by the uncertainty
+of its change, not by a row count (`intervals.py` computes the intervals):
+
+- PPPL: a confidence interval of the ratio current / baseline. `regression` when the interval lies
+  entirely above 1 + tolerance (`max_pppl_increase`), `improvement` when entirely below 1 / (1 +
+  tolerance) (the same band in log space), `no change` when it lies inside the band, and `insufficient
+  data` when it crosses a band edge: the rows cannot tell whether PPPL moved by more than the tolerance.
+- Error rate: an interval of the difference current - baseline, judged against +-`max_error_rate_increase`
+  in the same way.
+
+The intervals are paired when both audits hold exactly the same row ids in a scope (the same corpus
+scored again: per-row differences, much tighter), unpaired otherwise. A scope with fewer than
+`min_rows` rows on either side is `insufficient data`. `insufficient data` is never a pass: it has its
+own exit code unless `accept_insufficient` is set. PPPLs are judged only when both audits were scored by
+the same model and variant; otherwise only error rates are, and the run is "incomparable". The run's
+verdict is its worst scope's. Exit codes 1 (data loss) and 2 (user errors) are taken by the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ...io import schema as S
+from ...errors import UserError
+from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
+from ...io.storage import filesystem, join, open_binary
+
+if TYPE_CHECKING:
+    from .records import AuditRecord, ScopeFigures
+
+__all__ = [
+    "Check", "Comparison", "Thresholds", "compare", "load_baseline", "load_row_stats", "row_stats_table",
+    "EXIT_OK", "EXIT_REGRESSION", "EXIT_INCOMPARABLE", "EXIT_INSUFFICIENT", "OVERALL", "METRICS", "AUDIT_FILE",
+    "ROW_STATS_FILE", "ROW_STATS_SCHEMA", "SCHEMA_VERSION", "REGRESSION", "IMPROVEMENT", "NO_CHANGE",
+    "INSUFFICIENT", "NEW", "VANISHED",
+]
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0  # no baseline, or every scope shows no change or an improvement
+EXIT_REGRESSION = 3  # some partition or the whole corpus regressed against the baseline
+EXIT_INCOMPARABLE = 4  # nothing regressed, but the baseline was scored by another model/variant
+EXIT_INSUFFICIENT = 5  # nothing regressed, but some scope's data could not tell (see accept_insufficient)
+
+SCHEMA_VERSION = 2  # of audit.json; version 1 files are still read as baselines
+READABLE_VERSIONS = (1, 2)
+AUDIT_FILE = "audit.json"
+ROW_STATS_FILE = "row_stats.parquet"  # per-row figures beside audit.json: what the next night's intervals need
+OVERALL = "(overall)"  # the name of the whole-corpus check in a comparison (and of the corpus-wide cutoff)
+METRICS = ("pppl_token", "pppl_word")
+
+# Verdicts of one scope, worst first.
+REGRESSION, INSUFFICIENT, IMPROVEMENT, NO_CHANGE = "regression", "insufficient data", "improvement", "no change"
+NEW, VANISHED = "new", "vanished"  # reported, not judged
+_SEVERITY = {REGRESSION: 3, INSUFFICIENT: 2, IMPROVEMENT: 1, NO_CHANGE: 0}
+
+OK_COLUMN = "ok"
+ROW_STATS_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False),
+    pa.field(S.PARTITION, pa.string(), nullable=False),
+    pa.field(OK_COLUMN, pa.bool_(), nullable=False),
+    pa.field(S.PLL, pa.float64()),  # null on error rows
+    pa.field(S.N_TOKENS, pa.int64(), nullable=False),
+    pa.field(S.N_WORDS, pa.int64(), nullable=False),
+])
+_DENOMINATOR = {"pppl_token": S.N_TOKENS, "pppl_word": S.N_WORDS}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a scope regresses against the baseline, and how sure the judgement must be.
+
+    `max_pppl_increase` is relative (0.05 = +5 %) and sets the band [1 / (1 + t), 1 + t] of the PPPL ratio
+    inside which a change counts as none; `max_error_rate_increase` is absolute (0.01 = one point) and
+    sets the band +-t of the error-rate difference. `max_pppl_decrease`, when set, also makes a PPPL fall
+    beyond it a regression (a corpus that got suspiciously easy). Intervals are at `confidence`, seeded by
+    `seed`. Scopes with fewer than `min_rows` rows on either side are `insufficient data`.
+    """
+
+    metric: str = "pppl_token"
+    max_pppl_increase: float = 0.05
+    max_pppl_decrease: float | None = None
+    max_error_rate_increase: float = 0.01
+    min_rows: int = 10
+    confidence: float = 0.95
+    seed: int = 0
+    accept_insufficient: bool = False
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise UserError(f"regression metric {self.metric!r} is not one of {METRICS}")
+        limits = [self.max_pppl_increase, self.max_error_rate_increase, self.max_pppl_decrease or 0.0]
+        if min(limits) < 0 or self.min_rows < 2:
+            raise UserError(f"regression thresholds must not be negative and min_rows must be at least 2: {self}")
+        if not 0.5 <= self.confidence < 1:
+            raise UserError(f"confidence must be in [0.5, 1), got {self.confidence}")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One scope (a partition, or the corpus `OVERALL`) against the baseline.
+
+    `status` is the scope's verdict (REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT) or NEW / VANISHED;
+    `pppl_ratio` is current / baseline with its interval, `error_rate_change` the absolute difference
+    with its interval; `reasons` say why, one line each.
+    """
+
+    name: str
+    status: str
+    rows: int | None
+    baseline_rows: int | None
+    pppl: float | None
+    baseline_pppl: float | None
+    pppl_ratio: float | None = None
+    pppl_ratio_low: float | None = None
+    pppl_ratio_high: float | None = None
+    pppl_verdict: str | None = None
+    error_rate: float | None = None
+    baseline_error_rate: float | None = None
+    error_rate_change: float | None = None
+    error_rate_change_low: float | None = None
+    error_rate_change_high: float | None = None
+    error_rate_verdict: str | None = None
+    paired: bool = False
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def pppl_change(self) -> float | None:
+        return None if self.pppl_ratio is None else self.pppl_ratio - 1
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "pppl_change": self.pppl_change, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Check":
+        """`pppl_change` is derived, so it is not read back."""
+        known = {f.name for f in fields(cls)} - {"reasons"}
+        return cls(**{k: v for k, v in data.items() if k in known}, reasons=tuple(data["reasons"]))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The audit against a baseline audit: each scope's verdict and why, and the run's exit code."""
+
+    source: str
+    thresholds: Thresholds
+    overall: Check
+    partitions: tuple[Check, ...]
+    signature_mismatch: str | None = None
+    methods: tuple[str, ...] = ()
+
+    def _with(self, status: str) -> tuple[Check, ...]:
+        return tuple(c for c in (self.overall, *self.partitions) if c.status == status)
+
+    @property
+    def regressions(self) -> tuple[Check, ...]:
+        return self._with(REGRESSION)
+
+    @property
+    def insufficient(self) -> tuple[Check, ...]:
+        return self._with(INSUFFICIENT)
+
+    @property
+    def new_partitions(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self._with(NEW))
+
+    @property
+    def vanished_partitions(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self._with(VANISHED))
+
+    @property
+    def exit_code(self) -> int:
+        if self.regressions:
+            return EXIT_REGRESSION
+        if self.insufficient and not self.thresholds.accept_insufficient:
+            return EXIT_INSUFFICIENT
+        return EXIT_INCOMPARABLE if self.signature_mismatch else EXIT_OK
+
+    @property
+    def verdict(self) -> str:
+        return {EXIT_OK: "pass", EXIT_REGRESSION: "regression", EXIT_INCOMPARABLE: "incomparable",
+                EXIT_INSUFFICIENT: INSUFFICIENT}[self.exit_code]
+
+    def to_json(self) -> dict:
+        """The `baseline` object of audit.json: the checks, and the verdicts derived from them."""
+        return {
+            "source": self.source,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "metric": self.thresholds.metric,
+            "thresholds": asdict(self.thresholds),
+            "methods": list(self.methods),
+            "signature_mismatch": self.signature_mismatch,
+            "regressed": [c.name for c in self.regressions],
+            "insufficient": [c.name for c in self.insufficient],
+            "new_partitions": list(self.new_partitions),
+            "vanished_partitions": list(self.vanished_partitions),
+            "overall": self.overall.to_json(),
+            "partitions": {c.name: c.to_json() for c in self.partitions},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Comparison":
+        """The comparison an audit.json recorded; its verdict and lists are derived again from the checks."""
+        partitions = tuple(Check.from_json(c) for _, c in sorted(data["partitions"].items()))
+        return cls(data["source"], Thresholds(**data["thresholds"]), Check.from_json(data["overall"]), partitions,
+                   data["signature_mismatch"], tuple(data["methods"]))
+
+
+def load_baseline(uri: str) -> tuple[AuditRecord, str]:
+    """A previous audit.json (path or URI, or the folder holding it), checked for its schema version;
+    returns it with the URI it was read from."""
+    from .records import AuditRecord  # records.py builds on this module's Comparison
+
+    fs, path = filesystem(uri)
+    if fs is not None:
+        kind = fs.get_file_info(path).type
+        if kind == pafs.FileType.NotFound:
+            raise UserError(f"baseline {uri!r} does not exist: pass a previous run's {AUDIT_FILE} or its folder")
+        if kind == pafs.FileType.Directory:
+            uri = join(uri, AUDIT_FILE)
+    try:
+        with open_binary(uri, seekable=False) as stream:
+            data = json.loads(stream.read())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"cannot read baseline {uri!r}: {exc}") from exc
+    if not isinstance(data, dict) or data.get("schema_version") not in READABLE_VERSIONS:
+        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
+        raise UserError(f"baseline {uri!r} has audit schema version {found!r}, expected one of {READABLE_VERSIONS}")
+    missing = [k for k in ("signature", "overall", "partitions") if k not in data]
+    if missing:
+        raise UserError(f"baseline {uri!r} is not an audit.json: it lacks {missing}; pass a previous run's {AUDIT_FILE}")
+    problem = _malformed(data)
+    if problem:
+        raise UserError(f"baseline {uri!r} is malformed: {problem}; pass a previous run's {AUDIT_FILE} as written")
+    return AuditRecord.from_json(data), uri
+
+
+_SCOPE_FIGURES = ("rows", "error_rate", *METRICS)  # what `compare` reads of each scope
+
+
+def _malformed(audit: dict) -> str | None:
+    """What in an audit.json's signature and scopes `compare` could not read (a hand-edited or truncated
+    file would otherwise end in a KeyError traceback after the whole snapshot was scored), or None."""
+    signature = audit["signature"]
+    scorers = signature if isinstance(signature, list) else [signature]
+    if not all(isinstance(s, dict) and isinstance(s.get(S.MODEL), str) and isinstance(s.get(S.VARIANT), str)
+               for s in scorers):
+        return f"`signature` must name the {S.MODEL} and {S.VARIANT} (found {signature!r:.80})"
+    if not isinstance(audit["partitions"], dict):
+        return f"`partitions` must be an object of scopes, found {type(audit['partitions']).__name__}"
+    for name, scope in [("overall", audit["overall"]), *audit["partitions"].items()]:
+        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)]
+        if bad:
+            return f"scope {name!r} lacks numbers for {bad}"
+    return None
+
+
+def _is_figure(value: object, key: str) -> bool:
+    """A number (not a bool); a PPPL may be null (a scope without scored tokens)."""
+    if value is None:
+        return key in METRICS
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def load_row_stats(audit_uri: str, audit: AuditRecord) -> pa.Table | None:
+    """The baseline's per-row figures, from the file its audit.json names beside it; None for audits
+    written before they existed (or whose file is gone), which leaves PPPL changes without an interval."""
+    name = audit.row_stats
+    if not name:
+        return None
+    uri = join(audit_uri.rsplit("/", 1)[0], name) if "/" in audit_uri else name
+    fs, path = filesystem(uri)
+    try:
+        return pq.read_table(path, filesystem=fs, schema=ROW_STATS_SCHEMA)
+    except (OSError, pa.ArrowInvalid) as exc:
+        logger.warning("the baseline's per-row figures %s cannot be read (%s): PPPL changes are not judged", uri, exc)
+        return None
+
+
+def row_stats_table(batch: pa.RecordBatch | pa.Table, partitions: pa.Array) -> pa.Table:
+    """Per-row figures of scored rows (ROW_STATS_SCHEMA); `partitions` holds each row's partition name."""
+    ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
+    arrays = [
+        batch[S.ID], partitions, ok, pc.if_else(ok, batch[S.PLL], pa.scalar(None, pa.float64())),
+        pc.if_else(ok, batch[S.N_TOKENS], 0), pc.if_else(ok, batch[S.N_WORDS], 0),
+    ]
+    return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, ROW_STATS_SCHEMA)], schema=ROW_STATS_SCHEMA)
+
+
+def compare(current: AuditRecord, baseline: AuditRecord, source: str, thresholds: Thresholds = Thresholds(),
+            current_rows: pa.Table | None = None, baseline_rows: pa.Table | None = None) -> Comparison:
+    """Judge the corpus and every partition of `current` against `baseline` (both audits, with their
+    per-row figures when available)."""
+    mismatch = _signature_mismatch(current.signature, baseline.signature)
+    now, before = current.partitions, baseline.partitions
+    judge = _Judge(thresholds, mismatch is None, current_rows, baseline_rows)
+    checks = tuple(judge.check(name, now.get(name), before.get(name)) for name in sorted(set(now) | set(before)))
+    overall = judge.check(OVERALL, current.overall, baseline.overall)
+    return Comparison(source, thresholds, overall, checks, mismatch, tuple(sorted(judge.methods)))
+
+
+@dataclass
+class _Judge:
+    t: Thresholds
+    same_scorer: bool
+    current_rows: pa.Table | None
+    baseline_rows: pa.Table | None
+    methods: set[str] = field(default_factory=set)
+
+    def check(self, name: str, now: ScopeFigures | None, before: ScopeFigures | None) -> Check:
+        metric = self.t.metric
+        if before is None:
+            return Check(name, NEW, now.rows, None, now.figure(metric), None, error_rate=now.error_rate)
+        if now is None:
+            return Check(name, VANISHED, None, before.rows, None, before.figure(metric),
+                         baseline_error_rate=before.error_rate)
+        figures = dict(rows=now.rows, baseline_rows=before.rows, pppl=now.figure(metric),
+                       baseline_pppl=before.figure(metric), error_rate=now.error_rate,
+                       baseline_error_rate=before.error_rate)
+        if min(now.rows, before.rows) < self.t.min_rows:
+            reason = (f"fewer than {self.t.min_rows} rows ({before.rows} -> {now.rows}): too few to judge; "
+                      "lower --min-rows only if such a scope is meaningful")
+            return Check(name, INSUFFICIENT, **figures, reasons=(reason,))
+        cur, base = self._rows(name, self.current_rows), self._rows(name, self.baseline_rows)
+        paired = cur is not None and base is not None and _same_ids(cur, base)
+        if paired:
+            cur, base = cur.sort_by(S.ID), base.sort_by(S.ID)
+        rng = scope_rng(self.t.seed, name)
+        pppl = self._pppl(cur, base, paired, rng) if self.same_scorer else None
+        errors = self._error_rate(now, before, cur, base, paired, rng)
+        status = max([part[0] for part in (pppl, errors) if part is not None], key=_SEVERITY.__getitem__)
+        reasons = tuple(r for part in (pppl, errors) if part is not None for r in [part[2]] if r)
+        p_int = pppl[1] if pppl else None
+        e_int = errors[1]
+        return Check(
+            name, status, **figures,
+            pppl_ratio=None if p_int is None else math.exp(-p_int.estimate),
+            pppl_ratio_low=None if p_int is None else math.exp(-p_int.high),
+            pppl_ratio_high=None if p_int is None else math.exp(-p_int.low),
+            pppl_verdict=pppl[0] if pppl else None,
+            error_rate_change=e_int.estimate if e_int else None,
+            error_rate_change_low=e_int.low if e_int else None,
+            error_rate_change_high=e_int.high if e_int else None,
+            error_rate_verdict=errors[0], paired=paired, reasons=reasons,
+        )
+
+    def _rows(self, name: str, rows: pa.Table | None) -> pa.Table | None:
+        if rows is None or name == OVERALL:
+            return rows
+        return rows.filter(pc.equal(rows[S.PARTITION], name))
+
+    def _pppl(self, cur: pa.Table | None, base: pa.Table | None, paired: bool,
+              rng: np.random.Generator) -> tuple[str, Interval | None, str]:
+        metric, t = self.t.metric, self.t
+        if cur is None or base is None:
+            return INSUFFICIENT, None, (f"{metric}: the baseline has no per-row figures (an audit.json written before "
+                                        f"{ROW_STATS_FILE} existed, or the file is gone): its change has no interval")
+        column = _DENOMINATOR[metric]
+        interval = ratio_difference(_sums(cur, column), _sums(base, column), paired, t.confidence, rng)
+        if interval is None:
+            return INSUFFICIENT, None, f"{metric}: a side has no scored tokens"
+        self.methods.add(interval.method)
+        ratio, low, high = math.exp(-interval.estimate), math.exp(-interval.high), math.exp(-interval.low)
+        band = (1 / (1 + t.max_pppl_increase), 1 + t.max_pppl_increase)
+        said = f"{metric} ratio {ratio:.4f} ({t.confidence:.0%} interval {low:.4f}-{high:.4f})"
+        if low > band[1]:
+            return REGRESSION, interval, f"{said} lies above the allowed +{t.max_pppl_increase:.1%}"
+        if t.max_pppl_decrease is not None and high < 1 - t.max_pppl_decrease:
+            return REGRESSION, interval, f"{said} lies below the allowed -{t.max_pppl_decrease:.1%}"
+        if high < band[0]:
+            return IMPROVEMENT, interval, f"{said} lies below the band {band[0]:.4f}-{band[1]:.4f}"
+        if band[0] <= low and high <= band[1]:
+            return NO_CHANGE, interval, ""
+        return INSUFFICIENT, interval, (f"{said} crosses the edge of the no-change band {band[0]:.4f}-{band[1]:.4f}: "
+                                        "too few rows or too much spread to tell")
+
+    def _error_rate(self, now: ScopeFigures, before: ScopeFigures, cur: pa.Table | None, base: pa.Table | None, paired: bool,
+                    rng: np.random.Generator) -> tuple[str, Interval, str]:
+        t = self.t
+        if paired:
+            interval = ratio_difference(_error_sums(cur), _error_sums(base), True, t.confidence, rng)
+        else:
+            interval = proportion_difference(now.errors, now.rows, before.errors, before.rows, t.confidence)
+        self.methods.add(f"error rate: {interval.method}")
+        said = (f"error rate {before.error_rate:.2%} -> {now.error_rate:.2%} (change {interval.estimate * 100:+.2f} "
+                f"points, {t.confidence:.0%} interval {interval.low * 100:+.2f} to {interval.high * 100:+.2f})")
+        tol = t.max_error_rate_increase
+        if interval.low > tol:
+            return REGRESSION, interval, f"{said} lies above the allowed +{tol * 100:.2f} points"
+        if interval.high < -tol:
+            return IMPROVEMENT, interval, ""
+        if -tol <= interval.low and interval.high <= tol:
+            return NO_CHANGE, interval, ""
+        return INSUFFICIENT, interval, f"{said} crosses the edge of the no-change band +-{tol * 100:.2f} points"
+
+
+def _sums(rows: pa.Table, denominator: str) -> Sums:
+    x = pc.fill_null(rows[S.PLL], 0.0).to_numpy().astype(np.float64)
+    return Sums(x, rows[denominator].to_numpy().astype(np.float64))
+
+
+def _error_sums(rows: pa.Table) -> Sums:
+    errors = (~rows[OK_COLUMN].to_numpy(zero_copy_only=False)).astype(np.float64)
+    return Sums(errors, np.ones_like(errors))
+
+
+def _same_ids(a: pa.Table, b: pa.Table) -> bool:
+    """Both tables hold exactly the same row ids, each once: the same corpus scored twice."""
+    if a.num_rows != b.num_rows or a.num_rows == 0:
+        return False
+    ids_a, ids_b = pc.sort_indices(a[S.ID]), pc.sort_indices(b[S.ID])
+    sorted_a, sorted_b = a[S.ID].take(ids_a), b[S.ID].take(ids_b)
+    return sorted_a.equals(sorted_b) and pc.count_distinct(sorted_a).as_py() == a.num_rows
+
+
+def _signature_mismatch(current: dict | list, baseline: dict | list) -> str | None:
+    """Why PPPLs of the two audits cannot be compared (other model or variant), or None."""
+
+    def pairs(signature: dict | list) -> list[tuple[str, str]]:
+        return sorted((s[S.MODEL], s[S.VARIANT]) for s in (signature if isinstance(signature, list) else [signature]))
+
+    now, before = pairs(current), pairs(baseline)
+    if now == before or not now or not before:
+        return None  # the same scorer, or one side has no rows to compare
+    return (
+        f"the baseline was scored by {before}, this run by {now} (model, variant): "
+        "PPPLs are only comparable under the same model and variant, so only error rates were judged"
+    )

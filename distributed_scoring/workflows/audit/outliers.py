@@ -1,0 +1,277 @@
+"""The audit's outliers: a robust rule on NLL per token, and the flagged rows written to `outliers.parquet`.
+
+Outliers follow a robust rule on x = NLL per token = -PLL / n_tokens of each scored sentence:
+z = (x - median) / sigma with sigma = 1.4826 * MAD (the normal-consistent MAD; 1.2533 * mean absolute
+deviation when the MAD is 0, after Iglewicz & Hoaglin), flagged when z > k (and z < -k with `low_tail`).
+
+The audit's first pass keeps one NLL and one partition code per sentence (`ScannedRows`); the rule is
+applied to those, and a second pass opens only the files and row groups holding flagged sentences to
+write their text and tokens to `outliers.parquet`, so a clean corpus costs nothing more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ...io import schema as S
+from .baseline import OVERALL
+from ...errors import UserError
+
+__all__ = [
+    "Cutoff", "OutlierRule", "ScannedRows", "robust_cutoff", "write_outliers",
+    "NLL_PER_TOKEN", "ROBUST_Z", "TAIL", "OUTLIERS_FILE", "OUTLIER_SCHEMA",
+]
+
+OUTLIERS_FILE = "outliers.parquet"
+NLL_PER_TOKEN = "nll_per_token"
+ROBUST_Z = "robust_z"
+TAIL = "tail"
+
+SCOPES = ("overall", "partition")
+_MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
+_MEAN_AD_TO_SIGMA = 1.2533  # the same for the mean absolute deviation (used when the MAD is 0)
+_SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0)"
+_LISTED_TEXT_CHARS = 500  # text kept per listed sentence in audit.json; outliers.parquet has it whole
+
+OUTLIER_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.PARTITION, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(S.PLL, pa.float64()),
+        pa.field(S.N_TOKENS, pa.int32()),
+        pa.field(S.N_WORDS, pa.int32()),
+        pa.field(NLL_PER_TOKEN, pa.float64()),
+        pa.field(S.PPPL_TOKEN, pa.float64()),
+        pa.field(ROBUST_Z, pa.float64()),
+        pa.field(TAIL, pa.string()),  # "high" (harder than the rest) or "low" (suspiciously easy)
+        pa.field(S.TOKENS, pa.list_(pa.string())),  # null when the rows were scored without --per-token
+        pa.field(S.TOKEN_LOGPROBS, pa.list_(pa.float64())),
+    ]
+)
+_COLUMNS = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.TOKENS, S.TOKEN_LOGPROBS]  # read by the second pass
+
+
+@dataclass(frozen=True)
+class OutlierRule:
+    """Which sentences are flagged: robust z of NLL per token beyond `k`.
+
+    k = 3.5 is Iglewicz & Hoaglin's cut for the modified z-score. `low_tail` also flags sentences that
+    are far too easy (boilerplate, repeats). Sentences with fewer than `min_tokens` scored tokens are
+    never flagged (their NLL per token is too noisy). `scope="partition"` (the default) takes median and
+    MAD within each partition, since partitions (sources, domains, species) differ in PPPL by design and
+    one corpus-wide rule flags a whole harder partition; `scope="overall"` is one rule for the corpus.
+    Rows without a partition form one partition, so an unpartitioned corpus gets one rule either way.
+    """
+
+    k: float = 3.5
+    low_tail: bool = False
+    min_tokens: int = 1
+    scope: str = "partition"
+
+    def __post_init__(self) -> None:
+        if not self.k > 0:
+            raise UserError(f"outlier k must be positive, got {self.k}")
+        if self.min_tokens < 1:
+            raise UserError(f"outlier min_tokens must be at least 1, got {self.min_tokens}")
+        if self.scope not in SCOPES:
+            raise UserError(f"outlier scope {self.scope!r} is not one of {SCOPES}")
+
+
+@dataclass(frozen=True)
+class Cutoff:
+    """Robust centre and spread of NLL per token, and the flagging bounds they give (NLL units)."""
+
+    median: float
+    sigma: float
+    high: float
+    low: float | None
+
+    def z(self, values: np.ndarray) -> np.ndarray:
+        if self.sigma == 0:
+            return np.where(np.isnan(values), np.nan, 0.0)
+        return (values - self.median) / self.sigma
+
+
+@dataclass(frozen=True, eq=False)
+class ScannedRows:
+    """Every scanned row, in file order, as the rule sees it, and where to read it again.
+
+    A row's index counts rows across `files` in order; `file_rows` holds each file's row count, so an
+    index finds its file. `codes` index `partitions` (the names, nulls already named by the scan).
+    """
+
+    nll: np.ndarray  # (N,) float64 NLL per token, NaN where the row cannot be flagged
+    codes: np.ndarray  # (N,) int32 partition code
+    partitions: list[str]
+    fs: pafs.FileSystem
+    files: list[str]
+    file_rows: list[int]
+
+
+def robust_cutoff(values: np.ndarray, rule: OutlierRule) -> Cutoff | None:
+    """Median and normal-consistent MAD of `values` (NaN-free); None when there are none."""
+    if values.size == 0:
+        return None
+    median = float(np.median(values))
+    deviations = np.abs(values - median)
+    mad = float(np.median(deviations))
+    sigma = _MAD_TO_SIGMA * mad if mad > 0 else _MEAN_AD_TO_SIGMA * float(deviations.mean())
+    low = median - rule.k * sigma if rule.low_tail else None
+    return Cutoff(median, sigma, median + rule.k * sigma, low)
+
+
+def write_outliers(
+    scanned: ScannedRows, rule: OutlierRule, listed: int, batch_rows: int, out_fs: pafs.FileSystem, path: str
+) -> dict:
+    """Apply the rule, write the flagged rows to `path` (second pass), return the audit.json section.
+
+    The section lists the `listed` flagged rows of largest |z|.
+    """
+    nll, codes = scanned.nll, scanned.codes
+    cutoffs = _cutoffs(nll, codes, len(scanned.partitions), rule)
+    z = np.full(nll.shape, np.nan)
+    for code, cutoff in cutoffs.items():
+        rows = codes == code if rule.scope == "partition" else slice(None)
+        z[rows] = cutoff.z(nll[rows])
+    flagged = np.flatnonzero((z > rule.k) | ((z < -rule.k) & rule.low_tail))  # NaN compares False
+    shown = flagged[np.argsort(-np.abs(z[flagged]), kind="stable")[:listed]]
+    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
+    rows = _read_rows(scanned, flagged, batch_rows)
+    entries = _write_flagged(rows, scanned, z, set(shown.tolist()), out_fs, path)
+    per_partition = np.bincount(codes[flagged], minlength=len(scanned.partitions))
+    return {
+        "rule": {**asdict(rule), "statistic": NLL_PER_TOKEN, "sigma": _SIGMA},
+        "cutoffs": {names[code]: _cutoff_dict(cutoff) for code, cutoff in cutoffs.items()},
+        "eligible": int(np.count_nonzero(~np.isnan(nll))),
+        "count": int(flagged.size),
+        "by_partition": {names[code]: int(n) for code, n in enumerate(per_partition) if n},
+        "listed": [entries[i] for i in shown.tolist()],
+        "file": OUTLIERS_FILE,
+    }
+
+
+def _cutoffs(nll: np.ndarray, codes: np.ndarray, partitions: int, rule: OutlierRule) -> dict[int, Cutoff]:
+    """One cutoff (key -1) for the whole corpus, or one per partition code with eligible rows."""
+    eligible = ~np.isnan(nll)
+    groups = {-1: eligible} if rule.scope == "overall" else {c: eligible & (codes == c) for c in range(partitions)}
+    found = {code: robust_cutoff(nll[rows], rule) for code, rows in groups.items()}
+    return {code: cutoff for code, cutoff in found.items() if cutoff is not None}
+
+
+def _cutoff_dict(cutoff: Cutoff) -> dict:
+    """The cutoff in NLL-per-token units and as per-sentence PPPL (what the histogram shows)."""
+    return {
+        **asdict(cutoff),
+        "high_pppl": _finite(float(np.exp(cutoff.high))),
+        "low_pppl": float(np.exp(cutoff.low)) if cutoff.low is not None else None,
+    }
+
+
+def _write_flagged(
+    rows: Iterator[tuple[pa.RecordBatch, np.ndarray]], scanned: ScannedRows, z: np.ndarray, listed: set[int],
+    out_fs: pafs.FileSystem, path: str,
+) -> dict[int, dict]:
+    """Write the flagged rows to outliers.parquet; return the `listed` ones as audit.json entries by row index."""
+    entries: dict[int, dict] = {}
+    partitions = pa.array(scanned.partitions, pa.string())
+    with pq.ParquetWriter(path, OUTLIER_SCHEMA, filesystem=out_fs) as writer:
+        for batch, index in rows:
+            table = _outlier_table(batch, partitions.take(scanned.codes[index]), scanned.nll[index], z[index])
+            writer.write_table(table)
+            keep = [i for i, row in enumerate(index.tolist()) if row in listed]
+            for row, record in zip(index[keep].tolist(), table.take(pa.array(keep, pa.int64())).to_pylist()):
+                entries[row] = _listing(record)
+    return entries
+
+
+def _read_rows(
+    scanned: ScannedRows, rows: np.ndarray, batch_rows: int
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """The given rows (sorted global indices) with the columns outliers.parquet needs, and their indices.
+
+    Only the files and row groups holding one of them are opened and read: a clean corpus costs nothing.
+    """
+    start = 0
+    for path, n in zip(scanned.files, scanned.file_rows):
+        local = rows[(rows >= start) & (rows < start + n)] - start
+        if local.size:
+            with pq.ParquetFile(path, filesystem=scanned.fs) as pf:
+                if pf.metadata.num_rows != n:
+                    raise UserError(f"{path} changed during the audit ({n} rows, then {pf.metadata.num_rows})")
+                present = [c for c in _COLUMNS if c in pf.schema_arrow.names]
+                for batch, taken in _take(pf, local, present, batch_rows):
+                    yield batch, taken + start
+        start += n
+
+
+def _take(
+    pf: pq.ParquetFile, rows: np.ndarray, columns: list[str], batch_rows: int
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """Rows (sorted indices within the file) of one open file, read only from the row groups holding them."""
+    group_start = 0
+    for group in range(pf.num_row_groups):
+        group_rows = pf.metadata.row_group(group).num_rows
+        hits = rows[(rows >= group_start) & (rows < group_start + group_rows)]
+        if hits.size:
+            batches = pf.iter_batches(batch_size=batch_rows, row_groups=[group], columns=columns)
+            yield from _take_from(batches, hits, group_start)
+        group_start += group_rows
+
+
+def _take_from(
+    batches: Iterator[pa.RecordBatch], rows: np.ndarray, start: int
+) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+    """The given rows (sorted; the first batch starts at row `start`) out of consecutive batches."""
+    for batch in batches:
+        inside = rows[(rows >= start) & (rows < start + batch.num_rows)]
+        if inside.size:
+            yield batch.take(pa.array(inside - start)), inside
+        start += batch.num_rows
+
+
+def _outlier_table(batch: pa.RecordBatch, partitions: pa.Array, nll: np.ndarray, z: np.ndarray) -> pa.Table:
+    """Flagged rows in OUTLIER_SCHEMA; token columns are null when the rows have none."""
+
+    def column(name: str) -> pa.Array:
+        return batch[name] if name in batch.schema.names else pa.nulls(batch.num_rows)
+
+    with np.errstate(over="ignore"):
+        pppl = np.exp(nll)
+    arrays = [
+        batch[S.ID], partitions, batch[S.TEXT],
+        batch[S.PLL], batch[S.N_TOKENS], batch[S.N_WORDS], pa.array(nll), pa.array(pppl), pa.array(z),
+        pa.array(np.where(z > 0, "high", "low")), column(S.TOKENS), column(S.TOKEN_LOGPROBS),
+    ]
+    return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, OUTLIER_SCHEMA)], schema=OUTLIER_SCHEMA)
+
+
+def _listing(record: dict) -> dict:
+    """A flagged row as audit.json lists it: scores, the text (cut), and its hardest token."""
+    text, tokens, logprobs = record[S.TEXT] or "", record[S.TOKENS], record[S.TOKEN_LOGPROBS]
+    worst = int(np.argmin(logprobs)) if logprobs else None
+    return {
+        S.ID: record[S.ID],
+        S.PARTITION: record[S.PARTITION],
+        S.TEXT: text[:_LISTED_TEXT_CHARS],
+        "text_truncated": len(text) > _LISTED_TEXT_CHARS,
+        S.N_TOKENS: record[S.N_TOKENS],
+        NLL_PER_TOKEN: record[NLL_PER_TOKEN],
+        S.PPPL_TOKEN: _finite(record[S.PPPL_TOKEN]),
+        ROBUST_Z: record[ROBUST_Z],
+        TAIL: record[TAIL],
+        "worst_position": None if worst is None else worst + 1,
+        "worst_token": tokens[worst] if worst is not None and tokens and worst < len(tokens) else None,
+        "worst_token_nll": None if worst is None else -logprobs[worst],
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    """JSON has no infinity: a PPPL too large for a float is written as null."""
+    return value if value is not None and np.isfinite(value) else None

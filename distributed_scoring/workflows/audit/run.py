@@ -1,0 +1,29 @@
+"""Auditing a corpus snapshot (`dscore audit`): score it through the Ray pipeline, then audit the rows.
+
+Scoring keeps per-token log-probabilities (for positionwise cross-entropy and outliers' hardest tokens)
+and a partition per row: the value of `--partition-column`, else the input file's name. The audit then
+streams over `DIR/rows` and writes `audit.json`, `outliers.parquet` and `report.html` beside them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .figures import AuditConfig, AuditResult, run_audit
+from .baseline import load_baseline
+from ...config import RayOptions, RunConfig
+from ..score import score
+
+
+def audit_snapshot(config: RunConfig, ray: RayOptions, baseline: str | None = None,
+                   audit: AuditConfig = AuditConfig(), overwrite: bool = False) -> AuditResult:
+    """Score (resuming an interrupted run) and audit; the result's `exit_code` is the command's."""
+    inputs = config.inputs
+    if inputs.partition_column is None and not inputs.partition_by_file:
+        inputs = replace(inputs, partition_by_file=True)
+    if baseline:
+        load_baseline(baseline)  # a bad baseline fails before the snapshot is scored, not after
+    scoring = replace(config.scoring, per_token=True)
+    scored = replace(config, inputs=inputs, scoring=scoring)
+    score(scored, ray, overwrite=overwrite)
+    return run_audit(scored.output, scored.output, baseline, audit)

@@ -1,0 +1,24 @@
+"""`dscore score`: the PLL of every input row, then the corpus summary (summary.json)."""
+
+from __future__ import annotations
+
+from ..pipeline.aggregate import summarize
+from ..config import RayOptions, RunConfig
+from ..workloads.pll import pll_workload
+from ..pipeline.runner import claimed, execute
+
+
+def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
+          progress: bool | None = None) -> dict:
+    """PLL of every input row; returns the summary (also written to summary.json).
+
+    The model's configuration and tokenizer are loaded here first, so a model that cannot be used
+    stops the run before any file is written (on Ray, actors would only fail later, one by one).
+    """
+    from ..engine.model_files import load_tokenizer
+
+    load_tokenizer(config.model)
+    workload = pll_workload(config.model, config.scoring)
+    with claimed(config, workload, overwrite) as (plan, out, todo):
+        execute(workload, config, todo, out, ray, progress)
+        return summarize(out, plan, config)
