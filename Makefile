@@ -29,7 +29,9 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the report's browser test will be skipped"
 
+# Import contracts first (pyproject.toml [tool.importlinter]: the layers may not reach across), then the tests.
 test: setup browser
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 # Throughput side by side with naive scoring and minicons (its own venv, made on first use), then the
