@@ -1,0 +1,3 @@
+"""Bytes in and out, without torch: storage and URIs, input discovery, shard planning and readers,
+N-best readers, column schemas, and the run folder (fingerprint, shard files, markers, lock, provenance).
+"""

@@ -1,0 +1,1 @@
+"""Real pretrained masked LMs carried by PyPI packages, and germline antibody data for the demo."""

@@ -1,0 +1,3 @@
+"""Running any workload over sharded inputs: the `Workload` contract, in-process and Ray Data execution,
+resource sizing, progress, and the driver-side no-loss check and summary. It names no workload.
+"""

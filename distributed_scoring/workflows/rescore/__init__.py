@@ -1,0 +1,1 @@
+"""`dscore rescore`: N-best lists rescored with a masked LM (and a causal LM), weights tuned on dev."""
