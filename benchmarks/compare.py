@@ -42,7 +42,8 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence, mask_matrix
-from distributed_scoring.engine.models import MaskedLM, load_masked_lm, quiet_transformers
+from distributed_scoring.engine.models import MaskedLM, load_masked_lm
+from distributed_scoring.quiet import quiet_transformers
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.workloads.prepare import Preparer
