@@ -46,3 +46,46 @@ class NaiveScorer:
             logits = self.model(input_ids=torch.tensor([copy_ids])).logits[0, t].double()  # (V,)
             out.append(torch.log_softmax(logits, dim=-1)[ids[t]].item())
         return np.array(out)
+
+
+class NaiveInfill:
+    """Brute-force infilling: every fill of the allowed tokens, each scored along its order with one
+    sequence per forward pass, full logits, float64 model and log-softmax (Calef et al.'s chain and HCB
+    scores; see distributed_scoring/engine/infill.py for the definitions)."""
+
+    def __init__(self, model, mask_id: int) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.mask_id = mask_id
+        self.forwards = 0
+
+    @torch.no_grad()
+    def logp(self, ids: tuple[int, ...]) -> np.ndarray:
+        """(L, V) log p of every position of this context."""
+        self.forwards += 1
+        logits = self.model(input_ids=torch.tensor([list(ids)])).logits[0].double()
+        return torch.log_softmax(logits, dim=-1).numpy()
+
+    def fills(self, ids: list[int], masks: list[int], allowed: list[int], order: str,
+              pivot: int | None = None) -> list[tuple[tuple[int, ...], float, float, tuple[int, ...]]]:
+        """(tokens in position order, chain score, HCB score, fill order) of every fill, unsorted."""
+        pivot = self.mask_id if pivot is None else pivot
+        out = []
+
+        def visit(context: list[int], remaining: list[int], chain: float, hcb: float, done: tuple[int, ...]) -> None:
+            if not remaining:
+                out.append((tuple(context[m] for m in masks), chain, hcb, done))
+                return
+            logp = self.logp(tuple(context))
+            if order == "l2r":
+                position = remaining[0]
+            else:  # best-to-worst: the largest log-probability over the vocabulary, ties to the leftmost
+                peaks = [logp[p].max() for p in remaining]
+                position = remaining[int(np.argmax(peaks))]
+            for token in allowed:
+                child = list(context)
+                child[position] = token
+                visit(child, [p for p in remaining if p != position], chain + logp[position, token],
+                      hcb + logp[position, token] - logp[position, pivot], (*done, position))
+
+        visit(list(ids), sorted(masks), 0.0, 0.0, ())
+        return out

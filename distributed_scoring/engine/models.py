@@ -107,8 +107,10 @@ class MaskedLM:
         return autocast_region(self.device, self.autocast_dtype)
 
     @torch.inference_mode()
-    def logits_at(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray) -> Iterator[torch.Tensor]:
-        """Vocabulary logits (in `head_dtype`) at one position per row, in chunks of rows, in row order.
+    def logits_at(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
+                  rows: np.ndarray | None = None) -> Iterator[torch.Tensor]:
+        """Vocabulary logits (in `head_dtype`) at `positions`, in chunks, in order: one position per row,
+        or, with `rows`, position i of row `rows[i]` (several positions of one row, as infilling needs).
 
         The encoder runs once over the batch; only the gathered hidden states go through the head, at
         most `HEAD_ELEMENTS` logits at a time. Without a head-table entry, the full model's logits are
@@ -116,13 +118,13 @@ class MaskedLM:
         """
         ids = to_device(input_ids, self.device)  # (B, T)
         mask = to_device(attention_mask, self.device)  # (B, T)
-        at = to_device(positions, self.device)  # (B,)
-        rows = torch.arange(len(at), device=self.device)
+        at = to_device(positions, self.device)  # (Q,)
+        rows = torch.arange(len(at), device=self.device) if rows is None else to_device(rows, self.device)  # (Q,)
         with self.autocast():
             if self.head is None:
-                yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (B, V)
+                yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (Q, V)
                 return
-            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (B, H)
+            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (Q, H)
         chunk = head_rows(self.model.config.vocab_size)
         with torch.autocast(self.device.type, enabled=False):
             for start in range(0, len(hidden), chunk):
