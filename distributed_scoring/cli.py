@@ -223,6 +223,52 @@ def _joints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
+    from .workloads.infill import DECODERS, ORDERS, InfillOptions
+
+    d = InfillOptions()
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="texts with the model's mask token once per token to fill (files, folders, globs, URIs)")
+    _add_model_arguments(p, shard_rows=100, variant=False)
+    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    p.add_argument("--answer-column", default=d.answer_column,
+                   help="column with the true fill, tokens separated by spaces, for accuracy and BLEU (optional)")
+    p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
+                   help="standard or hcb beam search, exact enumeration, or a sampling baseline (default standard)")
+    p.add_argument("--order", choices=ORDERS, default=d.order, help="fill order (default l2r)")
+    p.add_argument("--beam", type=int, default=d.beam, help=f"beam width, or chains of a sampler (default {d.beam})")
+    p.add_argument("--top", type=int, default=d.top, help=f"fills written per row, best first (default {d.top})")
+    p.add_argument("--vocab-restrict", default=None,
+                   help='the only tokens a fill may use, space-separated (e.g. the 20 amino acids "A C D ...")')
+    p.add_argument("--pivot", default=None, help="HCB pivot token (default: the mask token)")
+    p.add_argument("--temperature", type=float, default=d.temperature, help="temperature sampler's T (default 1)")
+    p.add_argument("--sample-top-k", type=int, default=d.sample_top_k, help=f"top-k sampler's k (default {d.sample_top_k})")
+    p.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampler's p (default {d.top_p})")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the samplers (with each row's id)")
+    p.add_argument("--max-masks", type=int, default=d.max_masks,
+                   help=f"rows with more mask tokens are error rows (default {d.max_masks})")
+    p.add_argument("--exact-limit", type=int, default=d.exact_limit,
+                   help=f"most fills `exact` enumerates per row, |V|^masks (default {d.exact_limit:,})")
+    p.add_argument("--rescore-pll", action="store_true", help="also write the PLL of each written fill")
+
+
+def _infill(args: argparse.Namespace) -> int:
+    from .workflows.infill import infill
+    from .workloads.infill import InfillOptions
+
+    options = InfillOptions(
+        args.decoder, args.order, args.beam, args.top,
+        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.pivot, args.temperature,
+        args.sample_top_k, args.top_p, args.seed, args.max_masks, args.exact_limit, args.rescore_pll, args.answer_column,
+    )
+    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows), _model(args),
+                       ScoringOptions(batch_tokens=args.batch_tokens), args.output)
+    summary = infill(config, options, _ray_options(args), overwrite=args.overwrite)
+    print(json.dumps(summary, indent=2), file=args.result)
+    return 0
+
+
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -256,6 +302,13 @@ def build_parser() -> argparse.ArgumentParser:
         "joints", help="pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, G-KL")
     _add_joints_arguments(joints)
     joints.set_defaults(func=_joints)
+    infill = commands.add_parser(
+        "infill", help="fill masked spans: standard or HCB beam search, sampling baselines, exact search",
+        description="Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
+        "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
+        "1 rows lost, 2 bad input or options.")
+    _add_infill_arguments(infill)
+    infill.set_defaults(func=_infill)
     audit = commands.add_parser(
         "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
         description="Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "

@@ -69,7 +69,8 @@ class InputSpec:
 
     `shard_rows` is the unit of work and of resume: each shard is read, scored and written as a whole.
     Rows get a `partition` column from `partition_column`, or the input file's name with
-    `partition_by_file` (for per-partition figures, e.g. the audit).
+    `partition_by_file` (for per-partition figures, e.g. the audit). `extra_columns` are carried into
+    the read rows as strings where a record has them, null elsewhere (infilling's answers, say).
     """
 
     paths: tuple[str, ...]
@@ -78,6 +79,7 @@ class InputSpec:
     shard_rows: int = 1000
     partition_column: str | None = None
     partition_by_file: bool = False
+    extra_columns: tuple[str, ...] = ()
 
     @property
     def partitioned(self) -> bool:

@@ -82,6 +82,8 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
         "dtype": config.model.dtype,
         "plan": plan_digest,
     }
+    if config.inputs.extra_columns:  # added later: enters only when set, so earlier folders still resume
+        run["extra_columns"] = list(config.inputs.extra_columns)
     values = option_values(options)
     assert not set(values) & set(run), f"options of {workload} shadow the run's own keys: {set(values) & set(run)}"
     return {**run, **values}

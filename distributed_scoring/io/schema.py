@@ -60,8 +60,9 @@ def _with_partition(fields: list[pa.Field], partition: bool) -> pa.Schema:
     return pa.schema(fields + [PARTITION_FIELD] if partition else fields)
 
 
-def read_schema(partition: bool = False) -> pa.Schema:
-    return _with_partition(READ_FIELDS, partition)
+def read_schema(partition: bool = False, extra: tuple[str, ...] = ()) -> pa.Schema:
+    """Read rows: id, text, status, error, the `extra` columns asked for (strings), then `partition`."""
+    return _with_partition(READ_FIELDS + [pa.field(name, pa.string()) for name in extra], partition)
 
 
 def prepared_schema(partition: bool = False) -> pa.Schema:

@@ -22,7 +22,7 @@ import re
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from itertools import groupby
-from typing import BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
 
@@ -119,7 +119,7 @@ def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table
     if spec.partition_by_file:
         for row in rows:
             row[S.PARTITION] = f.name
-    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned))
+    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns))
 
 
 def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
@@ -137,7 +137,15 @@ def _id_and_text(record: dict, row_id: str, spec: InputSpec) -> dict:
     row = _record_row(record, row_id, spec)
     if spec.partition_column is not None and record.get(spec.partition_column) is not None:
         row[S.PARTITION] = str(record[spec.partition_column])
+    for column in spec.extra_columns:
+        if record.get(column) is not None:
+            row[column] = _as_text(record[column])
     return row
+
+
+def _as_text(value: Any) -> str:
+    """An extra column's value as a string: lists (a JSON array of tokens) joined by spaces."""
+    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
@@ -436,9 +444,10 @@ def _named_columns(spec: InputSpec) -> list[str]:
 
 
 def _parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    columns = _named_columns(spec)
     try:
-        table = _read_row_range(_parquet_file(shard.file), columns, shard.start, shard.rows)
+        parquet = _parquet_file(shard.file)
+        columns = _named_columns(spec) + [c for c in spec.extra_columns if c in parquet.schema_arrow.names]
+        table = _read_row_range(parquet, columns, shard.start, shard.rows)
     except (pa.ArrowInvalid, OSError) as exc:
         raise InputError(f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
                          f"({error_reason(exc)}); the file is damaged: check it or copy it again") from exc
@@ -481,6 +490,7 @@ def _hf_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
 
 
 def _hf_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    columns = _named_columns(spec)
-    dataset = _hf_dataset(shard.file).select_columns(columns).with_format("arrow")
+    dataset = _hf_dataset(shard.file)
+    columns = _named_columns(spec) + [c for c in spec.extra_columns if c in dataset.column_names]
+    dataset = dataset.select_columns(columns).with_format("arrow")
     yield from _table_rows(dataset[shard.start : shard.start + shard.rows], shard, spec)

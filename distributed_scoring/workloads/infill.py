@@ -1,0 +1,292 @@
+"""The infilling workload (`dscore infill`, Calef et al.): its options, its two stages and its rows.
+
+Input rows are texts with the model's own mask token (`[MASK]`, `<mask>`, ...) once per token to fill,
+and optionally the true fill in an answer column (tokens separated by spaces). The prepare stage
+tokenises (tokenizer only) and turns what cannot be filled into error rows: no mask token, more masks
+than `max_masks`, a mask glued to letters or digits (inside a word: a mask stands for a whole token),
+a text longer than the model, an answer with another number of tokens. The score stage runs
+`engine.infill` on every fillable row of the shard at once and writes the `top` best fills; with an
+answer, the rank of the first fill that matches it and the matching tokens of the best one, which the
+workflow's summary turns into accuracies and BLEU. The engine (torch) is imported by the scorer on its
+actor, never on the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import ModelSpec
+from ..errors import UserError
+from ..io import schema as S
+from ..pipeline.stage import Row, Stage
+from ..pipeline.workload import Workload
+
+if TYPE_CHECKING:
+    from ..engine.infill import Fill
+
+DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
+ORDERS = ("l2r", "best-to-worst")
+
+ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", "n_masks"
+BEAMS, BEST, RANK, CORRECT_TOKENS, PLL = "beams", "best", "rank", "correct_tokens", "pll"
+BEAMS_HCB, RANK_HCB, BEAMS_PLL, RANK_PLL = "beams_hcb", "rank_hcb", "beams_pll", "rank_pll"
+
+BEAM = pa.struct([pa.field("tokens", pa.list_(pa.string())), pa.field("text", pa.string()),
+                  pa.field("score", pa.float64())])
+
+PREPARED_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
+    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+])
+
+
+@dataclass(frozen=True)
+class InfillOptions:
+    """What changes an infilling run's rows (every field enters the run's fingerprint)."""
+
+    decoder: str = "standard"
+    order: str = "l2r"
+    beam: int = 5
+    top: int = 5
+    vocab_restrict: tuple[str, ...] | None = None  # the only tokens a fill may use; None: every non-special one
+    pivot: str | None = None  # HCB's pivot token; None: the mask token
+    temperature: float = 1.0
+    sample_top_k: int = 10
+    top_p: float = 0.9
+    seed: int = 0
+    max_masks: int = 8
+    exact_limit: int = 10_000  # fills `exact` may enumerate per row
+    rescore_pll: bool = False
+    answer_column: str = ANSWER
+
+    def __post_init__(self) -> None:
+        if self.decoder not in DECODERS:
+            raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
+        if self.order not in ORDERS:
+            raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if self.beam < 1 or self.top < 1 or self.max_masks < 1 or self.exact_limit < 1 or self.sample_top_k < 1:
+            raise UserError("--beam, --top, --max-masks, --exact-limit and --sample-top-k must be at least 1")
+        if self.top > self.beam and self.decoder != "exact":
+            raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
+        if self.temperature <= 0 or not 0 < self.top_p <= 1:
+            raise UserError("--temperature must be positive and --top-p in (0, 1]")
+
+
+def example_seed(seed: int, row_id: str) -> int:
+    """A row's sampling seed: from the run's seed and the row's id, so results do not depend on sharding."""
+    return int.from_bytes(hashlib.blake2b(f"{seed}/{row_id}".encode(), digest_size=8).digest(), "little")
+
+
+def allowed_tokens(tokenizer: Any, vocab_size: int, restrict: tuple[str, ...] | None) -> np.ndarray:
+    """(V,) bool: the tokens a fill may use. Special tokens never; ids past the tokenizer's are no tokens."""
+    allowed = np.zeros(vocab_size, dtype=bool)
+    if restrict is None:
+        allowed[: len(tokenizer)] = True
+    else:
+        vocab = tokenizer.get_vocab()
+        unknown = [t for t in restrict if t not in vocab]
+        if unknown:
+            raise UserError(f"--vocab-restrict tokens not in the model's vocabulary: {' '.join(unknown[:10])}; "
+                            "give tokens as the tokenizer writes them")
+        allowed[[vocab[t] for t in restrict]] = True
+    allowed[[i for i in tokenizer.all_special_ids if i < vocab_size]] = False
+    if not allowed.any():
+        raise UserError("no token is left to fill with: --vocab-restrict holds only special tokens")
+    return allowed
+
+
+def surface(tokenizer: Any, token: str) -> str:
+    """How a token reads in text (`Ġfox` -> `fox`); what answers may be written as."""
+    return tokenizer.convert_tokens_to_string([token]).strip()
+
+
+class InfillPreparer(Stage):
+    """Tokenises, finds the masks, and makes error rows of what cannot be filled."""
+
+    reads = {S.ID: "the row's id", S.TEXT: "the text with mask tokens", S.STATUS: "ok, or error if unreadable",
+             S.ERROR: "why the row could not be read"}
+    writes = PREPARED_SCHEMA
+
+    def __init__(self, model: ModelSpec, options: InfillOptions) -> None:
+        from ..engine.model_files import load_tokenizer
+
+        self.tokenizer, self.max_length = load_tokenizer(model)
+        self.options = options
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        return [self._row(row) for row in rows]
+
+    def _row(self, row: Row) -> Row:
+        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
+               ANSWER: row.get(self.options.answer_column), S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+        if row[S.STATUS] != S.STATUS_OK:
+            return out
+        error = self._fill(out, row[S.TEXT])
+        if error:
+            out.update({S.INPUT_IDS: None, MASKS: None, "spans": None, S.STATUS: S.STATUS_ERROR, S.ERROR: error})
+        return out
+
+    def _fill(self, out: Row, text: str) -> str | None:
+        """Sets the token ids, mask positions and their character spans; the error of a row that cannot be filled."""
+        mask = self.tokenizer.mask_token
+        if mask not in text:
+            return f"no mask token {mask!r} in the text: write one {mask} for each token to fill"
+        encoding = self.tokenizer(text, return_offsets_mapping=True, truncation=False)
+        ids = encoding["input_ids"]
+        masks = [i for i, t in enumerate(ids) if t == self.tokenizer.mask_token_id]
+        if len(ids) > self.max_length:
+            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
+        if len(masks) > self.options.max_masks:
+            return f"{len(masks)} mask tokens, more than --max-masks {self.options.max_masks}"
+        spans = [encoding["offset_mapping"][i] for i in masks]
+        for start, end in spans:
+            if (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum()):
+                return (f"mask token inside a word ({text[max(0, start - 10):end + 10]!r}): a mask stands for a "
+                        "whole token; put spaces around it")
+        answer = out[ANSWER]
+        if answer is not None and len(answer.split()) != len(masks):
+            return f"the answer has {len(answer.split())} tokens for {len(masks)} mask tokens"
+        out.update({S.INPUT_IDS: ids, MASKS: masks, "spans": [list(s) for s in spans]})
+        return None
+
+
+class InfillScorer(Stage):
+    """Fills every fillable row of a shard in one search; error rows pass through."""
+
+    reads = {name: f"from the infill prepare stage ({name})" for name in PREPARED_SCHEMA.names}
+
+    def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> None:
+        from ..engine.infill import InfillEngine, InfillSettings, exact_size
+        from ..engine.models import load_masked_lm
+        from ..engine.pll import PLLEngine
+
+        self.mlm = load_masked_lm(model)
+        self.options, self.model_name = options, model.name
+        tokenizer = self.mlm.tokenizer
+        allowed = allowed_tokens(tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
+        self.n_allowed = int(allowed.sum())
+        self.exact_size = exact_size
+        self.engine = InfillEngine(self.mlm, allowed, batch_tokens)
+        self.pll = PLLEngine(self.mlm, "original", batch_tokens) if options.rescore_pll else None
+        pivot = None if options.pivot is None else tokenizer.convert_tokens_to_ids(options.pivot)
+        self.settings = InfillSettings(options.decoder, options.order, options.beam, pivot, options.temperature,
+                                       options.sample_top_k, options.top_p)
+        self.signature = {**self.mlm.signature, "decoder": options.decoder, "order": options.order}
+
+    def output_schema(self, columns: Sequence[str]) -> pa.Schema:
+        return output_schema(self.options)
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        from ..engine.infill import InfillExample
+
+        fillable = []
+        for row in rows:
+            if row[S.STATUS] == S.STATUS_OK and self.options.decoder == "exact":
+                size = self.exact_size(self.n_allowed, len(row[MASKS]))
+                if size > self.options.exact_limit:
+                    row.update({S.STATUS: S.STATUS_ERROR, S.ERROR: (
+                        f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
+                        f"--exact-limit {self.options.exact_limit:,}: restrict the vocabulary or use a beam decoder")})
+            if row[S.STATUS] == S.STATUS_OK:
+                fillable.append(row)
+        examples = [InfillExample(np.array(r[S.INPUT_IDS], dtype=np.int64), np.array(r[MASKS], dtype=np.int64),
+                                  example_seed(self.options.seed, r[S.ID])) for r in fillable]
+        fills = dict(zip((r[S.ID] for r in fillable), self.engine.search(examples, self.settings)))
+        return [self._row(row, fills.get(row[S.ID])) for row in rows]
+
+    def _row(self, row: Row, fills: list[Fill] | None) -> Row:
+        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
+               ANSWER: row[ANSWER], N_MASKS: len(row[MASKS]) if fills is not None else 0, BEAMS: None, BEST: None,
+               RANK: None, CORRECT_TOKENS: None, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR],
+               S.MODEL: self.model_name}
+        if fills is None:
+            return {**out, **{name: None for name in output_schema(self.options).names if name not in out}}
+        answer = row[ANSWER].split() if row[ANSWER] is not None else None
+        hcb = self.options.decoder == "hcb"
+        ranked = [(f, f.hcb if hcb else f.chain) for f in fills]
+        out.update(self._ranking(row, ranked, answer, BEAMS, RANK))
+        out[BEST] = out[BEAMS][0]["text"]
+        if answer is not None:
+            out[CORRECT_TOKENS] = sum(self._matches(t, a) for t, a in zip(self._tokens(fills[0]), answer))
+        plls = self._plls(row, fills) if self.pll is not None else None
+        if self.options.rescore_pll:
+            out[PLL] = plls[: self.options.top]
+        if self.options.decoder == "exact":
+            by_hcb = sorted(((f, f.hcb) for f in fills), key=lambda x: x[1], reverse=True)
+            out.update(self._ranking(row, by_hcb, answer, BEAMS_HCB, RANK_HCB))
+            if plls is not None:
+                by_pll = sorted(zip(fills, plls), key=lambda x: x[1], reverse=True)
+                out.update(self._ranking(row, by_pll, answer, BEAMS_PLL, RANK_PLL))
+        return out
+
+    def _ranking(self, row: Row, ranked: list[tuple[Fill, float]], answer: list[str] | None, beams: str,
+                 rank: str) -> Row:
+        """The top fills of one ranking as beams, and the 1-based rank of the first that is the answer."""
+        top = [{"tokens": self._tokens(f), "text": self._text(row, f), "score": float(s)}
+               for f, s in ranked[: self.options.top]]
+        found = None
+        if answer is not None:
+            found = next((i + 1 for i, (f, _) in enumerate(ranked)
+                          if all(self._matches(t, a) for t, a in zip(self._tokens(f), answer))), None)
+        return {beams: top, rank: found}
+
+    def _tokens(self, fill: Fill) -> list[str]:
+        return self.mlm.tokenizer.convert_ids_to_tokens(fill.tokens.tolist())
+
+    def _matches(self, token: str, answer: str) -> bool:
+        return answer == token or answer == surface(self.mlm.tokenizer, token)
+
+    def _text(self, row: Row, fill: Fill) -> str:
+        """The text with each mask token replaced by its fill, as the fill reads."""
+        text, out, at = row[S.TEXT], [], 0
+        for (start, end), token in zip(row["spans"], self._tokens(fill)):
+            out += [text[at:start], surface(self.mlm.tokenizer, token)]
+            at = end
+        return "".join(out) + text[at:]
+
+    def _plls(self, row: Row, fills: list[Fill]) -> list[float]:
+        """PLL of each completed sequence (every non-special token masked in turn)."""
+        from ..engine.masking import Sentence
+
+        specials = set(self.mlm.tokenizer.all_special_ids)
+        sentences = []
+        for fill in fills:
+            ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
+            ids[row[MASKS]] = fill.tokens
+            targets = np.array([i for i, t in enumerate(ids.tolist()) if t not in specials], dtype=np.int64)
+            sentences.append(Sentence(ids, targets, np.arange(len(ids), dtype=np.int64)))
+        return [float(lp.sum()) for lp in self.pll.token_logprobs(sentences)]
+
+
+def output_schema(options: InfillOptions) -> pa.Schema:
+    """The rows `dscore infill` writes: `pll` with --rescore-pll; the HCB (and PLL) rankings for `exact`."""
+    fields = [
+        pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+        pa.field(DECODER, pa.string(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
+        pa.field(BEAMS, pa.list_(BEAM)), pa.field(BEST, pa.string()), pa.field(ANSWER, pa.string()),
+        pa.field(N_MASKS, pa.int32(), nullable=False), pa.field(RANK, pa.int32()),
+        pa.field(CORRECT_TOKENS, pa.int32()),
+    ]
+    if options.rescore_pll:
+        fields.append(pa.field(PLL, pa.list_(pa.float64())))
+    if options.decoder == "exact":
+        fields += [pa.field(BEAMS_HCB, pa.list_(BEAM)), pa.field(RANK_HCB, pa.int32())]
+        if options.rescore_pll:
+            fields += [pa.field(BEAMS_PLL, pa.list_(BEAM)), pa.field(RANK_PLL, pa.int32())]
+    fields += [pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+               pa.field(S.MODEL, pa.string(), nullable=False)]
+    return pa.schema(fields)
+
+
+def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:
+    """Infilling of masked spans (`dscore infill`)."""
+    return Workload("infill", options, partial(InfillPreparer, model, options),
+                    partial(InfillScorer, model, options, batch_tokens), model.device)
