@@ -7,7 +7,7 @@ Rows of this dataset are work items, not sentences: first a read unit, then one 
 the shard's table carried as Arrow IPC bytes. A shard thus moves through the stages as one indivisible
 row whatever Ray Data does with blocks, so its file is written whole and marked done exactly once; the
 shard of a killed actor is scored again by its replacement (Ray Data restarts pool actors and retries
-their tasks). The stages are the workload's own (`workloads.py`), as in the in-process execution.
+their tasks). The stages are the workload's own (`workloads/`), as in the in-process execution.
 """
 
 from __future__ import annotations

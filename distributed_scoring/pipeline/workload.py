@@ -1,9 +1,10 @@
 """What runs on each shard: a workload's prepare and score stages, built once per worker.
 
-Both executions (in-process in `runner.py`, Ray actors in `pipeline.py`) take a `Workload`, so a new
+Both executions (in-process in `runner.py`, Ray actors in `on_ray.py`) take a `Workload`, so a new
 kind of scoring (PLL, causal-LM log-probabilities, pairwise joints) brings its name, its options
-dataclass and its two stage factories, and reuses reading, sharding, writing, resume and fault
-tolerance unchanged: the run's fingerprint comes from the name and options (`output.fingerprint`).
+dataclass and its two stage factories (each stage a `stage.Stage`, or a plain function that passes rows
+through), and reuses reading, sharding, writing, resume and fault tolerance unchanged: the run's
+fingerprint comes from the name and options (`output.fingerprint`).
 Factories must be picklable (module-level functions and `functools.partial` of them), since Ray ships
 them to its workers.
 """
@@ -28,7 +29,7 @@ class ShardScorer(Protocol):
 @dataclass(frozen=True)
 class Workload:
     """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
-    fingerprint; `device` sizes the Ray actors (see pipeline.plan_resources); `rows_per_input` is how
+    fingerprint; `device` sizes the Ray actors (see on_ray.plan_resources); `rows_per_input` is how
     many output rows each input row becomes (the no-loss check counts them)."""
 
     name: str

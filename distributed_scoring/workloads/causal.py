@@ -11,11 +11,11 @@ from functools import partial
 from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..io import schema as S
 from ..config import ModelSpec
 from ..io.schema import LOGP
+from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 
 if TYPE_CHECKING:  # the engine (torch) is imported on the scoring actor, never on the driver
@@ -39,34 +39,44 @@ class CausalOptions:
 
 def score_texts(engine: CausalEngine, texts: Sequence[str]) -> pa.Table:
     """One `CAUSAL_SCHEMA` row per text: log P(W) and |W|, or an error row (blank, too long)."""
+    return pa.Table.from_pylist(_scored_rows(engine, texts), schema=CAUSAL_SCHEMA)
+
+
+def _scored_rows(engine: CausalEngine, texts: Sequence[str]) -> list[Row]:
     from ..engine.causal import encode
 
     encoded = encode(engine.lm, texts)
     ok = [i for i, e in enumerate(encoded) if not isinstance(e, str)]
     logprobs = dict(zip(ok, engine.token_logprobs([encoded[i] for i in ok])))
-    columns: dict[str, list] = {name: [] for name in CAUSAL_SCHEMA.names}
     tail = 0 if engine.lm.eos_id is None else 1
-    for i, (text, e) in enumerate(zip(texts, encoded)):
-        error = e if isinstance(e, str) else None
-        columns[S.TEXT].append(text)
-        columns[LOGP].append(None if error else float(logprobs[i].sum()))
-        columns[S.N_TOKENS].append(0 if error else len(e) - 1 - tail)
-        columns[S.STATUS].append(S.STATUS_ERROR if error else S.STATUS_OK)
-        columns[S.ERROR].append(error)
-    return pa.Table.from_pydict(columns, schema=CAUSAL_SCHEMA)
+    return [
+        {S.TEXT: text, LOGP: float(logprobs[i].sum()), S.N_TOKENS: len(e) - 1 - tail, S.STATUS: S.STATUS_OK,
+         S.ERROR: None} if i in logprobs else
+        {S.TEXT: text, LOGP: None, S.N_TOKENS: 0, S.STATUS: S.STATUS_ERROR, S.ERROR: e}
+        for i, (text, e) in enumerate(zip(texts, encoded))
+    ]
 
 
-CAUSAL_OUTPUT_SCHEMA = pa.schema(
-    [pa.field(S.ID, pa.string(), nullable=False), *CAUSAL_SCHEMA, pa.field(S.MODEL, pa.string(), nullable=False)]
-)
+# `id` and `model` are nullable in the files this workload has always written; declaring them not null
+# would change every file's bytes (and the digests in its markers).
+CAUSAL_OUTPUT_SCHEMA = pa.schema([pa.field(S.ID, pa.string()), *CAUSAL_SCHEMA, pa.field(S.MODEL, pa.string())])
 
 
-class CausalScorer:
-    """The score stage of the causal-LM workload: read rows in, `CAUSAL_OUTPUT_SCHEMA` rows out.
+class CausalScorer(Stage):
+    """The score stage of the causal-LM workload: read rows in, `CAUSAL_OUTPUT_SCHEMA` rows out: the
+    scored rows first, then those that could not be read (error rows, in their input order).
 
     Tokenisation happens here, on the scoring actor, since it needs the BOS/EOS convention of the loaded
     LM; rows that could not be read stay error rows.
     """
+
+    reads = {
+        S.ID: "the row's id, kept",
+        S.TEXT: "the text to tokenise with the LM's boundary tokens and score",
+        S.STATUS: "ok, or error for a row that could not be read (kept as an error row)",
+        S.ERROR: "why the row could not be read",
+    }
+    writes = CAUSAL_OUTPUT_SCHEMA
 
     def __init__(self, spec: ModelSpec, batch_tokens: int | None = None) -> None:
         from ..engine.causal import CausalEngine, load_causal_lm
@@ -75,17 +85,14 @@ class CausalScorer:
         self.signature = self.engine.lm.signature
         self.model_name = spec.name
 
-    def __call__(self, rows: pa.Table) -> pa.Table:
-        ok = pc.equal(rows[S.STATUS], S.STATUS_OK)
-        scored = score_texts(self.engine, rows.filter(ok)[S.TEXT].to_pylist())
-        failed = rows.filter(pc.invert(ok))
-        unscored = pa.table({
-            S.TEXT: failed[S.TEXT].fill_null(""), LOGP: pa.nulls(failed.num_rows, pa.float64()),
-            S.N_TOKENS: pa.array([0] * failed.num_rows, pa.int32()), S.STATUS: failed[S.STATUS], S.ERROR: failed[S.ERROR],
-        }, schema=CAUSAL_SCHEMA)
-        table = pa.concat_tables([scored, unscored])
-        ids = pa.concat_arrays([rows.filter(ok)[S.ID].combine_chunks(), failed[S.ID].combine_chunks()])
-        return table.add_column(0, S.ID, ids).append_column(S.MODEL, pa.array([self.model_name] * table.num_rows))
+    def process(self, rows: list[Row]) -> list[Row]:
+        read = [r for r in rows if r[S.STATUS] == S.STATUS_OK]
+        failed = [r for r in rows if r[S.STATUS] != S.STATUS_OK]
+        scored = _scored_rows(self.engine, [r[S.TEXT] for r in read])
+        unscored = [{S.TEXT: r[S.TEXT] or "", LOGP: None, S.N_TOKENS: 0, S.STATUS: r[S.STATUS], S.ERROR: r[S.ERROR]}
+                    for r in failed]
+        return [{S.ID: r[S.ID], **out, S.MODEL: self.model_name}
+                for r, out in zip(read + failed, scored + unscored)]
 
 
 def _unchanged() -> Callable[[pa.Table], pa.Table]:
@@ -93,6 +100,7 @@ def _unchanged() -> Callable[[pa.Table], pa.Table]:
 
 
 def _identity(table: pa.Table) -> pa.Table:
+    """Not a `Stage`: it reads no column, and the base's trip through rows would only cost time."""
     return table
 
 

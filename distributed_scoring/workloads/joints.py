@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +22,7 @@ from ..io import schema as S
 from ..config import ModelSpec
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from .prepare import Preparer
+from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
@@ -76,8 +77,10 @@ def draw_pair(n_tokens: int, scheme: str, rng: random.Random) -> tuple[int, int]
     return a, b
 
 
-class PairPreparer:
+class PairPreparer(Stage):
     """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
+
+    reads = Preparer.reads
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
         from ..engine.model_files import load_tokenizer
@@ -87,20 +90,20 @@ class PairPreparer:
         table = pq.read_table(examples_file, columns=[S.ID, A, B, S.ERROR])
         self.given = {r[S.ID]: r for r in table.to_pylist()}
 
-    def __call__(self, rows: pa.Table) -> pa.Table:
-        prepared = self.preparer(rows)
-        records = prepared.to_pylist()
-        pairs = [self._pair(r) for r in records]
-        # The example's own problem first (a malformed given pair), then reading/tokenising, then the pair.
-        errors = [self.given[r[S.ID]][S.ERROR] or r[S.ERROR] or (p if isinstance(p, str) else None)
-                  for r, p in zip(records, pairs)]
-        status = [S.STATUS_ERROR if e else S.STATUS_OK for e in errors]
-        return (prepared.set_column(prepared.schema.get_field_index(S.STATUS), S.STATUS, pa.array(status))
-                .set_column(prepared.schema.get_field_index(S.ERROR), S.ERROR, pa.array(errors, pa.string()))
-                .append_column(A, pa.array([p[0] if isinstance(p, tuple) else None for p in pairs], pa.int32()))
-                .append_column(B, pa.array([p[1] if isinstance(p, tuple) else None for p in pairs], pa.int32())))
+    def output_schema(self, columns: Sequence[str]) -> pa.Schema:
+        return pa.schema([*self.preparer.output_schema(columns), pa.field(A, pa.int32()), pa.field(B, pa.int32())])
 
-    def _pair(self, row: dict) -> tuple[int, int] | str | None:
+    def process(self, rows: list[Row]) -> list[Row]:
+        out = []
+        for row in self.preparer.process(rows):
+            pair = self._pair(row)
+            # The example's own problem first (a malformed given pair), then reading/tokenising, then the pair.
+            error = self.given[row[S.ID]][S.ERROR] or row[S.ERROR] or (pair if isinstance(pair, str) else None)
+            a, b = pair if isinstance(pair, tuple) else (None, None)
+            out.append({**row, S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, A: a, B: b})
+        return out
+
+    def _pair(self, row: Row) -> tuple[int, int] | str | None:
         """The pair, an error message, or None for a row that already failed."""
         example = self.given[row[S.ID]]
         if example[S.ERROR]:
@@ -117,8 +120,20 @@ class PairPreparer:
         return draw_pair(n, self.scheme, random.Random(f"{self.seed}/{row[S.ID]}"))
 
 
-class JointsScorer:
+class JointsScorer(Stage):
     """Conditionals (2|V| passes per example, batched) and the five constructions' metrics."""
+
+    reads = {
+        S.ID: "the example's id, kept",
+        S.TEXT: "the text, kept",
+        S.STATUS: "ok, or error for an example that could not be read, tokenised or paired",
+        S.ERROR: "why the example could not be read, tokenised or paired",
+        S.INPUT_IDS: "the model's token ids, special tokens included",
+        S.TARGETS: "the positions of input_ids that are not special tokens",
+        A: "the pair's first token, an index into targets",
+        B: "the pair's second token, an index into targets",
+    }
+    writes = JOINTS_SCHEMA
 
     def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None) -> None:
         from ..engine.conditionals import ConditionalsEngine
@@ -130,11 +145,10 @@ class JointsScorer:
         self.signature = {**self.mlm.signature, "ag_iterations": options.ag_iterations,
                           "hcb_pivot": options.pivot, "top_k": top_k}
 
-    def __call__(self, prepared: pa.Table) -> pa.Table:
+    def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.conditionals import Pair
         from ..engine.joints import score_pair
 
-        rows = prepared.to_pylist()
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
         pairs = [Pair(np.asarray(rows[i][S.INPUT_IDS]), np.asarray(rows[i][S.TARGETS]), rows[i][A], rows[i][B]) for i in ok]
         scores: dict[int, Any] = {}
@@ -153,8 +167,8 @@ class JointsScorer:
                     S.STATUS: S.STATUS_OK if m else S.STATUS_ERROR, S.ERROR: None if m else row[S.ERROR],
                     S.MODEL: self.model_name,
                 })
-        return pa.Table.from_pylist(out, schema=JOINTS_SCHEMA)
+        return out
 
-    def _gold_tokens(self, row: dict) -> tuple[str, str]:
+    def _gold_tokens(self, row: Row) -> tuple[str, str]:
         ids = [row[S.INPUT_IDS][row[S.TARGETS][k]] for k in (row[A], row[B])]
         return tuple(self.mlm.tokenizer.convert_ids_to_tokens(ids))

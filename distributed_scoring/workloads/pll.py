@@ -22,6 +22,7 @@ from ..config import ModelSpec, ScoringOptions
 from ..engine.masking import Sentence
 from ..measures import pppl
 from ..io.output import ADDED_LATER
+from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class PLLOptions:
         return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars)
 
 
-def to_sentence(row: dict) -> Sentence:
+def to_sentence(row: Row) -> Sentence:
     return Sentence(
         input_ids=np.asarray(row[S.INPUT_IDS], dtype=np.int64),
         targets=np.asarray(row[S.TARGETS], dtype=np.int64),
@@ -53,8 +54,21 @@ def to_sentence(row: dict) -> Sentence:
     )
 
 
-class Scorer:
+class Scorer(Stage):
     """Adds PLL, counts and PPPLs (and optionally per-token and word scores) to prepared rows."""
+
+    reads = {
+        S.ID: "the row's id, kept",
+        S.TEXT: "the text, kept",
+        S.STATUS: "ok, or error for a row that could not be read or tokenised (kept as an error row)",
+        S.ERROR: "why the row could not be read or tokenised",
+        S.INPUT_IDS: "the model's token ids, special tokens included",
+        S.TARGETS: "the positions of input_ids to mask and score",
+        S.PIECE_WORDS: "the tokenizer's word of each token (word_l2r masks a word's pieces together)",
+        S.TARGET_WORDS: "the whitespace word of each target (word scores)",
+        S.N_WORDS: "the number of whitespace words (PPPL per word)",
+        S.N_UNKNOWN: "the number of targets that are the unknown token",
+    }
 
     def __init__(self, model: ModelSpec, options: ScoringOptions, mlm: MaskedLM | None = None) -> None:
         from ..engine.models import load_masked_lm
@@ -66,18 +80,15 @@ class Scorer:
         self.engine = PLLEngine(self.mlm, options.variant, options.batch_tokens)
         self.signature = self.mlm.signature
 
-    def __call__(self, prepared: pa.Table) -> pa.Table:
-        rows = prepared.to_pylist()
+    def output_schema(self, columns: Sequence[str]) -> pa.Schema:
+        return S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in columns)
+
+    def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        results = self._score([to_sentence(rows[i]) for i in ok])
         scored: list[np.ndarray | str | None] = [None] * len(rows)
-        for i, result in zip(ok, results):
+        for i, result in zip(ok, self._score([to_sentence(rows[i]) for i in ok])):
             scored[i] = result
-        schema = S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in prepared.column_names)
-        columns: dict[str, list] = {name: [] for name in schema.names}
-        for row, result in zip(rows, scored):
-            self._append(columns, row, result)
-        return pa.Table.from_pydict(columns, schema=schema)
+        return [self._row(row, result) for row, result in zip(rows, scored)]
 
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
         """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
@@ -99,34 +110,28 @@ class Scorer:
                 raise
             return results
 
-    def _append(self, columns: dict[str, list], row: dict, result: np.ndarray | str | None) -> None:
+    def _row(self, row: Row, result: np.ndarray | str | None) -> Row:
+        """The output row of a prepared row and its token log-probs (or error); `partition` passes through."""
         error = result if isinstance(result, str) else row[S.ERROR]
         ok = error is None and result is not None
         logprobs = result if ok else None
         n_tokens = len(logprobs) if ok else 0
         n_words = row[S.N_WORDS] if ok else 0
         pll = float(logprobs.sum()) if ok else None
-        columns[S.ID].append(row[S.ID])
-        columns[S.TEXT].append(row[S.TEXT])
-        columns[S.PLL].append(pll)
-        columns[S.N_TOKENS].append(n_tokens)
-        columns[S.N_WORDS].append(n_words)
-        columns[S.N_UNKNOWN].append(row[S.N_UNKNOWN] if ok else 0)
-        columns[S.PPPL_TOKEN].append(pppl(pll, n_tokens) if ok else None)
-        columns[S.PPPL_WORD].append(pppl(pll, n_words) if ok else None)
-        columns[S.STATUS].append(S.STATUS_OK if ok else S.STATUS_ERROR)
-        columns[S.ERROR].append(None if ok else error)
-        columns[S.MODEL].append(self.model_name)
-        columns[S.VARIANT].append(self.options.variant)
+        out = {
+            **row, S.PLL: pll, S.N_TOKENS: n_tokens, S.N_WORDS: n_words, S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
+            S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None, S.PPPL_WORD: pppl(pll, n_words) if ok else None,
+            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else error,
+            S.MODEL: self.model_name, S.VARIANT: self.options.variant,
+        }
         if self.options.per_token:
             ids = [row[S.INPUT_IDS][t] for t in row[S.TARGETS]] if ok else None
-            columns[S.TOKENS].append(self.mlm.tokenizer.convert_ids_to_tokens(ids) if ok else None)
-            columns[S.TOKEN_LOGPROBS].append(logprobs.tolist() if ok else None)
+            out[S.TOKENS] = self.mlm.tokenizer.convert_ids_to_tokens(ids) if ok else None
+            out[S.TOKEN_LOGPROBS] = logprobs.tolist() if ok else None
         if self.options.word_scores:
             words = np.bincount(row[S.TARGET_WORDS], weights=logprobs, minlength=n_words) if ok else None
-            columns[S.WORD_SCORES].append(words.tolist() if ok else None)
-        if S.PARTITION in columns:
-            columns[S.PARTITION].append(row[S.PARTITION])
+            out[S.WORD_SCORES] = words.tolist() if ok else None
+        return out
 
 
 def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:

@@ -17,11 +17,12 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import pyarrow as pa
 
 from ..io import schema as S
+from ..pipeline.stage import Row, Stage
 
 _WORD = re.compile(r"\S+")
 # Characters per allowed token beyond which a text is probed first. Real text averages 3 to 6; the value
@@ -98,16 +99,34 @@ def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | No
     )
 
 
-class Preparer:
+class Preparer(Stage):
     """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
     With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).
+    A `partition` column, when present, passes through.
     """
+
+    reads = {
+        S.ID: "the row's id, kept",
+        S.TEXT: "the text to tokenise",
+        S.STATUS: "ok, or error for a row that could not be read (kept as an error row)",
+        S.ERROR: "why the row could not be read",
+    }
 
     def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False) -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.split_chars = split_chars
+
+    def output_schema(self, columns: Sequence[str]) -> pa.Schema:
+        return S.prepared_schema(S.PARTITION in columns)
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
+        prepared: list[Prepared | None] = [None] * len(rows)
+        for i, p in zip(ok, self.prepare_texts([rows[i][S.TEXT] for i in ok])):
+            prepared[i] = p
+        return [_prepared_row(row, p) for row, p in zip(rows, prepared)]
 
     def prepare_texts(self, texts: list[str]) -> list[Prepared]:
         """Tokenise in one batched call (fast tokenizers parallelise it); blank or over-long texts become
@@ -153,27 +172,13 @@ class Preparer:
         )
         return batch["input_ids"] if ids_only else batch.encodings
 
-    def __call__(self, table: pa.Table) -> pa.Table:
-        rows = table.to_pylist()
-        ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        prepared: list[Prepared | None] = [None] * len(rows)
-        for i, p in zip(ok, self.prepare_texts([rows[i][S.TEXT] for i in ok])):
-            prepared[i] = p
-        schema = S.prepared_schema(S.PARTITION in table.column_names)
-        columns: dict[str, list] = {name: [] for name in schema.names}
-        for row, p in zip(rows, prepared):
-            error = row[S.ERROR] if p is None else p.error
-            p = p or Prepared()
-            columns[S.ID].append(row[S.ID])
-            columns[S.TEXT].append(row[S.TEXT])
-            columns[S.STATUS].append(S.STATUS_ERROR if error else S.STATUS_OK)
-            columns[S.ERROR].append(error)
-            columns[S.INPUT_IDS].append(p.input_ids)
-            columns[S.TARGETS].append(p.targets)
-            columns[S.PIECE_WORDS].append(p.piece_words)
-            columns[S.TARGET_WORDS].append(p.target_words)
-            columns[S.N_WORDS].append(p.n_words)
-            columns[S.N_UNKNOWN].append(p.n_unknown)
-            if S.PARTITION in columns:
-                columns[S.PARTITION].append(row[S.PARTITION])
-        return pa.Table.from_pydict(columns, schema=schema)
+
+def _prepared_row(row: Row, p: Prepared | None) -> Row:
+    """The read row with its tokenisation, or with its error (`p` is None for a row that was not read)."""
+    error = row[S.ERROR] if p is None else p.error
+    p = p or Prepared()
+    return {
+        **row, S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error,
+        S.INPUT_IDS: p.input_ids, S.TARGETS: p.targets, S.PIECE_WORDS: p.piece_words,
+        S.TARGET_WORDS: p.target_words, S.N_WORDS: p.n_words, S.N_UNKNOWN: p.n_unknown,
+    }
