@@ -238,7 +238,7 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
                    help="standard or hcb beam search, exact enumeration, or a sampling baseline (default standard)")
     p.add_argument("--order", choices=ORDERS, default=d.order, help="fill order (default l2r)")
     p.add_argument("--beam", type=int, default=d.beam, help=f"beam width, or chains of a sampler (default {d.beam})")
-    p.add_argument("--top", type=int, default=d.top, help=f"fills written per row, best first (default {d.top})")
+    p.add_argument("--top", type=int, default=d.top, help="fills written per row, best first (default: --beam of them)")
     p.add_argument("--vocab-restrict", default=None,
                    help='the only tokens a fill may use, space-separated (e.g. the 20 amino acids "A C D ...")')
     p.add_argument("--pivot", default=None, help="HCB pivot token (default: the mask token)")

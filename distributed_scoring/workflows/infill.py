@@ -73,18 +73,18 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
     judged = ok.filter(pc.is_valid(ok["answer"])).to_pylist()
     summary = {
         "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
-        "decoder": options.decoder, "order": options.order, "beam": options.beam, "top": options.top,
+        "decoder": options.decoder, "order": options.order, "beam": options.beam, "top": options.written,
         "with_answer": len(judged),
         "examples_per_s": filled_now / seconds if seconds > 0 and filled_now else None,
     }
     if judged:
-        summary["accuracy"] = _accuracy(judged, RANK, options.top)
+        summary["accuracy"] = _accuracy(judged, RANK, options.written)
         summary["token_accuracy"] = sum(r[CORRECT_TOKENS] for r in judged) / sum(r[N_MASKS] for r in judged)
         summary["bleu"] = _bleu(judged, tokenizer)
         if options.decoder == "exact":
-            summary["accuracy_hcb"] = _accuracy(judged, RANK_HCB, options.top)
+            summary["accuracy_hcb"] = _accuracy(judged, RANK_HCB, options.written)
             if options.rescore_pll:
-                summary["accuracy_pll"] = _accuracy(judged, RANK_PLL, options.top)
+                summary["accuracy_pll"] = _accuracy(judged, RANK_PLL, options.written)
     return summary
 
 

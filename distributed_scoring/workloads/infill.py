@@ -55,7 +55,7 @@ class InfillOptions:
     decoder: str = "standard"
     order: str = "l2r"
     beam: int = 5
-    top: int = 5
+    top: int | None = None  # fills written per row; None: --beam of them
     vocab_restrict: tuple[str, ...] | None = None  # the only tokens a fill may use; None: every non-special one
     pivot: str | None = None  # HCB's pivot token; None: the mask token
     temperature: float = 1.0
@@ -72,12 +72,17 @@ class InfillOptions:
             raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
         if self.order not in ORDERS:
             raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.beam < 1 or self.top < 1 or self.max_masks < 1 or self.exact_limit < 1 or self.sample_top_k < 1:
+        if self.beam < 1 or self.written < 1 or self.max_masks < 1 or self.exact_limit < 1 or self.sample_top_k < 1:
             raise UserError("--beam, --top, --max-masks, --exact-limit and --sample-top-k must be at least 1")
-        if self.top > self.beam and self.decoder != "exact":
+        if self.written > self.beam and self.decoder != "exact":
             raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
         if self.temperature <= 0 or not 0 < self.top_p <= 1:
             raise UserError("--temperature must be positive and --top-p in (0, 1]")
+
+    @property
+    def written(self) -> int:
+        """Fills written per row, best first."""
+        return self.beam if self.top is None else self.top
 
 
 def example_seed(seed: int, row_id: str) -> int:
@@ -218,7 +223,7 @@ class InfillScorer(Stage):
             out[CORRECT_TOKENS] = sum(self._matches(t, a) for t, a in zip(self._tokens(fills[0]), answer))
         plls = self._plls(row, fills) if self.pll is not None else None
         if self.options.rescore_pll:
-            out[PLL] = plls[: self.options.top]
+            out[PLL] = plls[: self.options.written]
         if self.options.decoder == "exact":
             by_hcb = sorted(((f, f.hcb) for f in fills), key=lambda x: x[1], reverse=True)
             out.update(self._ranking(row, by_hcb, answer, BEAMS_HCB, RANK_HCB))
@@ -231,7 +236,7 @@ class InfillScorer(Stage):
                  rank: str) -> Row:
         """The top fills of one ranking as beams, and the 1-based rank of the first that is the answer."""
         top = [{"tokens": self._tokens(f), "text": self._text(row, f), "score": float(s)}
-               for f, s in ranked[: self.options.top]]
+               for f, s in ranked[: self.options.written]]
         found = None
         if answer is not None:
             found = next((i + 1 for i, (f, _) in enumerate(ranked)
