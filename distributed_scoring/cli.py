@@ -224,7 +224,7 @@ def _joints(args: argparse.Namespace) -> int:
 
 
 def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
-    from .workloads.infill import DECODERS, ORDERS, InfillOptions
+    from .workflows.infill import DECODERS, ORDERS, InfillOptions
 
     d = InfillOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -254,8 +254,7 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _infill(args: argparse.Namespace) -> int:
-    from .workflows.infill import infill
-    from .workloads.infill import InfillOptions
+    from .workflows.infill import InfillOptions, infill
 
     options = InfillOptions(
         args.decoder, args.order, args.beam, args.top,

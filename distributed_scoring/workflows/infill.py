@@ -25,9 +25,12 @@ from ..io.output import ROWS_DIR, SUMMARY_FILE
 from ..io.storage import join
 from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
-from ..workloads.infill import (
-    BEAMS, CORRECT_TOKENS, N_MASKS, RANK, RANK_HCB, RANK_PLL, InfillOptions, allowed_tokens, infill_workload, surface,
+from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
+    BEAMS, CORRECT_TOKENS, DECODERS, N_MASKS, ORDERS, RANK, RANK_HCB, RANK_PLL, InfillOptions, allowed_tokens,
+    infill_workload, surface,
 )
+
+__all__ = ["DECODERS", "ORDERS", "InfillOptions", "infill", "summarize"]
 
 logger = logging.getLogger(__name__)
 
