@@ -424,7 +424,7 @@ def pc_divide(column, by: int) -> pa.Array:
 
 def test_an_audit_json_of_version_1_is_still_read_as_a_baseline(tmp_path):
     """tests/data/audit_v1/audit.json was written by the code before intervals (schema version 1)."""
-    v1 = Path(__file__).parent / "data" / "audit_v1" / "audit.json"
+    v1 = Path(__file__).resolve().parents[2] / "data" / "audit_v1" / "audit.json"
     record, uri = load_baseline(str(v1))
     assert record.version == 1 and record.row_stats is None and uri == str(v1)
     result = audit_rows(tmp_path, "now", night(0), str(v1))
@@ -552,7 +552,7 @@ def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_mo
     after the whole snapshot was scored on Ray."""
     from distributed_scoring.cli import main
 
-    v1 = json.loads((Path(__file__).parent / "data" / "audit_v1" / "audit.json").read_text())
+    v1 = json.loads((Path(__file__).resolve().parents[2] / "data" / "audit_v1" / "audit.json").read_text())
     baseline = tmp_path / "audit.json"
     baseline.write_text(json.dumps({**v1, **damage}))
     corpus = tmp_path / "corpus.txt"
