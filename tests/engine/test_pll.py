@@ -7,21 +7,13 @@ import pytest
 
 import tiny
 from distributed_scoring.config import VARIANTS, ModelSpec
-from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.models import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
-from distributed_scoring.workloads.prepare import Preparer
+from pll_helpers import TEXTS, sentences_of
 from reference import NaiveScorer
 
-TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
 # The smallest budget is below one sentence's copies, so sentences are split across batches.
 BUDGETS = (40, 300, 10**6)
-
-
-def sentences_of(mlm, texts: list[str]) -> list[Sentence]:
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
-    assert all(p.error is None for p in prepared), [p.error for p in prepared]
-    return [Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)) for p in prepared]
 
 
 @pytest.mark.parametrize("family", tiny.FAMILIES)

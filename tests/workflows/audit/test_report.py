@@ -124,7 +124,7 @@ def test_report_is_a_pure_function_of_the_audit(audits):
 def test_an_audit_json_written_before_typed_records_is_a_baseline_and_renders(tmp_path):
     """tests/data/audit_v2 holds an audit.json (with a regression against its own baseline) and its
     row_stats.parquet, written by the code before audit.json was built from typed records."""
-    v2 = Path(__file__).parent / "data" / "audit_v2"
+    v2 = Path(__file__).resolve().parents[2] / "data" / "audit_v2"
     record, uri = load_baseline(str(v2))
     assert record.version == 2 and uri == str(v2 / "audit.json")
     assert record.to_json() == json.loads((v2 / "audit.json").read_text())  # read back exactly as written

@@ -3,10 +3,8 @@ baselines regress by the thresholds, and memory stays flat on a large corpus."""
 
 from __future__ import annotations
 
-import bisect
 import json
 import math
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -39,8 +37,9 @@ from distributed_scoring.workflows.audit.baseline import (
 )
 from distributed_scoring.errors import UserError
 from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
+from reference import audit_figures, audit_outliers
 
-SMALL = AuditConfig(  # one corpus-wide outlier rule: what the reference below computes
+SMALL = AuditConfig(  # one corpus-wide outlier rule: what reference.audit_outliers computes
     outliers=OutlierRule(scope="overall"), histogram=LogBins(1.0, 1e4, 24), max_position=12, max_length=10, listed=15
 )
 
@@ -57,61 +56,13 @@ def corpus(seed: int = 0) -> pa.Table:
     return pa.concat_tables(parts)
 
 
-# --- the naive reference: the whole table in memory, plain Python loops ----------------------------
-
-
-def reference(table: pa.Table, config: AuditConfig) -> dict:
-    rows = table.to_pylist()
-    bins = config.histogram
-    edges = [bins.low * (bins.high / bins.low) ** (i / bins.bins) for i in range(bins.bins + 1)]
-    sums = defaultdict(lambda: defaultdict(float))
-    hist = defaultdict(lambda: [0] * (bins.bins + 2))
-    by_position, tokens_at = defaultdict(float), defaultdict(int)
-    by_length, sentences = defaultdict(lambda: defaultdict(float)), defaultdict(int)
-    nll_of = {}
-    for row in rows:
-        for name in (row[S.PARTITION] if row[S.PARTITION] is not None else NO_PARTITION, OVERALL):
-            figures = sums[name]
-            figures["rows"] += 1
-            if row[S.STATUS] != "ok":
-                figures["errors"] += 1
-                continue
-            figures["ok"] += 1
-            figures["sum_pll"] += row[S.PLL]
-            figures["n_tokens"] += row[S.N_TOKENS]
-            figures["n_words"] += row[S.N_WORDS]
-            if row[S.N_TOKENS]:
-                hist[name][bisect.bisect_right(edges, math.exp(-row[S.PLL] / row[S.N_TOKENS]))] += 1
-        if row[S.STATUS] != "ok" or not row[S.N_TOKENS]:
-            continue
-        nll_of[row[S.ID]] = -row[S.PLL] / row[S.N_TOKENS]
-        length = len(row[S.TOKEN_LOGPROBS])
-        sentences[length] += 1
-        for t, logprob in enumerate(row[S.TOKEN_LOGPROBS], 1):
-            if t <= config.max_position:
-                by_position[t] -= logprob
-                tokens_at[t] += 1
-            if length <= config.max_length:
-                by_length[length][t] -= logprob
-    return {"sums": sums, "hist": hist, "by_position": by_position, "tokens_at": tokens_at,
-            "by_length": by_length, "sentences": sentences, "nll": nll_of}
-
-
-def reference_outliers(nll: dict[str, float], k: float) -> dict[str, float]:
-    """id -> robust z of the sentences beyond median + k * 1.4826 * MAD."""
-    median = statistics.median(nll.values())
-    sigma = 1.4826 * statistics.median(abs(x - median) for x in nll.values())
-    z = {i: (x - median) / sigma for i, x in nll.items()}
-    return {i: v for i, v in z.items() if v > k}
-
-
 @pytest.mark.parametrize("batch_rows", [7, 4096])
 def test_streamed_figures_equal_the_in_memory_reference(tmp_path, batch_rows):
     table = corpus()
     write_rows(tmp_path / "run", table, files=6, row_group_rows=50)
     config = replace(SMALL, batch_rows=batch_rows)
     audit = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=config).audit
-    ref = reference(table, config)
+    ref = audit_figures(table, config)
 
     for name, figures in [(OVERALL, audit["overall"]), *audit["partitions"].items()]:
         want = ref["sums"][name]
@@ -143,7 +94,7 @@ def test_outliers_match_the_reference_rule_and_file(tmp_path):
     table = corpus()
     write_rows(tmp_path / "run", table, files=4, row_group_rows=37)
     result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=SMALL)
-    want = reference_outliers(reference(table, SMALL)["nll"], SMALL.outliers.k)
+    want = audit_outliers(audit_figures(table, SMALL)["nll"], SMALL.outliers.k)
     flagged = pq.read_table(result.outliers_path)
     assert flagged.schema.equals(OUTLIER_SCHEMA)
     assert sorted(flagged[S.ID].to_pylist()) == sorted(want)
@@ -172,11 +123,11 @@ def test_short_sentences_are_never_flagged_below_min_tokens(tmp_path):
     config = replace(SMALL, outliers=OutlierRule(min_tokens=6))
     result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=config)
     n_tokens = dict(zip(table[S.ID].to_pylist(), table[S.N_TOKENS].to_pylist()))
-    long_enough = {i: x for i, x in reference(table, config)["nll"].items() if n_tokens[i] >= 6}
+    long_enough = {i: x for i, x in audit_figures(table, config)["nll"].items() if n_tokens[i] >= 6}
     assert result.audit["outliers"]["eligible"] == len(long_enough)
     flagged = pq.read_table(result.outliers_path)
     assert min(flagged[S.N_TOKENS].to_pylist()) >= 6
-    assert sorted(flagged[S.ID].to_pylist()) == sorted(reference_outliers(long_enough, config.outliers.k))
+    assert sorted(flagged[S.ID].to_pylist()) == sorted(audit_outliers(long_enough, config.outliers.k))
 
 
 def test_garbage_rows_are_flagged_in_both_tails(tmp_path):
@@ -424,7 +375,7 @@ def pc_divide(column, by: int) -> pa.Array:
 
 def test_an_audit_json_of_version_1_is_still_read_as_a_baseline(tmp_path):
     """tests/data/audit_v1/audit.json was written by the code before intervals (schema version 1)."""
-    v1 = Path(__file__).parent / "data" / "audit_v1" / "audit.json"
+    v1 = Path(__file__).resolve().parents[2] / "data" / "audit_v1" / "audit.json"
     record, uri = load_baseline(str(v1))
     assert record.version == 1 and record.row_stats is None and uri == str(v1)
     result = audit_rows(tmp_path, "now", night(0), str(v1))
@@ -552,7 +503,7 @@ def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_mo
     after the whole snapshot was scored on Ray."""
     from distributed_scoring.cli import main
 
-    v1 = json.loads((Path(__file__).parent / "data" / "audit_v1" / "audit.json").read_text())
+    v1 = json.loads((Path(__file__).resolve().parents[2] / "data" / "audit_v1" / "audit.json").read_text())
     baseline = tmp_path / "audit.json"
     baseline.write_text(json.dumps({**v1, **damage}))
     corpus = tmp_path / "corpus.txt"

@@ -15,6 +15,7 @@ from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.model_files import ModelLoadError
 from distributed_scoring.workloads.causal import CAUSAL_SCHEMA, score_texts
+from reference import NaiveCausal
 
 TEXTS = tiny.CORPUS[:6] + ["the", "Colourless green ideas sleep", "café crème"]
 # 24 is below every sentence's length (one sentence per pass), 120 packs a few, 10**6 packs all.
@@ -45,7 +46,7 @@ def test_families_cover_the_head_table():
 def test_engine_equals_naive_reference(family, causal_dir):
     lm = load_causal_lm(ModelSpec(str(causal_dir(family))))
     assert (lm.head is not None) == (lm.signature["architecture"] in causal._PLAIN_HEADS)
-    naive = H.NaiveCausal(lm.model, lm.tokenizer)
+    naive = NaiveCausal(lm.model, lm.tokenizer)
     expected = [naive.token_logprobs(text) for text in TEXTS]
     assert np.concatenate(expected).std() > 0.5, "conditionals too flat for the comparison to mean anything"
     sequences = encode(lm, TEXTS)
@@ -69,7 +70,7 @@ def test_engine_in_float64_equals_reference_to_rounding(family, causal_dir):
     attention runs in float32 whatever the weights, so padded batches differ from the reference by ~1e-7.)
     """
     lm = load_causal_lm(ModelSpec(str(causal_dir(family)), dtype="float64"))
-    naive = H.NaiveCausal(lm.model, lm.tokenizer)
+    naive = NaiveCausal(lm.model, lm.tokenizer)
     expected = [naive.token_logprobs(text).sum() for text in TEXTS]
     for budget in (BUDGETS[1], BUDGETS[2]):
         logp = score_texts(CausalEngine(lm, budget), TEXTS)[S.LOGP].to_pylist()

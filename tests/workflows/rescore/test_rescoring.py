@@ -21,6 +21,7 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.errors import UserError
 from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
 from distributed_scoring.workflows.rescore.rescoring import RescoreOptions, TextScore, rescore
+from reference import corpus_metric, rescore_brute_force
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
 
@@ -95,7 +96,8 @@ def test_equal_totals_within_an_utterance_go_to_the_better_rank():
     assert ranks.column(R.RESCORED_RANK).to_pylist() == [1, 2, 3]
 
 
-# A brute-force reference: every grid point scored by its own loop and a jiwer/sacrebleu call.
+# Against the brute-force reference (reference.rescore_brute_force): every grid point scored by its own
+# loop and a jiwer/sacrebleu call.
 
 
 def random_lists(seed: int, n_utts: int, words: list[str]) -> list[dict]:
@@ -112,41 +114,6 @@ def random_lists(seed: int, n_utts: int, words: list[str]) -> list[dict]:
 def random_scores(records: list[dict], seed: int) -> dict[str, TextScore]:
     rng = random.Random(seed)
     return {r["text"]: TextScore(rng.gauss(-20, 6), rng.randint(1, 12)) for r in sorted(records, key=lambda r: r["text"])}
-
-
-def brute_force(records, mlm, causal, options: RescoreOptions, lam: float, gamma: float) -> tuple[list[str], list[str]]:
-    """(references, chosen texts) in utterance order, written without the package's arrays."""
-
-    def lp(n, alpha):
-        return ((5 + n) / 6) ** alpha
-
-    by_utt: dict[str, list[dict]] = {}
-    for r in records:
-        by_utt.setdefault(r["utt_id"], []).append(r)
-    refs, chosen = [], []
-    for hyps in by_utt.values():
-        best = None
-        for h in sorted(hyps, key=lambda r: r["hyp_id"]):
-            total = h["score"] / lp(len(h["text"].split()), options.seq_alpha)
-            g = 0.0
-            if mlm is not None:
-                m = mlm[h["text"]]
-                g += gamma * (m.logprob / lp(m.n_tokens, options.mlm_alpha))
-            if causal is not None:
-                c = causal[h["text"]]
-                g += (1 - gamma) * (c.logprob / lp(c.n_tokens, options.causal_alpha))
-            total += lam * g
-            if best is None or total > best[0]:
-                best = (total, h["text"])
-        refs.append(hyps[0]["ref"])
-        chosen.append(best[1])
-    return refs, chosen
-
-
-def corpus_metric(options: RescoreOptions, refs: list[str], hyps: list[str]) -> float:
-    if options.metric == "wer":
-        return jiwer.wer(refs, hyps)
-    return sacrebleu.corpus_bleu(hyps, [refs], tokenize=options.bleu_tokenize).score
 
 
 @pytest.mark.parametrize(
@@ -169,7 +136,7 @@ def test_vectorised_search_equals_brute_force_with_jiwer_and_sacrebleu(metric, t
     assert lambdas == [round(i * 0.05, 10) for i in range(21)]
     gammas = [round(i * 0.1, 10) for i in range(11)] if len(lms) == 2 else [1.0 if "mlm" in lms else 0.0]
     reference_grid = [
-        [corpus_metric(options, *brute_force(dev_records, mlm, causal, options, lam, g)) for lam in lambdas]
+        [corpus_metric(options, *rescore_brute_force(dev_records, mlm, causal, options, lam, g)) for lam in lambdas]
         for g in gammas
     ]
     assert result.report["grid"]["alpha"] == [[1.0, 0.6]]  # both exponents given: nothing to search
@@ -181,11 +148,11 @@ def test_vectorised_search_equals_brute_force_with_jiwer_and_sacrebleu(metric, t
     assert len({v for row in reference_grid for v in row}) > 3, "the grid should not be flat"
 
     for split, records in (("dev", dev_records), ("test", test_records)):
-        refs, chosen = brute_force(records, mlm, causal, options, result.lam, result.gamma)
+        refs, chosen = rescore_brute_force(records, mlm, causal, options, result.lam, result.gamma)
         best_rows = result.best.filter(pa.compute.equal(result.best["split"], split))
         assert best_rows.column("text").to_pylist() == chosen
         assert result.report[split]["rescored"] == pytest.approx(corpus_metric(options, refs, chosen), abs=1e-12)
-        _, baseline = brute_force(records, mlm, causal, options, 0.0, result.gamma)
+        _, baseline = rescore_brute_force(records, mlm, causal, options, 0.0, result.gamma)
         assert result.report[split]["baseline"] == pytest.approx(corpus_metric(options, refs, baseline), abs=1e-12)
 
 

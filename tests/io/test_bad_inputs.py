@@ -23,7 +23,7 @@ from distributed_scoring.errors import UserError
 from distributed_scoring.io.sources import _OpenQuote, _records, plan_shards, read_unit, read_units
 from test_sources import read_all
 
-BAD = Path(__file__).parent / "data" / "bad"
+BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 
 # file, spec options, expected (id, status, words in the error) per record
 ROWS = [

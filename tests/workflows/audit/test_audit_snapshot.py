@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_scoring.offline.antibodies import spaced, v_genes
-from distributed_scoring.workflows.audit.baseline import EXIT_INSUFFICIENT, EXIT_OK, EXIT_REGRESSION
+from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
 from distributed_scoring.cli import main
 
 from audit_helpers import corrupt

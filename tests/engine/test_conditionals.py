@@ -1,4 +1,4 @@
-"""The conditionals engine against a naive one-pass-per-value float64 reference (tests/pairwise_helpers.py).
+"""The conditionals engine against a naive one-pass-per-value float64 reference (tests/reference.py).
 
 Every table is compared: q(a | b = v) and q(b | a = v) for every v in V, the both-masked marginals and
 the raw logits, on tiny random BERT and RoBERTa models (real trained tokenizers), with a budget small
@@ -18,7 +18,7 @@ from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joints import score_pair
 from distributed_scoring.engine.models import load_masked_lm
 from distributed_scoring.workloads.prepare import Preparer
-from pairwise_helpers import NaivePairs
+from reference import NaivePairs, candidate_set
 
 # (text, a, b): adjacent, reversed and distant pairs; the last text is short, so lengths differ in a batch.
 EXAMPLES = [
@@ -131,11 +131,6 @@ def test_head_chunks_do_not_change_values(tiny_model_dir, monkeypatch):
         torch.testing.assert_close(chunked[index].log_b_given_a, whole[index].log_b_given_a, rtol=0, atol=1e-12)
 
 
-def expected_candidates(logits_given_gold: torch.Tensor, marginal: torch.Tensor, gold: int, k: int) -> np.ndarray:
-    top = torch.cat([logits_given_gold.topk(k).indices, marginal.topk(k).indices])
-    return np.unique(np.concatenate([[gold], top.numpy()]))
-
-
 def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_tables):
     """top_k: the gold token plus the top k of q(. | other = gold) and of q(. | rest), per position; the
     tables are the full ones restricted to the candidates and renormalised over them."""
@@ -146,8 +141,8 @@ def test_candidate_sets_agree_with_the_full_computation(tiny_model_dir, naive_ta
     for index, cond in ConditionalsEngine(mlm, 200, top_k=k).conditionals(pairs_of(mlm, EXAMPLES)):
         ref = references[index]
         ga, gb = ref.gold
-        sa = expected_candidates(ref.logits_a[:, gb], ref.marginal_a, ga, k)
-        sb = expected_candidates(ref.logits_b[ga, :], ref.marginal_b, gb, k)
+        sa = candidate_set(ref.logits_a[:, gb], ref.marginal_a, ga, k)
+        sb = candidate_set(ref.logits_b[ga, :], ref.marginal_b, gb, k)
         np.testing.assert_array_equal(cond.support_a.cpu(), sa)
         np.testing.assert_array_equal(cond.support_b.cpu(), sb)
         larger.append(len(sa) > k and len(sb) > k)
