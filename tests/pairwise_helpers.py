@@ -40,12 +40,3 @@ def conditionals_of(log_a_given_b, log_b_given_a, log_a, log_b, gold=(0, 0), mas
         gold=gold,
         mask_id=mask_id,
     )
-
-
-def random_pairs(n_targets: int, rng: np.random.Generator, count: int) -> list[tuple[int, int]]:
-    """Distinct (a, b) index pairs, adjacent and reversed ones included."""
-    pairs = {(0, 1), (n_targets - 1, 0)} if n_targets > 1 else set()
-    while len(pairs) < min(count, n_targets * (n_targets - 1)):
-        a, b = rng.choice(n_targets, 2, replace=False)
-        pairs.add((int(a), int(b)))
-    return sorted(pairs)
