@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from distributed_scoring.engine.conditionals import PairConditionals
