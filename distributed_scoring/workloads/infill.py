@@ -97,11 +97,13 @@ def allowed_tokens(tokenizer: Any, vocab_size: int, restrict: tuple[str, ...] | 
         allowed[: len(tokenizer)] = True
     else:
         vocab = tokenizer.get_vocab()
-        unknown = [t for t in restrict if t not in vocab]
+        # a word as it reads, or as byte-level BPE (`Ġfox`) and SentencePiece (`▁fox`) write it after a space
+        found = {t: next((f for f in (t, "Ġ" + t, "▁" + t) if f in vocab), None) for t in restrict}
+        unknown = [t for t, f in found.items() if f is None]
         if unknown:
             raise UserError(f"--vocab-restrict tokens not in the model's vocabulary: {' '.join(unknown[:10])}; "
                             "give tokens as the tokenizer writes them")
-        allowed[[vocab[t] for t in restrict]] = True
+        allowed[[vocab[f] for f in found.values()]] = True
     allowed[[i for i in tokenizer.all_special_ids if i < vocab_size]] = False
     if not allowed.any():
         raise UserError("no token is left to fill with: --vocab-restrict holds only special tokens")

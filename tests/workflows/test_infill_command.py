@@ -172,3 +172,14 @@ def test_special_tokens_are_never_allowed(tiny_model_dir):
     allowed = allowed_tokens(tokenizer, len(tokenizer) + 6, None)
     assert not allowed[tokenizer.all_special_ids].any() and not allowed[len(tokenizer):].any()
     assert allowed.sum() == len(tokenizer) - len(set(tokenizer.all_special_ids))
+
+
+def test_restricted_words_may_be_given_as_they_read(tiny_model_dir):
+    """Byte-level BPE writes a word after a space as `Ġword`: `--vocab-restrict word` finds it."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir("roberta")))
+    vocab = tokenizer.get_vocab()
+    word = next(k[1:] for k in sorted(vocab) if k.startswith("Ġ") and k[1:] not in vocab and len(k) > 3)
+    allowed = allowed_tokens(tokenizer, len(tokenizer), (word,))
+    assert allowed.sum() == 1 and allowed[vocab["Ġ" + word]]
