@@ -240,7 +240,8 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int, default=d.beam, help=f"beam width, or chains of a sampler (default {d.beam})")
     p.add_argument("--top", type=int, default=d.top, help="fills written per row, best first (default: --beam of them)")
     p.add_argument("--vocab-restrict", default=None,
-                   help='the only tokens a fill may use, space-separated, as the tokenizer writes them or as they read (e.g. the 20 amino acids "A C D ...")')
+                   help="the only tokens a fill may use, space-separated, as the tokenizer writes them or as "
+                   'they read (e.g. the 20 amino acids "A C D ...")')
     p.add_argument("--pivot", default=None, help="HCB pivot token (default: the mask token)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="temperature sampler's T (default 1)")
     p.add_argument("--sample-top-k", type=int, default=d.sample_top_k, help=f"top-k sampler's k (default {d.sample_top_k})")
