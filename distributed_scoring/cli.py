@@ -244,7 +244,8 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
                    'they read (e.g. the 20 amino acids "A C D ...")')
     p.add_argument("--pivot", default=None, help="HCB pivot token (default: the mask token)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="temperature sampler's T (default 1)")
-    p.add_argument("--sample-top-k", type=int, default=d.sample_top_k, help=f"top-k sampler's k (default {d.sample_top_k})")
+    p.add_argument("--sample-top-k", type=int, default=d.sample_top_k,
+                   help=f"top-k sampler's k (default {d.sample_top_k})")
     p.add_argument("--top-p", type=float, default=d.top_p, help=f"nucleus sampler's p (default {d.top_p})")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the samplers (with each row's id)")
     p.add_argument("--max-masks", type=int, default=d.max_masks,

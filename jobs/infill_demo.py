@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
             if decoder == "exact" and (k not in EXACT_SPANS or args.exact_chains < 1):
                 continue
             folder = output / f"k{k}-{decoder}-{order}"
-            rc = dscore(["infill", str(exact_rows if decoder == "exact" else rows), "--model", model, "--output", str(folder), "--id-column", "id",
+            rc = dscore(["infill", str(exact_rows if decoder == "exact" else rows), "--model", model,
+                         "--output", str(folder), "--id-column", "id",
                          "--decoder", decoder, "--order", order, "--beam", "5", "--vocab-restrict", AMINO_ACIDS,
                          "--seed", str(args.seed), "--overwrite", *extra])
             if rc != 0:

@@ -211,7 +211,8 @@ def _prune(beams: list[_Beam], steps: list[_Step], width: int, hcb: bool) -> lis
         for token, logp in zip(step.ids.tolist(), step.logp.tolist()):
             candidates.append((-(base + logp), b, token, logp))
     candidates.sort()
-    return [_advance(beams[b], steps[b].position, token, logp, steps[b].pivot) for _, b, token, logp in candidates[:width]]
+    return [_advance(beams[b], steps[b].position, token, logp, steps[b].pivot)
+            for _, b, token, logp in candidates[:width]]
 
 
 def _sample(beams: list[_Beam], steps: list[_Step], width: int, settings: InfillSettings,

@@ -76,7 +76,8 @@ def test_exact_enumerates_every_fill_of_the_whole_vocabulary(mlm):
 def test_a_narrow_beam_returns_true_scores_of_fills_it_found(mlm, decoder):
     tokens = some_tokens(mlm, 8)
     ex = example(mlm, TEXTS[0], [1, 2, 4, 6])
-    got = InfillEngine(mlm, allowed_of(mlm, tokens), 256).search([ex], InfillSettings(decoder, "best-to-worst", beam=3))[0]
+    engine = InfillEngine(mlm, allowed_of(mlm, tokens), 256)
+    got = engine.search([ex], InfillSettings(decoder, "best-to-worst", beam=3))[0]
     truth = {(w[0], w[3]): w for w in brute_force(mlm, ex, tokens, "best-to-worst", "chain")}
     assert len(got) == 3
     for fill in got:
@@ -130,7 +131,8 @@ def test_a_sampler_draws_from_its_filtered_distribution(mlm):
     tokens = some_tokens(mlm, 5)
     ex = example(mlm, TEXTS[0], [3])
     examples = [InfillExample(ex.input_ids, ex.masks, seed) for seed in range(2000)]
-    fills = InfillEngine(mlm, allowed_of(mlm, tokens), 1 << 16).search(examples, InfillSettings("temperature", beam=1, temperature=0.5))
+    engine = InfillEngine(mlm, allowed_of(mlm, tokens), 1 << 16)
+    fills = engine.search(examples, InfillSettings("temperature", beam=1, temperature=0.5))
     counts = np.array([sum(f[0].tokens[0] == t for f in fills) for t in tokens])
     logp = NaiveInfill(mlm.model, mlm.mask_token_id).logp(tuple(ex.input_ids.tolist()))[3, tokens] / 0.5
     expected = 2000 * np.exp(logp - np.logaddexp.reduce(logp))
