@@ -256,6 +256,11 @@ class Sampler:
         self._index = np.full(len(self.allowed), -1, dtype=np.int64)  # token id -> column in C, -1 if not allowed
         self._index[self.allowed_ids] = np.arange(len(self.allowed_ids))
 
+    @property
+    def batch_tokens(self) -> int:
+        """The current token budget: the one given, halved after each batch that ran out of memory."""
+        return self.budget.tokens
+
     def run(self, chains: Sequence[Chain], settings: SamplerSettings,
             trace: Callable[[Step], None] | None = None) -> list[list[Record]]:
         """Per chain, its records in epoch order."""
@@ -269,7 +274,7 @@ class Sampler:
             temperature = settings.target_temperature_at(epoch)
             size = settings.block_at(epoch)
             blocks = [self._blocks(s, size, settings.order) for s in states]
-            for step in range(max(len(b) for b in blocks)):
+            for step in range(max((len(b) for b in blocks), default=0)):
                 active = [(c, blocks[c][step]) for c in range(len(states)) if step < len(blocks[c])]
                 self._step(states, active, settings, temperature, epoch, trace)
             after = epoch - settings.burn_in
@@ -305,18 +310,21 @@ class Sampler:
     # --- the chains ----------------------------------------------------------------------------------
 
     def _state(self, chain: Chain, settings: SamplerSettings) -> _State:
-        sample = np.asarray(chain.sample, dtype=np.int64)
+        chain = Chain(np.array(chain.input_ids, dtype=np.int64), np.asarray(chain.sample, dtype=np.int64),
+                      np.asarray(chain.scored, dtype=np.int64), chain.seed)
+        sample = chain.sample
         if len(np.unique(sample)) != len(sample) or not np.isin(sample, chain.scored).all():
             raise ValueError("a chain's sampled positions must be distinct and among its scored positions")
         if settings.start == "given" and not self.allowed[chain.input_ids[sample]].all():
             raise ValueError("a `given` start must hold allowed tokens at the sampled positions "
                              "(start masked inputs `random` or `warm`)")
-        return _State(chain, np.random.default_rng(chain.seed), np.array(chain.input_ids, dtype=np.int64))
+        return _State(chain, np.random.default_rng(chain.seed), chain.input_ids.copy())
 
     def _start(self, states: list[_State], settings: SamplerSettings) -> None:
         if settings.start == "random":
             for s in states:
-                s.ids[s.chain.sample] = self.allowed_ids[s.rng.integers(len(self.allowed_ids), size=len(s.chain.sample))]
+                draws = s.rng.integers(len(self.allowed_ids), size=len(s.chain.sample))
+                s.ids[s.chain.sample] = self.allowed_ids[draws]
         elif settings.start == "warm":  # the paper's warm start: every sampled position masked, greedy fill
             mask_id = self.mlm.mask_token_id
             masked = [_masked(s.ids, s.chain.sample, mask_id) for s in states]
@@ -376,11 +384,11 @@ class Sampler:
                 trace(Step(c, epoch, tuple(block.tolist()), state.ids.copy(), news[j].copy(), log_fwd, log_rev,
                            state.energy or nan, energies[j] or nan, temperature, log_a, accept))
             state.proposals += 1
-            if accept:
-                state.accepted += 1
-                state.novel += int(changed[j])
+            state.accepted += accept
+            if accept and changed[j]:
+                state.novel += 1
                 state.ids = news[j]
-                state.energy = energies[j]
+                state.energy = energies[j]  # None for gibbs: computed when a record needs it
 
     def _propose(self, sequences: list[np.ndarray], blocks: list[np.ndarray], uniforms: list[np.ndarray],
                  settings: SamplerSettings) -> list[tuple[np.ndarray, float, float]]:
