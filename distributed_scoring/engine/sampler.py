@@ -25,8 +25,8 @@ and the block is proposed independently per position: q(X'|X) = prod_{i in B} q_
 move masks the same block of X', whose unmasked rest is X's, so the same forward pass gives
 q(X|X') = prod_{i in B} q_i(x_i) (zero when x_i is outside the shaped support: such a move is never
 accepted, which keeps detailed balance; so with top-p a state whose tokens lie outside the nuclei
-can never be left: start such chains `warm` or `given`). Factors of unchanged positions cancel, so this is the paper's
-product over the positions that differ. `mh` and `block-mh` accept with probability
+can never be left: start such chains `warm` or `given`). Factors of unchanged positions cancel, so
+this is the paper's product over the positions that differ. `mh` and `block-mh` accept with probability
 
     a(X'; X) = min(1, exp(-(E(X') - E(X)) / T) * q(X|X') / q(X'|X))
 
@@ -43,8 +43,9 @@ max(1, block - block_decay * (e - 1)).
 Batching. All chains advance in lockstep: one packed forward pass per step for the proposals of all
 chains, one for the masked copies of every proposal whose energy is not known, under the token
 budget with the out-of-memory halving of `packing`. Known energies are never recomputed: the current
-state's energy is kept, an accepted proposal's becomes the current one, and energies already computed
-in the run are looked up in a bounded cache keyed by the sequence. Each chain draws from its own
+state's energy is kept, an accepted proposal's becomes the current one, and energies this `Sampler`
+already computed are looked up in a bounded LRU cache keyed by the sequence; identical rows of a pass
+(chains in the same state) run once. Each chain draws from its own
 numpy Generator (seeded by `Chain.seed`) in a fixed order (start, epoch permutation, per step the
 proposal uniforms and the acceptance uniform), so results do not depend on the batching.
 """
