@@ -1,7 +1,7 @@
 """The MH sampler (Goyal et al., 2022) against brute force: every state of a tiny problem enumerated.
 
-A tiny random BERT in float64, a 3-token span of "[CLS] the la ##z ##y dog [SEP]" sampled over 4
-allowed tokens (64 states) while "##y dog" stays as context (the energy sums over all 5 positions):
+A tiny random BERT in float64, 3 of the 5 tokens of a sequence sampled over 4 allowed tokens (64
+states) while the other 2 stay as context (the energy sums over all 5 positions):
 the exact target p(X) ∝ exp(-E(X) / T) comes from `reference.NaiveEnergy`, one masked copy per
 forward pass. A hand-built MLM with the paper's incompatible conditionals (appendix C) shows that
 degenerate Gibbs samples something else.
@@ -24,6 +24,7 @@ from distributed_scoring.engine.sampler import (Chain, EnergyEngine, Sampler, Sa
 from reference import NaiveEnergy, total_variation
 
 TEXT = "the lazy dog"
+PROBLEM_IDS = (84, 131, 69, 65, 201)  # one session's "the la ##z ##y dog"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -58,10 +59,15 @@ def allowed_of(mlm, ids: list[int]) -> np.ndarray:
 
 
 def problem(mlm):
-    """(input ids, sampled positions, scored positions): 'the la ##z' sampled, '##y dog' kept."""
-    ids = np.array(mlm.tokenizer(TEXT)["input_ids"], dtype=np.int64)
+    """(input ids, sampled positions, scored positions): [CLS] a b c d e [SEP], a b c sampled, d e kept.
+
+    Fixed ids rather than a tokenised text: the tiny tokenizer is trained afresh each session and its
+    ids move, while the seeded weights only see ids, so fixed ids make the same problem every time."""
+    t = mlm.tokenizer
+    ids = np.array([t.cls_token_id, *PROBLEM_IDS, t.sep_token_id], dtype=np.int64)
+    assert not set(PROBLEM_IDS) & set(t.all_special_ids)
     scored = sequence_positions(mlm, ids)
-    assert len(ids) == 7 and scored.tolist() == [1, 2, 3, 4, 5]
+    assert scored.tolist() == [1, 2, 3, 4, 5]
     return ids, scored[:3], scored
 
 
@@ -95,7 +101,7 @@ def test_energies_equal_the_naive_reference_in_float64(mlm, naive, budget):
     want = np.array([naive.energies(s.tolist(), p.tolist()) for s, p in zip(seqs, scored)])
     np.testing.assert_allclose(raw, want[:, 0], rtol=0, atol=1e-8)
     np.testing.assert_allclose(norm, want[:, 1], rtol=0, atol=1e-8)
-    assert np.ptp(raw) > 1 and np.ptp(norm) > 1  # the energies differ: the comparison means something
+    assert min(np.ptp(raw), np.ptp(norm)) > 0.01  # the energies differ (by far more than the tolerance)
 
 
 def test_energies_in_float32_equal_the_float64_reference(tiny_model_dir, naive):
@@ -125,9 +131,9 @@ def test_every_acceptance_equals_the_naive_reference(mlm, naive, sampler, block,
                                block=block, proposal_temperature=0.7, top_p=0.8, target_temperature=1.5,
                                anneal=0.4, order="random", start=start)
     steps: list[Step] = []
-    Sampler(mlm, allowed_of(mlm, tokens), 64).run([Chain(ids, sample, scored, s) for s in range(4)], settings,
+    Sampler(mlm, allowed_of(mlm, tokens), 64).run([Chain(ids, sample, scored, s) for s in range(8)], settings,
                                                    steps.append)
-    assert len(steps) == 4 * 3 * -(-3 // block)
+    assert len(steps) == 8 * 3 * -(-3 // block)
     assert sorted({s.target_temperature for s in steps}, reverse=True) == pytest.approx([1.5, 1.1, 0.7])
     changed = 0
     for s in steps:
@@ -178,10 +184,10 @@ def test_final_states_of_independent_chains_follow_the_target(mlm, targets, samp
                                                               order):
     """3,000 independent chains from uniform random starts, 8 epochs each (7 burn-in), final states only
     (independent draws from the chains' 8-epoch law, no autocorrelation). The TV to the exact target
-    must stay below `tv_bound` at delta = 1e-3 (0.090 at T = 1, 0.065 at T = 0.5; the 8-epoch law's own
-    distance to the target adds to the empirical TV and is part of what is tested). Measured: 0.016-0.045.
-    For scale: sweep Gibbs's stationary law is 0.09 (T = 1) and 0.42 (T = 0.5) from these targets, and
-    MH without the proposal ratio q(X|X')/q(X'|X) lands 0.19-0.41 away."""
+    must stay below `tv_bound` at delta = 1e-3 (0.088 at T = 1, 0.062 at T = 0.5; the 8-epoch law's own
+    distance to the target adds to the empirical TV and is part of what is tested). Measured: 0.016-0.048.
+    For scale: sweep Gibbs's stationary law is 0.07-0.08 (T = 1) and 0.40-0.42 (T = 0.5) from these
+    targets, and MH without the proposal ratio q(X|X')/q(X'|X) lands 0.18-0.43 away."""
     ids, sample, scored = problem(mlm)
     target = targets[(energy, temperature)]
     assert len(target) == 64
