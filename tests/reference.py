@@ -24,12 +24,17 @@ N-best rescoring (`tests/workflows/rescore/test_rescoring.py`):
   jiwer/sacrebleu.
 Infilling (`tests/engine/test_infill.py`, `workflows/test_infill_command.py`, `offline/test_infill_antiberty.py`):
   `NaiveInfill`: every fill of the allowed tokens with its chain and HCB scores along its fill order.
+MLM energies and Metropolis-Hastings (`tests/engine/test_sampler.py`; Goyal et al., 2022):
+  `NaiveEnergy`: E_raw, E_norm, the shaped block proposal, the MH log-acceptance, the exact target
+  p(X) ∝ exp(-E(X) / T) over every fill, and the stationary distribution of sweep-order Gibbs.
+  `total_variation`: TV between two distributions given as dicts.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -406,3 +411,121 @@ class NaiveInfill:
 
         visit(list(ids), sorted(masks), 0.0, 0.0, ())
         return out
+
+
+# --- MLM energies and Metropolis-Hastings: every state enumerated ---------------------------------------
+
+
+class NaiveEnergy:
+    """Goyal et al.'s energies and MH quantities the slow way: one sequence per forward pass, full
+    logits, float64 model and softmax (see distributed_scoring/engine/sampler.py for the definitions).
+
+    E_raw(X) = -sum_t l_t[x_t] and E_norm(X) = -sum_t log softmax(l_t)[x_t] over the scored positions
+    t, l_t the logits at t of X with t alone masked. The proposal at a block B masks all of B at once:
+    q_i = softmax over the allowed tokens of l_i / tau, then the top-p nucleus (the most probable tokens,
+    ties in token order, until their mass reaches p, the crossing token kept), renormalised.
+    """
+
+    def __init__(self, model, mask_id: int) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.mask_id = mask_id
+        self._logits: dict[tuple[int, ...], np.ndarray] = {}
+
+    @torch.no_grad()
+    def logits(self, ids) -> np.ndarray:
+        """(L, V) float64 logits of this exact sequence (mask tokens wherever it has them)."""
+        key = tuple(int(i) for i in ids)
+        if key not in self._logits:
+            self._logits[key] = self.model(input_ids=torch.tensor([list(key)])).logits[0].double().numpy()
+        return self._logits[key]
+
+    def masked(self, ids, positions) -> list[int]:
+        out = [int(i) for i in ids]
+        for p in positions:
+            out[p] = self.mask_id
+        return out
+
+    def energies(self, ids, scored) -> tuple[float, float]:
+        """(E_raw, E_norm) of `ids`, summed over the positions `scored`, one masked copy per position."""
+        raw = norm = 0.0
+        for t in scored:
+            logits = self.logits(self.masked(ids, [t]))[t]
+            raw -= logits[ids[t]]
+            norm -= logits[ids[t]] - np.logaddexp.reduce(logits)
+        return float(raw), float(norm)
+
+    def proposal(self, ids, block, allowed: list[int], temperature: float = 1.0, top_p: float = 1.0) -> np.ndarray:
+        """(|B|, C) log q_i(w) for i in block (ascending), w over `allowed` in that order."""
+        logits = self.logits(self.masked(ids, block))
+        out = []
+        for i in block:
+            z = np.array([logits[i][w] for w in allowed]) / temperature
+            logq = z - np.logaddexp.reduce(z)
+            if top_p < 1:
+                probs = np.exp(logq)
+                keep, mass = [], 0.0
+                for c in np.argsort(-probs, kind="stable"):
+                    keep.append(c)
+                    mass += probs[c]
+                    if mass >= top_p:
+                        break
+                kept = np.full_like(z, -np.inf)
+                kept[keep] = z[keep]
+                logq = kept - np.logaddexp.reduce(z[keep])
+            out.append(logq)
+        return np.array(out)
+
+    def log_acceptance(self, current, proposed, block, scored, allowed: list[int], energy: str,
+                       temperature: float, proposal_temperature: float = 1.0, top_p: float = 1.0) -> float:
+        """log min(1, exp(-(E(X') - E(X)) / T) q(X|X') / q(X'|X)) for a move of `block` (X, X' agree
+        elsewhere); q(X'|X) from X with the block masked, q(X|X') from X' with the block masked."""
+        which = 0 if energy == "raw" else 1
+        e_cur, e_new = self.energies(current, scored)[which], self.energies(proposed, scored)[which]
+        forward = self.proposal(current, block, allowed, proposal_temperature, top_p)
+        reverse = self.proposal(proposed, block, allowed, proposal_temperature, top_p)
+        log_fwd = sum(forward[k][allowed.index(proposed[i])] for k, i in enumerate(block))
+        log_rev = sum(reverse[k][allowed.index(current[i])] for k, i in enumerate(block))
+        return min(0.0, -(e_new - e_cur) / temperature + log_rev - log_fwd)
+
+    def states(self, ids, sample, allowed: list[int]) -> list[tuple[int, ...]]:
+        """Every fill of the sampled positions with allowed tokens, as token tuples in `sample` order."""
+        return list(itertools.product(allowed, repeat=len(sample)))
+
+    def fill(self, ids, sample, state) -> list[int]:
+        out = [int(i) for i in ids]
+        for p, w in zip(sample, state):
+            out[p] = int(w)
+        return out
+
+    def target(self, ids, sample, scored, allowed: list[int], energy: str, temperature: float) -> dict:
+        """state -> p(state) ∝ exp(-E / T), normalised over every fill of the sampled positions."""
+        which = 0 if energy == "raw" else 1
+        states = self.states(ids, sample, allowed)
+        logits = np.array([-self.energies(self.fill(ids, sample, s), scored)[which] / temperature for s in states])
+        probs = np.exp(logits - np.logaddexp.reduce(logits))
+        return dict(zip(states, probs.tolist()))
+
+    def gibbs_sweep(self, ids, sample, allowed: list[int], temperature: float = 1.0) -> dict:
+        """The stationary distribution of single-site Gibbs with the MLM conditionals (over the allowed
+        tokens, proposal temperature applied) sweeping `sample` in ascending order: the left
+        eigenvector of eigenvalue 1 of K_1 K_2 ... K_k, state -> probability."""
+        states = self.states(ids, sample, allowed)
+        index = {s: n for n, s in enumerate(states)}
+        sweep = np.eye(len(states))
+        for k, position in enumerate(sorted(sample)):
+            kernel = np.zeros((len(states), len(states)))
+            slot = list(sample).index(position)
+            for s in states:
+                logq = self.proposal(self.fill(ids, sample, s), [position], allowed, temperature)[0]
+                for c, w in enumerate(allowed):
+                    kernel[index[s], index[s[:slot] + (w,) + s[slot + 1 :]]] += np.exp(logq[c])
+            sweep = sweep @ kernel
+        values, vectors = np.linalg.eig(sweep.T)
+        stationary = np.real(vectors[:, np.argmin(np.abs(values - 1))])
+        stationary = stationary / stationary.sum()
+        return dict(zip(states, stationary.tolist()))
+
+
+def total_variation(p: dict, q: dict) -> float:
+    """1/2 sum_x |p(x) - q(x)| over the union of both supports (missing keys have probability 0)."""
+    return 0.5 * sum(abs(p.get(x, 0.0) - q.get(x, 0.0)) for x in set(p) | set(q))
