@@ -232,16 +232,19 @@ class OutputDir:
         self.write_text(name, json.dumps(obj, indent=2, sort_keys=True))
 
     def write_text(self, name: str, text: str) -> None:
+        self.write_bytes(name, text.encode("utf-8"))
+
+    def write_bytes(self, name: str, data: bytes) -> None:
         """Write a file whole or not at all: locally through a hidden temporary file and a rename (a
         reader never sees half a marker); an object store's single PUT is already all or nothing."""
         path = self.path(name)
         if not isinstance(self.fs, pafs.LocalFileSystem):
             with self.fs.open_output_stream(path) as stream:
-                stream.write(text.encode("utf-8"))
+                stream.write(data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
         with self.fs.open_output_stream(temporary) as stream:
-            stream.write(text.encode("utf-8"))
+            stream.write(data)
         self.fs.move(temporary, path)
 
     def write_table(self, name: str, table: pa.Table) -> str:

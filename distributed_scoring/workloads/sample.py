@@ -1,0 +1,225 @@
+"""The sampling workload (`dscore sample`, Goyal et al., 2022): Metropolis-Hastings chains from an MLM's energy.
+
+Input rows are texts; the positions to sample are written with the model's mask token (the rest is fixed
+context: conditional generation), or every non-special position with `free_all`. Each row starts
+`chains` chains (seeds from the run's seed, the row's id and the chain's number, so results do not
+depend on sharding) and writes one row per chain per recorded epoch after burn-in: the text, both
+energies, and the proposals, acceptances and novel transitions since the previous record. The prepare
+stage tokenises (tokenizer only) and makes error rows of what cannot be sampled; the score stage runs
+`engine.sampler` on every chain of the shard at once (the engine, with torch, is imported there).
+An input that cannot be sampled still gives its `chains` x records rows, as error rows, so that rows
+in x `rows_per_input` = rows out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+from typing import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import ModelSpec
+from ..errors import UserError
+from ..io import schema as S
+from ..pipeline.stage import Row, Stage
+from ..pipeline.workload import Workload
+from .infill import ANSWER, allowed_tokens, example_seed, surface
+
+ENERGIES = ("raw", "norm")
+SAMPLERS = ("mh", "block-mh", "gibbs")
+STARTS = ("auto", "given", "random", "warm")
+ORDERS = ("sweep", "random")
+
+CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
+PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
+
+PREPARED_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field("sample", pa.list_(pa.int32())),
+    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+])
+
+OUTPUT_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(CHAIN, pa.int32(), nullable=False),
+    pa.field(EPOCH, pa.int32()), pa.field(S.TEXT, pa.string()),
+    pa.field(ENERGY_RAW, pa.float64()), pa.field(ENERGY_NORM, pa.float64()),
+    pa.field(PROPOSALS, pa.int32()), pa.field(ACCEPTED, pa.int32()), pa.field(NOVEL, pa.int32()),
+    pa.field(TEMPERATURE, pa.float64()), pa.field(ANSWER, pa.string()), pa.field(CORRECT, pa.int32()),
+    pa.field("n_sampled", pa.int32(), nullable=False),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+    pa.field(S.MODEL, pa.string(), nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class SampleOptions:
+    """What changes a sampling run's rows (every field enters the run's fingerprint)."""
+
+    energy: str = "norm"
+    sampler: str = "mh"
+    epochs: int = 10
+    burn_in: int = 0
+    chains: int = 1
+    seed: int = 0
+    free_all: bool = False
+    block: int = 1
+    block_decay: int = 0
+    proposal_temperature: float = 1.0
+    target_temperature: float = 1.0
+    anneal: float = 0.0
+    top_p: float = 1.0
+    record_every: int = 1
+    order: str = "sweep"
+    start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
+    vocab_restrict: tuple[str, ...] | None = None
+    answer_column: str = ANSWER
+
+    def __post_init__(self) -> None:
+        for name, value, choices in (("energy", self.energy, ENERGIES), ("sampler", self.sampler, SAMPLERS),
+                                     ("start", self.start, STARTS), ("order", self.order, ORDERS)):
+            if value not in choices:
+                raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
+        if min(self.epochs, self.chains, self.block, self.record_every) < 1 or min(self.burn_in, self.block_decay) < 0:
+            raise UserError("--epochs, --chains, --block and --record-every must be at least 1; --burn-in >= 0")
+        if self.sampler == "mh" and (self.block != 1 or self.block_decay):
+            raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
+        if self.proposal_temperature <= 0 or self.target_temperature <= 0 or self.anneal < 0 or not 0 < self.top_p <= 1:
+            raise UserError("temperatures must be positive, --anneal >= 0 and --top-p in (0, 1]")
+
+    @property
+    def records(self) -> int:
+        """Recorded epochs per chain: every `record_every` after burn-in, and always the last."""
+        return math.ceil(self.epochs / self.record_every)
+
+
+class SamplePreparer(Stage):
+    """Tokenises, settles the positions to sample, and makes error rows of what cannot be sampled."""
+
+    reads = {S.ID: "the row's id", S.TEXT: "the text (mask tokens mark the positions to sample)",
+             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    writes = PREPARED_SCHEMA
+
+    def __init__(self, model: ModelSpec, options: SampleOptions) -> None:
+        from ..engine.model_files import load_tokenizer
+
+        self.tokenizer, self.max_length = load_tokenizer(model)
+        self.options = options
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        return [self._row(row) for row in rows]
+
+    def _row(self, row: Row) -> Row:
+        out = {**row, S.INPUT_IDS: None, "sample": None, "spans": None, ANSWER: row.get(self.options.answer_column)}
+        if row[S.STATUS] != S.STATUS_OK:
+            return out
+        error = self._sample(out, row[S.TEXT])
+        return {**out, S.STATUS: S.STATUS_ERROR, S.ERROR: error, S.INPUT_IDS: None} if error else out
+
+    def _sample(self, out: Row, text: str) -> str | None:
+        t = self.tokenizer
+        encoding = t(text, return_offsets_mapping=True, truncation=False)
+        ids = encoding["input_ids"]
+        if len(ids) > self.max_length:
+            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
+        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
+        specials = {t.cls_token_id, t.sep_token_id, t.bos_token_id, t.eos_token_id, t.pad_token_id} - {None}
+        sample = [i for i, token in enumerate(ids) if token not in specials] if self.options.free_all else masks
+        if not sample:
+            return (f"nothing to sample: no mask token {t.mask_token!r} in the text; mark the positions to sample "
+                    "with it, or pass --free-all to sample every position")
+        answer = out[ANSWER]
+        if answer is not None and len(answer.split()) != len(sample):
+            return f"the answer has {len(answer.split())} tokens for {len(sample)} sampled positions"
+        out.update({S.INPUT_IDS: ids, "sample": sample,
+                    "spans": [list(encoding["offset_mapping"][i]) for i in sample]})
+        return None
+
+
+class SampleScorer(Stage):
+    """Runs every chain of a shard's samplable rows at once; error rows pass through."""
+
+    reads = {name: f"from the sample prepare stage ({name})" for name in PREPARED_SCHEMA.names}
+    writes = OUTPUT_SCHEMA
+
+    def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> None:
+        from ..engine.models import load_masked_lm
+        from ..engine.sampler import Sampler, SamplerSettings
+
+        self.mlm = load_masked_lm(model)
+        self.options, self.model_name = options, model.name
+        allowed = allowed_tokens(self.mlm.tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
+        self.sampler = Sampler(self.mlm, allowed, batch_tokens)
+        o = options
+        self.settings = {start: SamplerSettings(
+            o.sampler, o.energy, o.epochs, o.burn_in, o.block, o.block_decay, o.proposal_temperature, o.top_p,
+            o.target_temperature, o.anneal, order=o.order, start=start, record_every=o.record_every,
+        ) for start in STARTS[1:]}
+        self.signature = {**self.mlm.signature, "sampler": o.sampler, "energy": o.energy}
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        from ..engine.sampler import Chain, sequence_positions
+
+        groups: dict[str, list[tuple[int, Chain]]] = {}
+        for r, row in enumerate(rows):
+            if row[S.STATUS] != S.STATUS_OK:
+                continue
+            ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
+            sample = np.array(row["sample"], dtype=np.int64)
+            start = self._start(ids, sample)
+            for c in range(self.options.chains):
+                seed = example_seed(self.options.seed, f"{row[S.ID]}/{c}")
+                groups.setdefault(start, []).append((r, Chain(ids, sample, sequence_positions(self.mlm, ids), seed)))
+        records: dict[int, list] = {}
+        for start, chains in groups.items():
+            for (r, _), recs in zip(chains, self.sampler.run([c for _, c in chains], self.settings[start])):
+                records.setdefault(r, []).append(recs)
+        out = []
+        for r, row in enumerate(rows):
+            out += self._rows(row, records.get(r))
+        return out
+
+    def _start(self, ids: np.ndarray, sample: np.ndarray) -> str:
+        if self.options.start != "auto":
+            return self.options.start
+        return "warm" if (ids[sample] == self.mlm.mask_token_id).any() else "given"
+
+    def _rows(self, row: Row, chains: list[list] | None) -> list[Row]:
+        base = {S.ID: row[S.ID], ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
+                S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+        if chains is None:
+            empty = {name: None for name in OUTPUT_SCHEMA.names if name not in base}
+            return [{**empty, **base, CHAIN: c, S.TEXT: row[S.TEXT]}
+                    for c in range(self.options.chains) for _ in range(self.options.records)]
+        answer = row[ANSWER].split() if row[ANSWER] is not None else None
+        out = []
+        for c, records in enumerate(chains):
+            for record in records:
+                tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row["sample"]].tolist())
+                correct = None if answer is None else sum(
+                    a in (t, surface(self.mlm.tokenizer, t)) for t, a in zip(tokens, answer))
+                out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
+                            ENERGY_RAW: record.energy_raw, ENERGY_NORM: record.energy_norm,
+                            PROPOSALS: record.proposals, ACCEPTED: record.accepted, NOVEL: record.novel,
+                            TEMPERATURE: record.target_temperature, CORRECT: correct, "n_sampled": len(tokens)})
+        return out
+
+    def _text(self, row: Row, ids: np.ndarray, tokens: Sequence[str]) -> str:
+        """The chain's text: the input with each sampled token as it reads (`--free-all`: decoded)."""
+        if self.options.free_all:
+            return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+        text, parts, at = row[S.TEXT], [], 0
+        for (start, end), token in zip(row["spans"], tokens):
+            parts += [text[at:start], surface(self.mlm.tokenizer, token)]
+            at = end
+        return "".join(parts) + text[at:]
+
+
+def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
+    """MH chains from an MLM's energy (`dscore sample`): `chains` x records rows per input row."""
+    return Workload("sample", options, partial(SamplePreparer, model, options),
+                    partial(SampleScorer, model, options, batch_tokens), model.device,
+                    rows_per_input=options.chains * options.records)
