@@ -174,7 +174,8 @@ def masked_examples(mlm: MaskedLM, texts: list[str], k: int, seed: int) -> list[
 def blocks(args: argparse.Namespace) -> list[Block]:
     """The (model, k) blocks of the run: checked all, timed where k is in --time-masks."""
     if args.smoke:
-        mlm = load_masked_lm(ModelSpec(str(smoke_model(Path(tempfile.mkdtemp(prefix="infill-smoke-"))))))
+        with tempfile.TemporaryDirectory(prefix="infill-smoke-") as folder:  # loaded, it is no longer needed
+            mlm = load_masked_lm(ModelSpec(str(smoke_model(Path(folder)))))
         rng = random.Random(3)
         texts = [" ".join(rng.choices(RESIDUES, k=rng.randint(24, 32))) for _ in range(args.examples)]
         return [Block("random residue BERT 2x32", "random residues", mlm, masked_examples(mlm, texts, k, seed=k),
