@@ -43,7 +43,6 @@ import torch
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence, mask_matrix
 from distributed_scoring.engine.models import MaskedLM, load_masked_lm
-from distributed_scoring.quiet import quiet_transformers
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.workloads.prepare import Preparer
@@ -365,14 +364,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     args = parse_args()
-    machine.set_threads(args.threads)
-    quiet_transformers()
-    load_before = os.getloadavg()[0]
-    if load_before > 0.5:
-        logger.warning("load average %.1f before the start: other work is running, timings will be disturbed",
-                       load_before)
+    load_before = machine.start(args.threads)
     minicons_python = ensure_minicons_env(args.minicons_venv) if "minicons" in args.methods else None
     blocks = []
     for model, lengths in args.configs:

@@ -74,7 +74,6 @@ import torch
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
 from distributed_scoring.engine.models import MaskedLM, load_masked_lm
-from distributed_scoring.quiet import quiet_transformers
 
 import machine
 import results_md
@@ -516,14 +515,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
     args = parse_args()
-    machine.set_threads(args.threads)
-    quiet_transformers()
-    load_before = os.getloadavg()[0]
-    if load_before > 0.5 and not args.smoke:
-        logger.warning("load average %.1f before the start: other work is running, timings will be disturbed",
-                       load_before)
+    load_before = machine.start(args.threads, warn_busy=not args.smoke)
     decode, commit = (None, None)
     if args.authors_code:
         decode, commit = load_authors(args.authors_code)

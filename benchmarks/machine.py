@@ -63,3 +63,20 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
+
+
+def start(threads: int, warn_busy: bool = True) -> float:
+    """A benchmark's start: logging, torch threads, quiet transformers; returns the load average, with a
+    warning when other work is running (timings would be disturbed)."""
+    import logging
+
+    from distributed_scoring.quiet import quiet_transformers
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", stream=sys.stderr)
+    set_threads(threads)
+    quiet_transformers()
+    load = os.getloadavg()[0]
+    if load > 0.5 and warn_busy:
+        logging.getLogger("benchmarks").warning(
+            "load average %.1f before the start: other work is running, timings will be disturbed", load)
+    return load
