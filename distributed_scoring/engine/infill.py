@@ -143,8 +143,8 @@ class InfillEngine:
 
     def _steps(self, rows: list[_Beam], groups: list[int], settings: InfillSettings, pivot: int) -> list[_Step]:
         """One `_Step` per row, in row order; rows come in groups (examples) of equal length."""
-        lengths = [len(rows[sum(groups[:g])].ids) for g in range(len(groups))]
         starts = np.cumsum([0, *groups])
+        lengths = [len(rows[start].ids) for start in starts[:-1]]
         out: list[_Step | None] = [None] * len(rows)
         forward = partial(self._forward, rows, starts, settings, pivot)
         for pieces in pack(lengths, groups, self.budget):
