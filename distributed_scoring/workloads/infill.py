@@ -115,6 +115,20 @@ def surface(tokenizer: Any, token: str) -> str:
     return tokenizer.convert_tokens_to_string([token]).strip()
 
 
+def matches(tokenizer: Any, token: str, answer: str) -> bool:
+    """An answer's token is right when it equals the token as the tokenizer writes it or as it reads."""
+    return answer == token or answer == surface(tokenizer, token)
+
+
+def written_into(tokenizer: Any, text: str, spans: Sequence[Sequence[int]], tokens: Sequence[str]) -> str:
+    """`text` with the characters of each span replaced by its token as the token reads."""
+    out, at = [], 0
+    for (start, end), token in zip(spans, tokens):
+        out += [text[at:start], surface(tokenizer, token)]
+        at = end
+    return "".join(out) + text[at:]
+
+
 class InfillPreparer(Stage):
     """Tokenises, finds the masks, and makes error rows of what cannot be filled."""
 
@@ -249,15 +263,11 @@ class InfillScorer(Stage):
         return self.mlm.tokenizer.convert_ids_to_tokens(fill.tokens.tolist())
 
     def _matches(self, token: str, answer: str) -> bool:
-        return answer == token or answer == surface(self.mlm.tokenizer, token)
+        return matches(self.mlm.tokenizer, token, answer)
 
     def _text(self, row: Row, fill: Fill) -> str:
         """The text with each mask token replaced by its fill, as the fill reads."""
-        text, out, at = row[S.TEXT], [], 0
-        for (start, end), token in zip(row["spans"], self._tokens(fill)):
-            out += [text[at:start], surface(self.mlm.tokenizer, token)]
-            at = end
-        return "".join(out) + text[at:]
+        return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], self._tokens(fill))
 
     def _plls(self, row: Row, fills: list[Fill]) -> list[float]:
         """PLL of each completed sequence (every non-special token masked in turn)."""

@@ -26,7 +26,7 @@ from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
-from .infill import ANSWER, allowed_tokens, example_seed, surface
+from .infill import ANSWER, allowed_tokens, example_seed, matches, written_into
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")
@@ -200,7 +200,7 @@ class SampleScorer(Stage):
             for record in records:
                 tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row["sample"]].tolist())
                 correct = None if answer is None else sum(
-                    a in (t, surface(self.mlm.tokenizer, t)) for t, a in zip(tokens, answer))
+                    matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
                 out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
                             ENERGY_RAW: record.energy_raw, ENERGY_NORM: record.energy_norm,
                             PROPOSALS: record.proposals, ACCEPTED: record.accepted, NOVEL: record.novel,
@@ -211,11 +211,7 @@ class SampleScorer(Stage):
         """The chain's text: the input with each sampled token as it reads (`--free-all`: decoded)."""
         if self.options.free_all:
             return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
-        text, parts, at = row[S.TEXT], [], 0
-        for (start, end), token in zip(row["spans"], tokens):
-            parts += [text[at:start], surface(self.mlm.tokenizer, token)]
-            at = end
-        return "".join(parts) + text[at:]
+        return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
 
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
