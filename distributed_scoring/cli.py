@@ -304,6 +304,9 @@ def _add_sample_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", choices=ORDERS, default=d.order, help="positions in order, or a seeded permutation")
     p.add_argument("--start", choices=STARTS, default=d.start,
                    help="auto: warm (greedy fill) where mask tokens are sampled, else as given")
+    p.add_argument("--forced-accept", type=int, default=d.forced_accept,
+                   help="accept every proposal of the first N epochs (Goyal et al.'s trick after a warm start; "
+                   "keep N within --burn-in) (default 0)")
     p.add_argument("--vocab-restrict", default=None,
                    help="the only tokens a proposal may use, space-separated (as in dscore infill)")
 
@@ -315,7 +318,7 @@ def _sample(args: argparse.Namespace) -> int:
         args.energy, args.sampler, args.epochs, args.burn_in, args.chains, args.seed, args.free_all, args.block,
         args.block_decay, args.proposal_temperature, args.target_temperature, args.anneal, args.top_p,
         args.record_every, args.order, args.start,
-        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.answer_column,
+        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.answer_column, args.forced_accept,
     )
     config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows), _model(args),
                        ScoringOptions(batch_tokens=args.batch_tokens), args.output)

@@ -38,7 +38,10 @@ Every block kernel leaves p invariant (detailed balance), so any sequence of the
 the sampled positions in ascending order (`sweep`) or a fresh seeded permutation (`random`) and cuts
 them into consecutive blocks of the epoch's block size. The target temperature of epoch e (1-based,
 burn-in included) is max(min_target_temperature, T - anneal * (e - 1)); the block size is
-max(1, block - block_decay * (e - 1)).
+max(1, block - block_decay * (e - 1)). With `forced_accept` = k, every proposal of the first k epochs
+is accepted (the paper's variance trick after a warm start, its appendix: chains warm-started alike
+then follow similar trajectories); those epochs are Gibbs moves, not MH ones, so they belong in the
+burn-in, and regular MH acceptance resumes after them.
 
 Batching. All chains advance in lockstep: one packed forward pass per step for the proposals of all
 chains, one for the masked copies of every proposal whose energy is not known, under the token
@@ -90,13 +93,15 @@ class SamplerSettings:
     order: str = "sweep"
     start: str = "given"
     record_every: int = 1  # record every this many epochs after burn-in (and always the last epoch)
+    forced_accept: int = 0  # epochs (from the start) whose proposals are all accepted, as `gibbs` does
 
     def __post_init__(self) -> None:
         if (self.sampler not in SAMPLERS or self.energy not in ENERGIES or self.order not in ORDERS
                 or self.start not in STARTS):
             raise ValueError(f"sampler/energy/order/start: expected one of {SAMPLERS}/{ENERGIES}/{ORDERS}/{STARTS}")
-        if self.epochs < 1 or self.burn_in < 0 or self.record_every < 1 or self.block < 1 or self.block_decay < 0:
-            raise ValueError("epochs, block and record_every must be >= 1; burn_in and block_decay >= 0")
+        if (self.epochs < 1 or self.burn_in < 0 or self.record_every < 1 or self.block < 1 or self.block_decay < 0
+                or self.forced_accept < 0):
+            raise ValueError("epochs, block and record_every must be >= 1; burn_in, block_decay, forced_accept >= 0")
         if self.sampler == "mh" and (self.block != 1 or self.block_decay):
             raise ValueError("mh proposes one position at a time: use block-mh for blocks")
         if self.proposal_temperature <= 0 or not 0 < self.top_p <= 1:
@@ -267,17 +272,18 @@ class Sampler:
         """Per chain, its records in epoch order."""
         states = [self._state(c, settings) for c in chains]
         self._start(states, settings)
-        if settings.sampler != "gibbs":
-            self._know_energies(states)
         records: list[list[Record]] = [[] for _ in chains]
         last = settings.burn_in + settings.epochs
         for epoch in range(1, last + 1):
             temperature = settings.target_temperature_at(epoch)
             size = settings.block_at(epoch)
             blocks = [self._blocks(s, size, settings.order) for s in states]
+            accept_all = settings.sampler == "gibbs" or epoch <= settings.forced_accept
+            if not accept_all:
+                self._know_energies(states)
             for step in range(max((len(b) for b in blocks), default=0)):
                 active = [(c, blocks[c][step]) for c in range(len(states)) if step < len(blocks[c])]
-                self._step(states, active, settings, temperature, epoch, trace)
+                self._step(states, active, settings, temperature, epoch, accept_all, trace)
             after = epoch - settings.burn_in
             if after > 0 and (after % settings.record_every == 0 or epoch == last):
                 self._know_energies(states)
@@ -352,8 +358,8 @@ class Sampler:
         return [np.sort(positions[i : i + size]) for i in range(0, len(positions), size)]
 
     def _step(self, states: list[_State], active: list[tuple[int, np.ndarray]], settings: SamplerSettings,
-              temperature: float, epoch: int, trace: Callable[[Step], None] | None) -> None:
-        gibbs = settings.sampler == "gibbs"
+              temperature: float, epoch: int, gibbs: bool, trace: Callable[[Step], None] | None) -> None:
+        """One proposal per active chain; `gibbs`: accept them all (the sampler, or a forced epoch)."""
         draws = [states[c].rng.random(len(block) + (0 if gibbs else 1)) for c, block in active]
         proposed = self._propose([states[c].ids for c, _ in active], [b for _, b in active],
                                  [d[: len(b)] for d, (_, b) in zip(draws, active)], settings)

@@ -98,13 +98,19 @@ def _accuracy(rows: list[dict], rank: str, top: int) -> dict[str, float]:
 
 
 def _bleu(rows: list[dict], tokenizer) -> dict:
-    """Corpus BLEU of the best fills (tokens as they read) against the answers; BLEU-n for short spans."""
+    """Corpus BLEU of the best fills (tokens as they read) against the answers."""
+    return token_bleu([" ".join(surface(tokenizer, t) for t in r[BEAMS][0]["tokens"]) for r in rows],
+                      [r["answer"] for r in rows])
+
+
+def token_bleu(hypotheses: list[str], answers: list[str]) -> dict:
+    """Corpus BLEU of space-separated tokens against the answers' (sacrebleu, no further tokenisation):
+    BLEU-n with n = the shortest answer's length when that is under 4 tokens, since a 3-token span has
+    no 4-grams and plain BLEU-4 would be 0 for every fill."""
     from sacrebleu.metrics import BLEU
 
-    order = min(4, min(r[N_MASKS] for r in rows))
-    hypotheses = [" ".join(surface(tokenizer, t) for t in r[BEAMS][0]["tokens"]) for r in rows]
-    references = [" ".join(r["answer"].split()) for r in rows]
-    score = BLEU(tokenize="none", max_ngram_order=order).corpus_score(hypotheses, [references])
+    order = min(4, min(len(a.split()) for a in answers))
+    score = BLEU(tokenize="none", max_ngram_order=order).corpus_score(hypotheses, [[" ".join(a.split()) for a in answers]])
     return {"score": score.score, "max_ngram_order": order}
 
 

@@ -4,7 +4,9 @@ The rows go through the shared shard pipeline (resumable, in this process or on 
 holds the acceptance rate and the novel-transition rate (accepted proposals that changed the sequence)
 over all chains, the mean of both energies at each recorded epoch, and, for rows with an answer (the
 true tokens at the sampled positions), the per-token accuracy of the final and of the lowest-energy
-sample of each chain (lowest under the run's own energy). `energy.png` plots the energy curves.
+sample of each chain (lowest under the run's own energy) and the corpus BLEU of those samples' tokens
+against the answers (as for infilling: `workflows.infill.token_bleu`). `energy.png` plots the energy
+curves.
 """
 
 from __future__ import annotations
@@ -23,9 +25,10 @@ from ..io.storage import join
 from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
+from .infill import token_bleu
 from ..workloads.sample import (  # ENERGIES, SAMPLERS, STARTS, ORDERS and SampleOptions: what the CLI builds
-    ACCEPTED, CHAIN, CORRECT, ENERGIES, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, ORDERS, PROPOSALS, SAMPLERS, STARTS,
-    SampleOptions, sample_workload,
+    ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGIES, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, ORDERS, PROPOSALS, SAMPLED,
+    SAMPLERS, STARTS, SampleOptions, sample_workload,
 )
 
 __all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
@@ -60,7 +63,7 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     table = pq.read_table(join(folder, ROWS_DIR))
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     rows = ok.select([S.ID, CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
-                      "n_sampled"]).to_pylist()
+                      "n_sampled", SAMPLED, ANSWER]).to_pylist()
     proposals = sum(r[PROPOSALS] for r in rows)
     by_epoch: dict[int, list[dict]] = {}
     for r in rows:
@@ -68,7 +71,7 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     summary = {
         "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
         "sampler": options.sampler, "energy": options.energy, "chains": options.chains, "epochs": options.epochs,
-        "burn_in": options.burn_in, "seed": options.seed,
+        "burn_in": options.burn_in, "forced_accept": options.forced_accept, "seed": options.seed,
         "acceptance_rate": sum(r[ACCEPTED] for r in rows) / proposals if proposals else None,
         "novel_rate": sum(r[NOVEL] for r in rows) / proposals if proposals else None,
         "energy_by_epoch": {str(e): {"raw": _mean(rs, ENERGY_RAW), "norm": _mean(rs, ENERGY_NORM)}
@@ -83,6 +86,7 @@ def summarize(folder: str, options: SampleOptions) -> dict:
         final = [max(rs, key=lambda r: r[EPOCH]) for rs in chains.values()]
         lowest = [min(rs, key=lambda r: (r[energy], r[EPOCH])) for rs in chains.values()]
         summary["accuracy"] = {"final": _accuracy(final), "lowest_energy": _accuracy(lowest)}
+        summary["bleu"] = {"final": _bleu(final), "lowest_energy": _bleu(lowest)}
     return summary
 
 
@@ -92,6 +96,10 @@ def _mean(rows: list[dict], column: str) -> float:
 
 def _accuracy(rows: list[dict]) -> float:
     return sum(r[CORRECT] for r in rows) / sum(r["n_sampled"] for r in rows)
+
+
+def _bleu(rows: list[dict]) -> dict:
+    return token_bleu([r[SAMPLED] for r in rows], [r[ANSWER] for r in rows])
 
 
 def _plot(out: OutputDir, summary: dict) -> None:

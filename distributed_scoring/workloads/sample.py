@@ -14,7 +14,7 @@ in x `rows_per_input` = rows out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
 
@@ -24,9 +24,10 @@ import pyarrow as pa
 from ..config import ModelSpec
 from ..errors import UserError
 from ..io import schema as S
+from ..io.output import ADDED_LATER
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
-from .infill import ANSWER, allowed_tokens, example_seed, matches, written_into
+from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")
@@ -35,6 +36,7 @@ ORDERS = ("sweep", "random")
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
+SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
 
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
@@ -45,7 +47,7 @@ PREPARED_SCHEMA = pa.schema([
 
 OUTPUT_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(CHAIN, pa.int32(), nullable=False),
-    pa.field(EPOCH, pa.int32()), pa.field(S.TEXT, pa.string()),
+    pa.field(EPOCH, pa.int32()), pa.field(S.TEXT, pa.string()), pa.field(SAMPLED, pa.string()),
     pa.field(ENERGY_RAW, pa.float64()), pa.field(ENERGY_NORM, pa.float64()),
     pa.field(PROPOSALS, pa.int32()), pa.field(ACCEPTED, pa.int32()), pa.field(NOVEL, pa.int32()),
     pa.field(TEMPERATURE, pa.float64()), pa.field(ANSWER, pa.string()), pa.field(CORRECT, pa.int32()),
@@ -77,14 +79,17 @@ class SampleOptions:
     start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
     vocab_restrict: tuple[str, ...] | None = None
     answer_column: str = ANSWER
+    forced_accept: int = field(default=0, metadata=ADDED_LATER)
 
     def __post_init__(self) -> None:
         for name, value, choices in (("energy", self.energy, ENERGIES), ("sampler", self.sampler, SAMPLERS),
                                      ("start", self.start, STARTS), ("order", self.order, ORDERS)):
             if value not in choices:
                 raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        if min(self.epochs, self.chains, self.block, self.record_every) < 1 or min(self.burn_in, self.block_decay) < 0:
-            raise UserError("--epochs, --chains, --block and --record-every must be at least 1; --burn-in >= 0")
+        if (min(self.epochs, self.chains, self.block, self.record_every) < 1
+                or min(self.burn_in, self.block_decay, self.forced_accept) < 0):
+            raise UserError("--epochs, --chains, --block and --record-every must be at least 1; --burn-in, "
+                            "--block-decay and --forced-accept at least 0")
         if self.sampler == "mh" and (self.block != 1 or self.block_decay):
             raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
         if self.proposal_temperature <= 0 or self.target_temperature <= 0 or self.anneal < 0 or not 0 < self.top_p <= 1:
@@ -157,6 +162,7 @@ class SampleScorer(Stage):
         self.settings = {start: SamplerSettings(
             o.sampler, o.energy, o.epochs, o.burn_in, o.block, o.block_decay, o.proposal_temperature, o.top_p,
             o.target_temperature, o.anneal, order=o.order, start=start, record_every=o.record_every,
+            forced_accept=o.forced_accept,
         ) for start in STARTS[1:]}
         self.signature = {**self.mlm.signature, "sampler": o.sampler, "energy": o.energy}
 
@@ -202,6 +208,7 @@ class SampleScorer(Stage):
                 correct = None if answer is None else sum(
                     matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
                 out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
+                            SAMPLED: " ".join(surface(self.mlm.tokenizer, t) for t in tokens),
                             ENERGY_RAW: record.energy_raw, ENERGY_NORM: record.energy_norm,
                             PROPOSALS: record.proposals, ACCEPTED: record.accepted, NOVEL: record.novel,
                             TEMPERATURE: record.target_temperature, CORRECT: correct, "n_sampled": len(tokens)})

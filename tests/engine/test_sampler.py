@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -326,3 +326,26 @@ def test_records_count_proposals_and_follow_the_schedules(mlm):
     assert all(r.accepted == r.proposals == 3 for r in gibbs)
     with pytest.raises(ValueError):
         SamplerSettings("mh", block=2)
+
+
+def test_forced_epochs_are_gibbs_moves_then_mh_resumes(mlm, targets):
+    """The paper's trick after a warm start: the first `forced_accept` epochs accept every proposal. Those
+    epochs are exactly the Gibbs sampler's (same draws, same states), later ones are MH again (partial
+    acceptances), and with the forced epochs inside the burn-in the chains still reach the target."""
+    ids, sample, scored = problem(mlm)
+    allowed = allowed_of(mlm, ordinary(mlm, 4))
+    chains = [Chain(ids, sample, scored, seed) for seed in range(40)]
+    forced = SamplerSettings("mh", "raw", epochs=2, start="random", forced_accept=2, record_every=1)
+    gibbs = SamplerSettings("gibbs", "raw", epochs=2, start="random")
+    a, b = Sampler(mlm, allowed).run(chains, forced), Sampler(mlm, allowed).run(chains, gibbs)
+    assert [[r.ids.tolist() for r in c] for c in a] == [[r.ids.tolist() for r in c] for c in b]
+    assert all(r.accepted == r.proposals for c in a for r in c)
+    steps: list[Step] = []
+    Sampler(mlm, allowed).run(chains[:10], replace(forced, epochs=6), steps.append)
+    assert all(s.accepted and s.log_acceptance == 0 for s in steps if s.epoch <= 2)
+    assert any(not s.accepted for s in steps if s.epoch > 2)
+    settings = SamplerSettings("mh", "raw", epochs=1, burn_in=7, start="random", forced_accept=2)
+    many = [Chain(ids, sample, scored, seed) for seed in range(CHAINS)]
+    target = targets[("raw", 1.0)]
+    tv = total_variation(empirical(Sampler(mlm, allowed, 1 << 14).run(many, settings), sample), target)
+    assert tv < tv_bound(target, CHAINS)

@@ -8,6 +8,7 @@ from contextlib import redirect_stdout
 
 import pyarrow.parquet as pq
 import pytest
+from sacrebleu.metrics import BLEU
 
 from distributed_scoring.cli import main
 
@@ -54,6 +55,11 @@ def test_rows_per_chain_and_epoch_error_rows_and_the_same_command_gives_the_same
     assert summary["acceptance_rate"] == pytest.approx(sum(r["accepted"] for r in ok) / proposals)
     assert summary["novel_rate"] == pytest.approx(sum(r["novel"] for r in ok) / proposals)
     assert set(summary["energy_by_epoch"]) == {"3", "5"} and 0 <= summary["accuracy"]["final"] <= 1
+    final = [r for r in ok if r["epoch"] == 5]
+    assert all(r["text"].split()[2] == r["sampled"].split()[0] for r in final if r["id"] == "a")
+    expected = BLEU(tokenize="none", max_ngram_order=1).corpus_score([r["sampled"] for r in final],
+                                                                    [[r["answer"] for r in final]]).score
+    assert summary["bleu"]["final"] == {"score": pytest.approx(expected), "max_ngram_order": 1}
     assert (tmp_path / "o1" / "energy.png").read_bytes()[:4] == b"\x89PNG"
     code, _ = run("sample", str(corpus), "--output", str(tmp_path / "o2"), *common)
     assert code == 0 and rows_of(tmp_path / "o2") == rows  # seeds recorded: the same chains again
@@ -70,10 +76,19 @@ def test_free_all_samples_every_position_from_the_given_text(tmp_path, tiny_mode
     assert all(set(r["text"].split()) <= set(WORDS.split()) for r in rows)
 
 
+def test_forced_epochs_accept_every_proposal(tmp_path, corpus, tiny_model_dir):
+    common = ["--model", str(tiny_model_dir("bert")), "--id-column", "id", "--epochs", "3", "--burn-in", "2",
+              "--vocab-restrict", WORDS, "--energy", "raw", "--proposal-temperature", "3"]
+    _, forced = run("sample", str(corpus), "--output", str(tmp_path / "f"), "--forced-accept", "5", *common)
+    _, free = run("sample", str(corpus), "--output", str(tmp_path / "m"), *common)
+    assert forced["acceptance_rate"] == 1 and forced["forced_accept"] == 5 and free["acceptance_rate"] < 1
+
+
 def test_bad_options_stop_before_work(tmp_path, corpus, tiny_model_dir, capsys):
     model = str(tiny_model_dir("bert"))
     for extra, message in ((["--block", "2"], "use --sampler block-mh"), (["--top-p", "0"], "--top-p in (0, 1]"),
-                           (["--vocab-restrict", "zzzq"], "not in the model's vocabulary")):
+                           (["--vocab-restrict", "zzzq"], "not in the model's vocabulary"),
+                           (["--forced-accept", "-1"], "--forced-accept at least 0")):
         code, _ = run("sample", str(corpus), "--model", model, "--output", str(tmp_path / "o"), *extra)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and message in err[-1] and "Traceback" not in err[-1]
