@@ -92,6 +92,37 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
+    from .workflows.chain import ORDERS
+
+    g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
+                             "(the likelihood of a u-PMLM; for other MLMs an approximation)")
+    g.add_argument("--method", choices=("pll", "chain"), default="pll",
+                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order")
+    g.add_argument("--order", choices=ORDERS, default=None, help="chain order: left to right (default), right to "
+                   "left, or random permutations")
+    g.add_argument("--orders", type=int, default=None,
+                   help="random orders per sentence, averaged in probability space (default 1)")
+    g.add_argument("--seed", type=int, default=None, help="seed of the random orders, with each row's id (default 0)")
+
+
+def _score_by_method(args: argparse.Namespace) -> int:
+    """`dscore score`: the PLL, or with --method chain the chain rule; chain flags alone are an error."""
+    if args.method == "pll":
+        if (args.order, args.orders, args.seed) != (None, None, None):
+            raise UserError("--order, --orders and --seed belong to --method chain")
+        return _score(args)
+    from .workflows.chain import ChainOptions, score_chain
+
+    d = ChainOptions()
+    options = ChainOptions(d.order if args.order is None else args.order,
+                           d.orders if args.orders is None else args.orders,
+                           d.seed if args.seed is None else args.seed, args.split_chars)
+    summary = score_chain(_config(args), options, _ray_options(args), overwrite=args.overwrite)
+    print(json.dumps(summary, indent=2), file=args.result)
+    return 0
+
+
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     from .workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
     from .workflows.audit.outliers import SCOPES, OutlierRule
@@ -348,7 +379,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
     _add_score_arguments(score)
-    score.set_defaults(func=_score)
+    _add_chain_arguments(score)
+    score.set_defaults(func=_score_by_method)
     rescore = commands.add_parser(
         "rescore", help="rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev")
     _add_rescore_arguments(rescore)
