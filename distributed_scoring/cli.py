@@ -355,6 +355,47 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    from .workflows.generate import ORDERS, GenerateOptions
+
+    d = GenerateOptions()
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="prompts: texts with the model's mask token at each token to generate (the other tokens "
+                   "stay); or none, with --length")
+    _add_model_arguments(p, shard_rows=100, variant=False)
+    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    p.add_argument("--length", type=int, default=None, help="no INPUTS: generate sequences of this many tokens")
+    p.add_argument("--num-sequences", type=int, default=d.sequences,
+                   help="sequences per prompt; with --length, how many sequences (default 1)")
+    p.add_argument("--order", choices=ORDERS, default=d.order,
+                   help="fill order: random (default; seeded per sequence), l2r, r2l, or given per row")
+    p.add_argument("--order-column", default=d.order_column,
+                   help="with --order given: the column listing the masks' indices (0 .. k-1, in reading order) in "
+                   'fill order, as a JSON list or "2 0 1" (default: fill_order, as the output writes it)')
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="sampling temperature; 0: greedy, the most probable token at each step (default 1)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k most probable tokens (default 0: off)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling's p (default 1: off)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the orders and samples (with each row's id)")
+    p.add_argument("--vocab-restrict", default=None,
+                   help="the only tokens that may be generated, space-separated (as in dscore infill)")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .workflows.generate import GenerateInputs, GenerateOptions, generate
+
+    options = GenerateOptions(
+        args.order, args.num_sequences, args.temperature, args.top_k, args.top_p, args.seed,
+        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.length, args.order_column,
+    )
+    inputs = GenerateInputs(tuple(args.inputs), args.output, args.text_column, args.id_column, args.shard_rows,
+                            args.batch_tokens)
+    summary = generate(inputs, _model(args), options, _ray_options(args), overwrite=args.overwrite)
+    print(json.dumps(summary, indent=2), file=args.result)
+    return 0
+
+
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -403,6 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
         "status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
     _add_sample_arguments(sample)
     sample.set_defaults(func=_sample)
+    generate = commands.add_parser(
+        "generate", help="generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
+        "by the prompt's tokens",
+        description="Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
+        "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
+        "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
+    _add_generate_arguments(generate)
+    generate.set_defaults(func=_generate)
     audit = commands.add_parser(
         "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
         description="Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "
