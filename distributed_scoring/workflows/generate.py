@@ -60,10 +60,13 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
 
     if bool(inputs.paths) == (options.length is not None):
         raise UserError("give either INPUTS (texts with mask tokens) or --length N, not both or neither")
-    tokenizer, _ = load_tokenizer(model)
+    tokenizer, max_length = load_tokenizer(model)
     if tokenizer.mask_token is None:
         raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
     allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    if options.length is not None and len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length:
+        raise UserError(f"--length {options.length} with the special tokens is over the model's maximum of "
+                        f"{max_length} tokens")
     if options.length is None:
         paths, id_column = inputs.paths, inputs.id_column
     else:

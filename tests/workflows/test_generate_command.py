@@ -152,6 +152,7 @@ def test_prompts_that_cannot_be_generated_are_error_rows(tmp_path, model, capsys
     (["PROMPTS", "--top-p", "0"], "--top-p in (0, 1]"),
     (["PROMPTS", "--top-k", "-2"], "--top-k at least 0"),
     (["--length", "0"], "--length must be at least 1"),
+    (["--length", "95"], "over the model's maximum of 96 tokens"),
     (["PROMPTS", "--vocab-restrict", "zzzq"], "not in the model's vocabulary: zzzq"),
 ])
 def test_bad_flags_stop_before_work_with_one_line(extra, message, prompts, tmp_path, model, capsys):
