@@ -13,7 +13,6 @@ in x `rows_per_input` = rows out.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Sequence
@@ -96,9 +95,16 @@ class SampleOptions:
             raise UserError("temperatures must be positive, --anneal >= 0 and --top-p in (0, 1]")
 
     @property
+    def recorded_epochs(self) -> list[int]:
+        """The epochs (burn-in included) each chain records: every `record_every` after burn-in, and always
+        the last (as `engine.sampler.Sampler.run`)."""
+        last = self.burn_in + self.epochs
+        return [*range(self.burn_in + self.record_every, last, self.record_every), last]
+
+    @property
     def records(self) -> int:
-        """Recorded epochs per chain: every `record_every` after burn-in, and always the last."""
-        return math.ceil(self.epochs / self.record_every)
+        """Rows per chain."""
+        return len(self.recorded_epochs)
 
 
 class SamplePreparer(Stage):
@@ -198,8 +204,8 @@ class SampleScorer(Stage):
                 S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if chains is None:
             empty = {name: None for name in OUTPUT_SCHEMA.names if name not in base}
-            return [{**empty, **base, CHAIN: c, S.TEXT: row[S.TEXT]}
-                    for c in range(self.options.chains) for _ in range(self.options.records)]
+            return [{**empty, **base, CHAIN: c, EPOCH: epoch, S.TEXT: row[S.TEXT]}  # (id, chain, epoch) stays a key
+                    for c in range(self.options.chains) for epoch in self.options.recorded_epochs]
         answer = row[ANSWER].split() if row[ANSWER] is not None else None
         out = []
         for c, records in enumerate(chains):

@@ -61,6 +61,8 @@ def test_rows_per_chain_and_epoch_error_rows_and_the_same_command_gives_the_same
                                                                     [[r["answer"] for r in final]]).score
     assert summary["bleu"]["final"] == {"score": pytest.approx(expected), "max_ngram_order": 1}
     assert (tmp_path / "o1" / "energy.png").read_bytes()[:4] == b"\x89PNG"
+    with redirect_stdout(io.StringIO()):  # several rows per id (error rows too), told apart by chain and epoch
+        assert main(["verify", str(tmp_path / "o1")]) == 0
     code, _ = run("sample", str(corpus), "--output", str(tmp_path / "o2"), *common)
     assert code == 0 and rows_of(tmp_path / "o2") == rows  # seeds recorded: the same chains again
 
