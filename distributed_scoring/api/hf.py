@@ -2,8 +2,8 @@
 
     >>> from datasets import Dataset
     >>> scored = scorer.score_dataset(Dataset.from_dict({"text": ["the quick brown fox", ""]}))
-    >>> scored.column_names[:4], scored["status"]
-    (['text', 'pll', 'n_tokens', 'n_words'], ['ok', 'error'])
+    >>> scored.column_names[:4], scored[1]["status"], scored[1]["error"]
+    (['text', 'pll', 'n_tokens', 'n_words'], 'error', 'empty or whitespace-only text')
 
 It is `Dataset.map` in batches, reading only the text column, with the added columns' features given
 up front (so a batch where every row failed keeps their types). The model stays in this process, so

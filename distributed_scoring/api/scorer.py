@@ -171,8 +171,8 @@ class MLMScorer:
         """Per text, (token, log-probability) of each scored token, as minicons' `token_score` gives
         them; their sum is the PLL. None where a text cannot be scored.
 
-            >>> scorer.token_score(["the fox"])  # doctest: +ELLIPSIS
-            [[('the', -...), ('fox', -...)]]
+            >>> scorer.token_score(["the fox"])  # the tiny test vocabulary splits "fox"  # doctest: +ELLIPSIS
+            [[('the', -...), ('fo', -...), ('##x', -...)]]
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "None")

@@ -18,7 +18,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import VARIANTS
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS
 from distributed_scoring.io import schema as S
-from pll_helpers import TEXTS
+from pll_helpers import TEXTS, assert_same
 from reference import NaiveScorer
 
 BAD = ["", "   ", None, 7, "the " * 200, "lone \ud800 surrogate"]
@@ -43,19 +43,6 @@ def cli(*args: object) -> None:
 
 def without_internal(row: dict) -> dict:
     return {k: v for k, v in row.items() if k not in (S.ID, S.MODEL)}
-
-
-def assert_same(row: dict, want: dict) -> None:
-    """Equal rows; log-probabilities within 1e-5 and perplexities (their exp) within 1e-6 relative,
-    lists of floats element by element, NaN equal to NaN."""
-    assert row.keys() == want.keys()
-    for key, value in row.items():
-        if isinstance(value, float):
-            assert want[key] == pytest.approx(value, rel=1e-6, abs=1e-5, nan_ok=True), key
-        elif isinstance(value, list) and value and isinstance(value[0], float):
-            np.testing.assert_allclose(value, want[key], rtol=0, atol=1e-5, err_msg=key)
-        else:
-            assert value == want[key], key
 
 
 def cli_rows(folder, key: str = S.ID) -> dict[str, dict]:
