@@ -9,7 +9,8 @@
 It runs the stages `dscore score` runs (`workloads.prepare.Preparer` tokenises, `workloads.pll.Scorer`
 scores through `engine.pll.PLLEngine`, packed under the token budget), in this process, `CHUNK_ROWS`
 texts at a time, so its numbers are the CLI's. Infilling, sampling and pairwise joints run their
-workloads' stages the same way, on the same loaded model.
+workloads' stages the same way, on the same loaded model; chain-rule scoring runs `engine.chain` on
+the PLL stages' tokenisation.
 
 A text that cannot be scored (empty or blank, longer than the model takes, not a string) is never an
 exception: `score` says why in its `status` and `error`; `pll` gives NaN for it and `token_score`,
@@ -22,8 +23,9 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, ScoringOptions
@@ -34,7 +36,7 @@ from ..io.sources import ok_row, without_lone_surrogates
 from ..measures import pppl
 from ..pipeline.progress import Progress
 from ..pipeline.stage import Row
-from ..workloads.infill import InfillOptions, InfillPreparer, InfillScorer
+from ..workloads.infill import InfillOptions, InfillPreparer, InfillScorer, example_seed
 from ..workloads.infill import output_schema as infill_schema
 from ..workloads.joints import A, B, CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, JointsScorer, is_pair, with_pair
 from ..workloads.pll import Scorer
@@ -303,6 +305,37 @@ class MLMScorer:
         return [{row[CONSTRUCTION]: _public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
                 for start in range(0, len(out), per_text)]
 
+    def chain(self, texts: Sequence[str], order: str = "l2r", orders: int = 1, seed: int = 0,
+              ids: Sequence[object] | None = None) -> list[dict]:
+        """Chain-rule log-likelihoods along orders of each text's tokens (Liao et al., 2020, u-PMLM;
+        `engine.chain`): log p(x) = sum_k log p(x_s(k) | x_s(<k), the later positions of the order masked).
+        `order` is `l2r` or `r2l` (one order each) or `random` (`orders` permutations, drawn from (seed,
+        id)). Per text: `logp`, one per order; `orders`, each as 0-based indices of the text's non-special
+        tokens; `n_tokens`, `status`, `error` (texts that cannot be scored as in `score`). For an MLM not
+        trained as a u-PMLM the sum depends on the order and only approximates a likelihood.
+
+            >>> row = scorer.chain(["the quick brown fox"], order="random", orders=3, seed=1)[0]
+            >>> len(row["logp"]), sorted(row["orders"][0]) == list(range(row["n_tokens"])), row["status"]
+            (3, True, 'ok')
+        """
+        from ..engine.chain import ORDERS, ChainEngine, orders_for
+
+        if order not in ORDERS:
+            raise UserError(f"order {order!r} is not one of {ORDERS}")
+        if orders < 1 or (order != "random" and orders != 1):
+            raise UserError(f"orders={orders}: `random` takes one or more orders, `{order}` has exactly one")
+        engine = ChainEngine(self.mlm, self.options.batch_tokens)
+
+        def chained(part: list[Row]) -> list[Row]:
+            ok = [row for row in part if row[S.STATUS] == S.STATUS_OK]
+            drawn = {row[S.ID]: orders_for(np.asarray(row[S.TARGETS]), order, orders,
+                                           np.random.default_rng(example_seed(seed, row[S.ID]))) for row in ok}
+            sequences = [np.asarray(row[S.INPUT_IDS]) for row in ok for _ in drawn[row[S.ID]]]
+            logps = iter(engine.log_likelihoods(sequences, [o for row in ok for o in drawn[row[S.ID]]]).tolist())
+            return [_chain_row(row, drawn.get(row[S.ID]), logps) for row in part]
+
+        return self._run(read_rows(texts, ids), [self.preparer.process, chained], CHUNK_ROWS)
+
     # Plumbing.
 
     def _scored(self, texts: Sequence[object], progress: bool) -> list[Row]:
@@ -330,6 +363,17 @@ class MLMScorer:
         """The whitespace words of a text as the tokenizer read it (the unit of `word_scores`)."""
         read = split_characters(text) if self.options.split_chars else text
         return [read[start:end] for start, end in whitespace_words(read)]
+
+
+def _chain_row(row: Row, drawn: list[np.ndarray] | None, logps: Iterator[float]) -> dict:
+    """A prepared row's chain scores (the next `len(drawn)` of `logps`), or its error."""
+    if drawn is None:
+        return {S.TEXT: row[S.TEXT], "logp": None, "orders": None, S.N_TOKENS: 0, S.STATUS: S.STATUS_ERROR,
+                S.ERROR: row[S.ERROR]}
+    targets = np.asarray(row[S.TARGETS])
+    return {S.TEXT: row[S.TEXT], "logp": [next(logps) for _ in drawn],
+            "orders": [np.searchsorted(targets, o).tolist() for o in drawn], S.N_TOKENS: len(targets),
+            S.STATUS: S.STATUS_OK, S.ERROR: None}
 
 
 def _example(pair: object) -> Row:

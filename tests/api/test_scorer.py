@@ -183,3 +183,31 @@ def test_joints_rows_equal_dscore_joints_rows(tmp_path, bert, scorer):
     drawn = scorer.joints(TEXTS[:3], scheme="contiguous", seed=3, top_k=4)
     assert all(rows["MLM"]["b"] == rows["MLM"]["a"] + 1 for rows in drawn)
     assert drawn == scorer.joints(TEXTS[:3], scheme="contiguous", seed=3, top_k=4)
+
+
+def test_chain_equals_the_naive_chain_along_each_order(bert):
+    from reference import NaiveChain, scored_positions
+
+    scorer = MLMScorer(bert, device="cpu", batch_tokens=50)
+    naive = NaiveChain(scorer.mlm.model, scorer.mlm.mask_token_id)
+    texts = ["the quick brown fox", "Hi", ""]
+    for order, k in (("l2r", 1), ("r2l", 1), ("random", 3)):
+        rows = scorer.chain(texts, order=order, orders=k, seed=7)
+        assert rows == scorer.chain(texts, order=order, orders=k, seed=7)  # orders drawn from (seed, id)
+        assert [r[S.STATUS] for r in rows] == ["ok", "ok", "error"] and rows[2]["logp"] is None
+        for text, row in zip(texts, rows[:2]):
+            ids = scorer.mlm.tokenizer(text)["input_ids"]
+            scored = scored_positions(scorer.mlm.tokenizer, ids)
+            assert len(row["orders"]) == len(row["logp"]) == k and row[S.N_TOKENS] == len(scored)
+            for indices, logp in zip(row["orders"], row["logp"]):
+                assert sorted(indices) == list(range(len(scored)))
+                assert logp == pytest.approx(naive.log_likelihood(ids, [scored[i] for i in indices]), abs=1e-5)
+        if order != "random":
+            step = 1 if order == "l2r" else -1
+            assert rows[0]["orders"] == [list(range(rows[0][S.N_TOKENS]))[::step]]
+    randoms = scorer.chain(texts[:1], order="random", orders=3, seed=8)[0]["orders"]
+    assert randoms != rows[0]["orders"] and len({tuple(o) for o in randoms}) == 3
+    with pytest.raises(UserError, match="exactly one"):
+        scorer.chain(texts, order="l2r", orders=2)
+    with pytest.raises(UserError, match="not one of"):
+        scorer.chain(texts, order="best")
