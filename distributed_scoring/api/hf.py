@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .scorer import MLMScorer, added_schema
+from .scorer import CHUNK_ROWS, MLMScorer, added_schema
 
 if TYPE_CHECKING:
     from datasets import Dataset
 
 
 def score_dataset(scorer: MLMScorer, dataset: Dataset, text_column: str = "text", per_token: bool = False,
-                  word_scores: bool = False, prefix: str = "", batch_size: int = 1000) -> Dataset:
+                  word_scores: bool = False, prefix: str = "", batch_size: int = CHUNK_ROWS) -> Dataset:
     """`dataset` (a `Dataset`, each split of a `DatasetDict`, or an `IterableDataset`, lazily) with the
     columns of `added_schema` after its own, rows in the same order; see `MLMScorer.score`."""
     from datasets import DatasetDict, Features, IterableDataset, IterableDatasetDict

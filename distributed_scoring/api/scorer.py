@@ -3,8 +3,8 @@
     >>> from distributed_scoring import MLMScorer
     >>> scorer = MLMScorer(model, device="cpu")  # a Hub id ("bert-base-cased") or a local folder
     >>> plls = scorer.pll(["The quick brown fox jumps over the lazy dog.", "She sells seashells."])
-    >>> [round(p, 1) < 0 for p in plls]
-    [True, True]
+    >>> len(plls), all(p < 0 for p in plls)  # natural log, summed over each text's tokens
+    (2, True)
 
 It runs the stages `dscore score` runs (`workloads.prepare.Preparer` tokenises, `workloads.pll.Scorer`
 scores through `engine.pll.PLLEngine`, packed under the token budget), in this process, `CHUNK_ROWS`
@@ -214,7 +214,7 @@ class MLMScorer:
                     prefix: str = "") -> pa.Table:
         """The columns of `added_schema` for the texts, as one Arrow table in their order: what
         `PLLStage` and `score_dataset` add to a batch."""
-        rows = self._scored(texts, progress=False)
+        rows = self._scored(texts, progress=False, chunk=max(len(texts), 1))  # the caller's batch, whole
         schema = added_schema(per_token, word_scores)
         return pa.Table.from_pylist([{prefix + name: row[name] for name in schema.names} for row in rows],
                                     schema=added_schema(per_token, word_scores, prefix))
@@ -338,9 +338,9 @@ class MLMScorer:
 
     # Plumbing.
 
-    def _scored(self, texts: Sequence[object], progress: bool) -> list[Row]:
+    def _scored(self, texts: Sequence[object], progress: bool, chunk: int = CHUNK_ROWS) -> list[Row]:
         """The PLL stages' output rows of the texts, in order (prepared columns included)."""
-        return self._run(read_rows(texts), [self.preparer.process, self.scorer.process], CHUNK_ROWS, progress)
+        return self._run(read_rows(texts), [self.preparer.process, self.scorer.process], chunk, progress)
 
     def _run(self, rows: list[Row], steps: Sequence[Step], chunk: int, progress: bool | None = None) -> list[Row]:
         """The rows through the steps, `chunk` input rows at a time, with a progress bar if asked."""

@@ -72,11 +72,13 @@ class PLLStage:
 
 
 def _texts(batch: Any, column: str) -> list[object]:
-    """The batch's text column as Python objects; pandas' NaN for a missing value reads as None."""
+    """The batch's text column as Python objects, a missing value (NaN, pandas' NA) as None."""
     if isinstance(batch, pa.Table):
         return batch.column(column).to_pylist()
-    values = batch[column].tolist()
-    return [None if isinstance(v, float) and math.isnan(v) else v for v in values]
+    if isinstance(batch, Mapping):
+        return [None if isinstance(v, float) and math.isnan(v) else v for v in batch[column].tolist()]
+    values = batch[column]
+    return values.astype(object).where(values.notna(), None).tolist()
 
 
 def _with_columns(batch: Any, added: pa.Table) -> Any:

@@ -54,6 +54,9 @@ def test_each_batch_format_comes_back_with_its_columns_and_typed_scores(bert, ex
     assert isinstance(out, pd.DataFrame) and list(out.index) == list(frame.index)
     assert pa.Table.from_pandas(out, preserve_index=False).schema.field("error").type == pa.string()
     check(pa.Table.from_pandas(out, preserve_index=False).to_pylist(), expected)
+    strings = frame.astype({"sentence": "string"})  # pandas' own missing value, NA
+    assert stage(strings)["status"].tolist() == ["ok" if ok else "error" for ok in OK]
+    assert stage(strings)["error"].iloc[6] == "text is missing (null)"
 
     numpy = {"key": np.arange(len(SENTENCES)), "sentence": np.array(SENTENCES, dtype=object)}
     out = stage(numpy)
