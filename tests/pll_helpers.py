@@ -1,5 +1,6 @@
 """Shared by the PLL engine tests on CPU (tests/engine/test_pll.py) and on CUDA (tests/gpu/test_cuda.py):
-the sentences they score and their preparation into engine inputs.
+the sentences they score and their preparation into engine inputs; and by the API tests (tests/api):
+the comparison of two scored rows.
 
 Here, at the top of tests/ (on `pythonpath`), rather than in test_pll.py: a test file in another folder
 could import test_pll only after pytest had collected tests/engine, so `pytest tests/gpu` alone would fail.
@@ -8,6 +9,7 @@ could import test_pll only after pytest had collected tests/engine, so `pytest t
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tiny
 from distributed_scoring.engine.masking import Sentence
@@ -20,3 +22,16 @@ def sentences_of(mlm, texts: list[str]) -> list[Sentence]:
     prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
     assert all(p.error is None for p in prepared), [p.error for p in prepared]
     return [Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)) for p in prepared]
+
+
+def assert_same(row: dict, want: dict) -> None:
+    """Equal rows; log-probabilities within 1e-5 and perplexities (their exp) within 1e-6 relative,
+    lists of floats element by element, NaN equal to NaN."""
+    assert row.keys() == want.keys()
+    for key, value in row.items():
+        if isinstance(value, float):
+            assert want[key] == pytest.approx(value, rel=1e-6, abs=1e-5, nan_ok=True), key
+        elif isinstance(value, list) and value and isinstance(value[0], float):
+            np.testing.assert_allclose(value, want[key], rtol=0, atol=1e-5, err_msg=key)
+        else:
+            assert value == want[key], key

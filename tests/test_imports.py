@@ -37,7 +37,15 @@ def test_the_workflow_modules_are_all_checked():
     assert ENGINES <= set(ALL_MODULES)
     assert {"cli", "workflows.score", "workflows.joints", "workflows.verify", "workflows.rescore.run",
             "workflows.audit.run", "pipeline.runner", "pipeline.on_ray", "workloads.pll", "workloads.causal",
-            "workloads.joints", "offline.antibodies", "engine.packing"} <= set(DRIVER_MODULES)
+            "workloads.joints", "offline.antibodies", "engine.packing", "api.scorer", "api.stages", "api.hf",
+            } <= set(DRIVER_MODULES)
+
+
+def test_the_python_api_is_imported_lazily_and_without_torch():
+    """`from distributed_scoring import MLMScorer` loads the API on first use; the model (torch) only
+    when a scorer is made."""
+    assert not _imports_torch("import distributed_scoring\nassert 'distributed_scoring.api' not in sys.modules")
+    assert not _imports_torch("from distributed_scoring import MLMScorer, PLLStage")
 
 
 @pytest.mark.parametrize("module", DRIVER_MODULES)

@@ -382,7 +382,7 @@ def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first:
             return error_row(row_id, text, f"invalid JSON: {exc}")
         if not isinstance(record, dict):
             return error_row(row_id, text, f"a JSON {type(record).__name__}, not an object")
-        return _without_lone_surrogates(_id_and_text(record, row_id, spec), row_id)
+        return without_lone_surrogates(_id_and_text(record, row_id, spec), row_id)
     try:
         fields = _split_fields(text, f.fmt)
     except csv.Error as exc:
@@ -392,7 +392,7 @@ def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first:
     return _id_and_text(dict(zip(f.columns, fields)), row_id, spec)
 
 
-def _without_lone_surrogates(row: dict, row_id: str) -> dict:
+def without_lone_surrogates(row: dict, row_id: str) -> dict:
     """The row, or an error row when a JSON escape spelled a lone surrogate (`"\\ud800"`): json.loads
     accepts it, but it is no character and cannot be written as UTF-8, so it would crash the shard."""
     for column in (S.ID, S.TEXT, S.PARTITION):

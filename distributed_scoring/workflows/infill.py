@@ -27,7 +27,7 @@ from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
     BEAMS, CORRECT_TOKENS, DECODERS, N_MASKS, ORDERS, RANK, RANK_HCB, RANK_PLL, InfillOptions, allowed_tokens,
-    infill_workload, surface,
+    infill_workload, pivot_id, surface,
 )
 
 __all__ = ["DECODERS", "ORDERS", "InfillOptions", "infill", "summarize"]
@@ -49,8 +49,7 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it cannot fill masked spans")
     allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
-    if options.pivot is not None and options.pivot not in tokenizer.get_vocab():
-        raise UserError(f"--pivot {options.pivot!r} is not a token of the model's vocabulary")
+    pivot_id(tokenizer, options.pivot)
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
     with claimed(config, workload, overwrite) as (plan, out, todo):

@@ -44,12 +44,13 @@ from ..workloads.joints import (
     LOG_PAIR,
     LOG_UNARY_A,
     LOG_UNARY_B,
+    SCHEMES,
+    is_pair,
     joints_workload,
 )
 
 logger = logging.getLogger(__name__)
 
-SCHEMES = ("random", "contiguous")
 EXAMPLES_FILE = "examples/examples.parquet"
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
 METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")
@@ -118,7 +119,7 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
                 record = json.loads(line)
                 row_id = str(record.get("id", row_id))
                 a, b = record["positions"]
-                if not all(isinstance(v, int) and v >= 0 for v in (a, b)) or a == b:
+                if not is_pair(a, b):
                     raise ValueError
                 rows.append({S.ID: row_id, S.TEXT: record.get("text"), A: a, B: b, S.ERROR: None})
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):

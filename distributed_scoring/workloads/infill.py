@@ -29,6 +29,7 @@ from ..pipeline.workload import Workload
 
 if TYPE_CHECKING:
     from ..engine.infill import Fill
+    from ..engine.models import MaskedLM
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
 ORDERS = ("l2r", "best-to-worst")
@@ -110,6 +111,16 @@ def allowed_tokens(tokenizer: Any, vocab_size: int, restrict: tuple[str, ...] | 
     return allowed
 
 
+def pivot_id(tokenizer: Any, pivot: str | None) -> int | None:
+    """HCB's pivot token id (None: the mask token); a token outside the vocabulary is refused, since
+    the tokenizer would silently read it as the unknown token."""
+    if pivot is None:
+        return None
+    if pivot not in tokenizer.get_vocab():
+        raise UserError(f"--pivot {pivot!r} is not a token of the model's vocabulary")
+    return tokenizer.convert_tokens_to_ids(pivot)
+
+
 def surface(tokenizer: Any, token: str) -> str:
     """How a token reads in text (`Ġfox` -> `fox`); what answers may be written as."""
     return tokenizer.convert_tokens_to_string([token]).strip()
@@ -184,12 +195,13 @@ class InfillScorer(Stage):
 
     reads = {name: f"from the infill prepare stage ({name})" for name in PREPARED_SCHEMA.names}
 
-    def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> None:
+    def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None,
+                 mlm: MaskedLM | None = None) -> None:
         from ..engine.infill import InfillEngine, InfillSettings, exact_size
         from ..engine.models import load_masked_lm
         from ..engine.pll import PLLEngine
 
-        self.mlm = load_masked_lm(model)
+        self.mlm = mlm or load_masked_lm(model)
         self.options, self.model_name = options, model.name
         tokenizer = self.mlm.tokenizer
         allowed = allowed_tokens(tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
@@ -197,9 +209,8 @@ class InfillScorer(Stage):
         self.exact_size = exact_size
         self.engine = InfillEngine(self.mlm, allowed, batch_tokens)
         self.pll = PLLEngine(self.mlm, "original", batch_tokens) if options.rescore_pll else None
-        pivot = None if options.pivot is None else tokenizer.convert_tokens_to_ids(options.pivot)
-        self.settings = InfillSettings(options.decoder, options.order, options.beam, pivot, options.temperature,
-                                       options.sample_top_k, options.top_p)
+        self.settings = InfillSettings(options.decoder, options.order, options.beam, pivot_id(tokenizer, options.pivot),
+                                       options.temperature, options.sample_top_k, options.top_p)
         self.signature = {**self.mlm.signature, "decoder": options.decoder, "order": options.order}
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:

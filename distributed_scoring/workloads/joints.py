@@ -10,9 +10,10 @@ Positions are 0-based indices into the model's tokens with special tokens exclud
 from __future__ import annotations
 
 import random
+from numbers import Integral
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +25,11 @@ from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from .prepare import Preparer
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
+
+if TYPE_CHECKING:
+    from ..engine.models import MaskedLM
+
+SCHEMES = ("random", "contiguous")  # how a pair is drawn when none is given (`draw_pair`)
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
 LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE = (
@@ -68,6 +74,12 @@ def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int
     )
 
 
+def is_pair(a: object, b: object) -> bool:
+    """Whether a given pair is two different token indices >= 0 (whether they fit a sentence is checked
+    once it is tokenised)."""
+    return all(isinstance(v, Integral) and not isinstance(v, bool) and v >= 0 for v in (a, b)) and a != b
+
+
 def draw_pair(n_tokens: int, scheme: str, rng: random.Random) -> tuple[int, int]:
     """Two token indices: uniformly at random (a < b), or a random adjacent pair."""
     if scheme == "contiguous":
@@ -94,30 +106,33 @@ class PairPreparer(Stage):
         return pa.schema([*self.preparer.output_schema(columns), pa.field(A, pa.int32()), pa.field(B, pa.int32())])
 
     def process(self, rows: list[Row]) -> list[Row]:
-        out = []
-        for row in self.preparer.process(rows):
-            pair = self._pair(row)
-            # The example's own problem first (a malformed given pair), then reading/tokenising, then the pair.
-            error = self.given[row[S.ID]][S.ERROR] or row[S.ERROR] or (pair if isinstance(pair, str) else None)
-            a, b = pair if isinstance(pair, tuple) else (None, None)
-            out.append({**row, S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, A: a, B: b})
-        return out
+        return [with_pair(row, self.given[row[S.ID]], self.scheme, self.seed) for row in self.preparer.process(rows)]
 
-    def _pair(self, row: Row) -> tuple[int, int] | str | None:
-        """The pair, an error message, or None for a row that already failed."""
-        example = self.given[row[S.ID]]
-        if example[S.ERROR]:
-            return example[S.ERROR]
-        if row[S.STATUS] != S.STATUS_OK:
-            return None
-        n = len(row[S.TARGETS])
-        if example[A] is not None:
-            if max(example[A], example[B]) >= n:
-                return f"positions [{example[A]}, {example[B]}] out of range: the sentence has {n} non-special tokens"
-            return example[A], example[B]
-        if n < 2:
-            return "a pair needs at least two non-special tokens"
-        return draw_pair(n, self.scheme, random.Random(f"{self.seed}/{row[S.ID]}"))
+
+def with_pair(row: Row, example: Row, scheme: str, seed: int) -> Row:
+    """A prepared row with its pair (`a`, `b`): the example's own (`a`, `b`, `error` keys; a None `a`
+    draws one by `scheme`, seeded by (seed, id)), or an error row saying why it has none."""
+    pair = _pair(row, example, scheme, seed)
+    # The example's own problem first (a malformed given pair), then reading/tokenising, then the pair.
+    error = example[S.ERROR] or row[S.ERROR] or (pair if isinstance(pair, str) else None)
+    a, b = pair if isinstance(pair, tuple) else (None, None)
+    return {**row, S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, A: a, B: b}
+
+
+def _pair(row: Row, example: Row, scheme: str, seed: int) -> tuple[int, int] | str | None:
+    """The pair, an error message, or None for a row that already failed."""
+    if example[S.ERROR]:
+        return example[S.ERROR]
+    if row[S.STATUS] != S.STATUS_OK:
+        return None
+    n = len(row[S.TARGETS])
+    if example[A] is not None:
+        if max(example[A], example[B]) >= n:
+            return f"positions [{example[A]}, {example[B]}] out of range: the sentence has {n} non-special tokens"
+        return example[A], example[B]
+    if n < 2:
+        return "a pair needs at least two non-special tokens"
+    return draw_pair(n, scheme, random.Random(f"{seed}/{row[S.ID]}"))
 
 
 class JointsScorer(Stage):
@@ -135,11 +150,12 @@ class JointsScorer(Stage):
     }
     writes = JOINTS_SCHEMA
 
-    def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None) -> None:
+    def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None,
+                 mlm: MaskedLM | None = None) -> None:
         from ..engine.conditionals import ConditionalsEngine
         from ..engine.models import load_masked_lm
 
-        self.mlm = load_masked_lm(model)
+        self.mlm = mlm or load_masked_lm(model)
         self.engine = ConditionalsEngine(self.mlm, batch_tokens, top_k)
         self.options, self.model_name = options, model.name
         self.signature = {**self.mlm.signature, "ag_iterations": options.ag_iterations,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +27,9 @@ from ..io.output import ADDED_LATER
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
+
+if TYPE_CHECKING:
+    from ..engine.models import MaskedLM
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")
@@ -156,11 +159,12 @@ class SampleScorer(Stage):
     reads = {name: f"from the sample prepare stage ({name})" for name in PREPARED_SCHEMA.names}
     writes = OUTPUT_SCHEMA
 
-    def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> None:
+    def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None,
+                 mlm: MaskedLM | None = None) -> None:
         from ..engine.models import load_masked_lm
         from ..engine.sampler import Sampler, SamplerSettings
 
-        self.mlm = load_masked_lm(model)
+        self.mlm = mlm or load_masked_lm(model)
         self.options, self.model_name = options, model.name
         allowed = allowed_tokens(self.mlm.tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
         self.sampler = Sampler(self.mlm, allowed, batch_tokens)

@@ -1,0 +1,7 @@
+"""The Python API: `MLMScorer` (score lists of texts, and Hugging Face datasets, in this process) and
+`PLLStage` (a Ray Data stage for the user's own pipeline). See docs/python.md."""
+
+from .scorer import MLMScorer
+from .stages import PLLStage
+
+__all__ = ["MLMScorer", "PLLStage"]

@@ -1,0 +1,97 @@
+"""`PLLStage`: PLL scoring as a Ray Data stage for the user's own pipeline, on the user's own columns.
+
+    ds = ray.data.read_parquet("s3://bucket/corpus/")
+    ds = ds.map_batches(PLLStage, fn_constructor_kwargs={"model": "bert-base-cased", "text_column": "sentence"},
+                        compute=ray.data.ActorPoolStrategy(size=4), num_gpus=1, batch_size=1024)
+    ds.write_parquet("s3://bucket/scored/")
+
+Each actor loads the model once (an `MLMScorer`); each batch comes back with every input column and
+the columns of `scorer.added_schema` (pll, n_tokens, n_words, n_unknown, pppl_token, pppl_word,
+status, error; tokens and token_logprobs with `per_token`, word_scores with `word_scores`), rows in
+the same order. A row that cannot be scored (empty, too long, a null or non-string text) becomes an
+error row; a batch fails only for what concerns every row: a missing text column, a name clash with
+the added columns (pass `prefix`), or a device that fails on every row (Ray then retries the batch).
+
+Batches of any `batch_format` are taken. The added columns keep their Arrow types in every batch, even
+one where every row failed (an all-null column would otherwise come out untyped, and Ray could not
+write blocks of both kinds into one file): a `pyarrow` batch comes back as a pyarrow Table, a `pandas`
+batch as a DataFrame whose added columns have Arrow dtypes, and a `numpy` batch (Ray's default) as a
+pyarrow Table, since NumPy has no typed null. It also works without Ray, on a Table or a DataFrame:
+
+    >>> import pyarrow as pa
+    >>> stage = PLLStage(model, text_column="sentence", device="cpu")
+    >>> out = stage(pa.table({"key": [1, 2], "sentence": ["the quick brown fox", ""]}))
+    >>> out.column_names[:5], out["status"].to_pylist()
+    (['key', 'sentence', 'pll', 'n_tokens', 'n_words'], ['ok', 'error'])
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+
+from ..pipeline.stage import ColumnError
+from .scorer import MLMScorer, added_schema
+
+
+class PLLStage:
+    """A callable class for `map_batches`: `model` and the other `MLMScorer` keyword arguments (device,
+    dtype, variant, batch_tokens, revision, trust_remote_code, split_chars) choose the scorer;
+    `text_column` names the batch's text column; `per_token` and `word_scores` add those columns;
+    `prefix` is put before every added column's name (two models in one pipeline, or a batch that
+    already has a `status` column)."""
+
+    def __init__(self, model: str, text_column: str = "text", per_token: bool = False, word_scores: bool = False,
+                 prefix: str = "", **scorer_options: Any) -> None:
+        self.scorer = MLMScorer(model, **scorer_options)
+        self.text_column = text_column
+        self.per_token, self.word_scores, self.prefix = per_token, word_scores, prefix
+
+    def __call__(self, batch: Any) -> Any:
+        columns = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+        self._check(columns)
+        added = self.scorer.score_table(_texts(batch, self.text_column), self.per_token, self.word_scores, self.prefix)
+        return _with_columns(batch, added)
+
+    def _check(self, columns: list[str]) -> None:
+        if self.text_column not in columns:
+            raise ColumnError(f"PLLStage reads the text column {self.text_column!r}, missing from the batch; the batch "
+                              f"has {columns}: pass text_column= in fn_constructor_kwargs")
+        names = self.scorer_columns()
+        clash = [name for name in names if name in columns]
+        if clash:
+            raise ColumnError(f"PLLStage adds columns the batch already has ({clash}): pass prefix= in "
+                              "fn_constructor_kwargs (prefix='mlm_' adds mlm_pll, mlm_status, ...)")
+
+    def scorer_columns(self) -> list[str]:
+        """The names of the columns this stage adds."""
+        return added_schema(self.per_token, self.word_scores, self.prefix).names
+
+
+def _texts(batch: Any, column: str) -> list[object]:
+    """The batch's text column as Python objects, a missing value (NaN, pandas' NA) as None."""
+    if isinstance(batch, pa.Table):
+        return batch.column(column).to_pylist()
+    if isinstance(batch, Mapping):
+        return [None if isinstance(v, float) and math.isnan(v) else v for v in batch[column].tolist()]
+    values = batch[column]
+    return values.astype(object).where(values.notna(), None).tolist()
+
+
+def _with_columns(batch: Any, added: pa.Table) -> Any:
+    """The batch with the added columns after its own, typed (see the module docstring)."""
+    if isinstance(batch, Mapping):  # numpy: Ray's own conversion keeps tensor columns as tensors
+        from ray.data.block import BlockAccessor
+
+        batch = BlockAccessor.batch_to_block(dict(batch))
+    if isinstance(batch, pa.Table):
+        for field, column in zip(added.schema, added.columns):
+            batch = batch.append_column(field, column)
+        return batch
+    import pandas as pd
+
+    extra = added.to_pandas(types_mapper=pd.ArrowDtype).set_axis(batch.index)
+    return pd.concat([batch, extra], axis=1)

@@ -1,0 +1,20 @@
+"""The runnable examples in the API's docstrings, run as doctests against a tiny model (no downloads):
+the examples name `model` where a user writes a Hub id, and the method examples use one `scorer`."""
+
+from __future__ import annotations
+
+import doctest
+import math
+
+import pytest
+
+from distributed_scoring import MLMScorer
+from distributed_scoring.api import hf, scorer, stages
+
+
+@pytest.mark.parametrize("module", [scorer, stages, hf], ids=lambda m: m.__name__)
+def test_docstring_examples_run(module, tiny_model_dir):
+    model = str(tiny_model_dir("bert"))
+    names = {"model": model, "scorer": MLMScorer(model, device="cpu"), "math": math}
+    result = doctest.testmod(module, extraglobs=names, optionflags=doctest.ELLIPSIS, report=True)
+    assert result.attempted >= 3 and result.failed == 0
