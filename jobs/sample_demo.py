@@ -10,8 +10,9 @@ energies by epoch, and the distinct CDR3s each run visited.
 
 Energies sum over every position of the sequence (one masked copy each), so their cost grows with the
 square of its length: by default a row keeps the `--context` residues of framework 3 before the CDR3
-and framework 4 after it (about 35 residues, a few minutes on 2 CPU cores); `--context 200` keeps the
-whole V gene (about 120 residues, 12x the cost).
+and framework 4 after it (about 35 residues: the three runs took 28 CPU-minutes, so about 15 minutes on
+2 quiet cores, most of it in the MH runs' energies); `--context 200` keeps the whole V gene (about 120
+residues, over 10x the cost).
 
     python jobs/sample_demo.py --output out/sample-demo [--rows 4] [--chains 2] [--epochs 6] [--ray]
 """
@@ -87,11 +88,13 @@ def plot(curves: dict[str, dict[int, dict]], path: Path) -> None:
     plt.close(figure)
 
 
-def render(summaries: dict[str, dict], visited: dict[str, dict[str, set[str]]], rows: list[dict], chains: int) -> str:
+def render(summaries: dict[str, dict], visited: dict[str, dict[str, set[str]]], rows: list[dict], chains: int,
+           records: int) -> str:
     lines = [f"AntiBERTy, {len(rows)} germline heavy chains (V + J, CDR3 of "
              f"{min(r['cdr3_length'] for r in rows)}-{max(r['cdr3_length'] for r in rows)} masked residues), "
              f"{chains} warm-started chains each, 20 amino acids; rates over all recorded epochs.", "",
-             "| run | acceptance | novel transitions | final mean E_raw | final mean E_norm | distinct CDR3s per row |",
+             "| run | acceptance | novel transitions | final mean E_raw | final mean E_norm | "
+             f"distinct CDR3s per row (of {records} recorded) |",
              "|---|---:|---:|---:|---:|---:|"]
     for name, s in summaries.items():
         last = s["energy_by_epoch"][max(s["energy_by_epoch"], key=int)]
@@ -143,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             return rc
         summaries[name] = json.loads((folder / "summary.json").read_text())
         curves[name], visited[name] = per_epoch(folder)
-    table = render(summaries, visited, rows, args.chains)
+    table = render(summaries, visited, rows, args.chains, args.chains * args.epochs)
     plot(curves, output / "report.png")
     (output / "table.md").write_text(table)
     (output / "report.html").write_text(html(table, output / "report.png", visited))
