@@ -61,9 +61,16 @@ class StageResources:
     threads_per_actor: int
     prepare_actors: tuple[int, int]
 
+    def __str__(self) -> str:
+        gpus = f", {self.gpus_per_actor:g} GPU" if self.gpus_per_actor else ""
+        low, high = self.prepare_actors
+        return (f"{self.actors} scoring actor{'s' * (self.actors > 1)} x {self.cpus_per_actor:g} CPU{gpus} "
+                f"({self.threads_per_actor} torch thread{'s' * (self.threads_per_actor > 1)} each), "
+                f"{low}-{high} tokenising actor{'s' * (high > 1)}")
+
 
 SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room
-_CPU_STEP = 0.25  # granularity of CPUs per actor when it is sized to fit a requested number of actors
+_WHOLE_CPUS = (4.0, 3.0, 2.0, 1.0)  # CPUs per CPU actor when the user fixed neither actors nor CPUs
 
 
 def node_cpus(nodes: list[dict]) -> list[float]:
@@ -93,16 +100,26 @@ def _most_actors(cpus: list[float], per_actor: float) -> int:
     return actors
 
 
+def _sized_to_fit(cpus: list[float], actors: int, ceiling: float) -> float | None:
+    """The most CPUs per actor, at most `ceiling`, with which `actors` actors fit beside the other stages
+    (in quarters of a CPU, or hundredths below a quarter); None when not even a hundredth does."""
+    quarters = [k / 4 for k in range(int(ceiling * 4), 0, -1)]
+    hundredths = [k / 100 for k in range(min(24, int(ceiling * 100)), 0, -1)]
+    return next((c for c in quarters + hundredths if _placed(cpus, c, actors) is not None), None)
+
+
 def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> StageResources:
     """Size the scoring actors node by node, so that every actor fits on one node and read, prepare
     and write always keep CPUs to run on.
 
-    GPU clusters: one actor per GPU (1 GPU, 1 CPU each). CPU clusters: actors of `cpus_per_actor` CPUs
-    (default: the largest of 4, 3, 2, 1 with which one actor fits beside the other stages), as many as
-    fit; when only the number of actors is given, their CPUs are sized to fit (in quarters of a CPU).
-    An embedded Ray declares 2 CPUs beyond the machine's cores for the other stages. Ray Data waits
-    forever for an actor no node can hold, and hangs silently when actors take every CPU, so both are
-    refused here with what to change.
+    What the user fixed is kept and the rest sized around it. GPU clusters: one actor per GPU (or
+    `num_actors`), 1 CPU each unless fewer fit. CPU clusters: actors of `cpus_per_actor` CPUs (default:
+    the largest of 4, 3, 2, 1 with which one actor fits beside the other stages, else a fraction of a
+    CPU), as many as fit; when only the number of actors is given, their CPUs are sized to fit, down to
+    fractions of a CPU (Ray schedules fractional CPUs; torch then runs one thread). An embedded Ray
+    declares 2 CPUs beyond the machine's cores for the other stages. Only what cannot run is refused,
+    with what to change: an actor no node can hold or more GPU actors than GPUs (Ray Data would wait
+    forever), and actors that leave the other stages no CPU (Ray Data would hang silently).
     """
     cpus = node_cpus(nodes)
     total = sum(cpus)
@@ -113,13 +130,7 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     if not cpus:
         raise UserError("the Ray cluster has no alive node with CPUs; start its nodes or check --address")
     if use_gpus:
-        cpus_per_actor = options.cpus_per_actor or 1.0
-        actors = options.num_actors or int(gpus)
-        if actors > gpus:
-            raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}")
-        if _placed(cpus, cpus_per_actor, actors) is None:
-            raise UserError(f"{actors} GPU actors x {cpus_per_actor:g} CPUs do not fit beside the other stages on "
-                            f"nodes of {cpus} CPUs; lower --cpus-per-actor")
+        cpus_per_actor, actors = _gpu_plan(cpus, options, gpus)
     else:
         cpus_per_actor, actors = _cpu_plan(cpus, options)
     spare = total - actors * cpus_per_actor
@@ -132,28 +143,48 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     )
 
 
+def _shape(cpus: list[float]) -> str:
+    return f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+
+
+def _gpu_plan(cpus: list[float], options: RayOptions, gpus: float) -> tuple[float, int]:
+    """(CPUs per actor, actors) of one GPU each: as many actors as GPUs unless fewer are asked for."""
+    actors = options.num_actors or int(gpus)
+    if actors > gpus:
+        raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}: lower --num-actors")
+    if options.cpus_per_actor is not None:
+        if _placed(cpus, options.cpus_per_actor, actors) is None:
+            raise UserError(f"{actors} GPU actors x {options.cpus_per_actor:g} CPUs do not fit beside the other "
+                            f"stages on {_shape(cpus)}; lower --cpus-per-actor, or leave it out to have it sized")
+        return options.cpus_per_actor, actors
+    per_actor = _sized_to_fit(cpus, actors, 1.0)
+    if per_actor is None:
+        raise UserError(f"{actors} GPU actors leave no CPUs for reading, tokenising and writing "
+                        f"({SPARE_CPUS:g} needed) on {_shape(cpus)}; add CPUs or lower --num-actors")
+    if per_actor < 1:
+        logger.info("%d GPU actors: %g CPUs each fit on %s", actors, per_actor, _shape(cpus))
+    return per_actor, actors
+
+
 def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
     """(CPUs per actor, actors) on CPU nodes of `cpus` CPUs each, following what the user fixed."""
-    largest = cpus[0]
-    shape = f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+    largest, shape = cpus[0], _shape(cpus)
     per_actor, actors = options.cpus_per_actor, options.num_actors
     if per_actor is not None and per_actor > largest:
         raise UserError(f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
                         f"lower --cpus-per-actor to at most {largest:g}")
-    if per_actor is None and actors is None:
-        fitting = [c for c in (4.0, 3.0, 2.0, 1.0) if c <= largest and _placed(cpus, c, 1) is not None]
-        if not fitting:
-            raise UserError(f"no scoring actor fits beside the CPUs that reading, tokenising and writing need "
-                            f"({SPARE_CPUS:g}) on {shape}; add CPUs or nodes")
-        return fitting[0], _most_actors(cpus, fitting[0])
     if per_actor is None:
-        steps = int(min(4.0, largest) / _CPU_STEP)
-        fitting = [k * _CPU_STEP for k in range(steps, 0, -1) if _placed(cpus, k * _CPU_STEP, actors) is not None]
-        if not fitting:
-            raise UserError(f"{actors} scoring actors do not fit on {shape} beside the {SPARE_CPUS:g} CPUs that "
-                            "reading, tokenising and writing need, even at a quarter CPU each; lower --num-actors")
-        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, fitting[0], shape)
-        return fitting[0], actors
+        whole = [c for c in _WHOLE_CPUS if actors is None and _placed(cpus, c, 1) is not None]
+        per_actor = whole[0] if whole else _sized_to_fit(cpus, actors or 1, min(4.0, largest))
+        if per_actor is None:
+            what, fix = (f"{actors} scoring actors do not fit", "lower --num-actors") if actors else (
+                "no scoring actor fits", "add CPUs or nodes")
+            raise UserError(f"{what} on {shape} beside the {SPARE_CPUS:g} CPUs that reading, tokenising and "
+                            f"writing need, even at a hundredth of a CPU each; {fix}")
+        if actors is None:
+            return per_actor, _most_actors(cpus, per_actor)
+        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, per_actor, shape)
+        return per_actor, actors
     if actors is None:
         actors = _most_actors(cpus, per_actor)
         if actors == 0:
