@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import queue
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +28,8 @@ import pyarrow as pa
 from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
-from .progress import Progress
+from .progress import Progress, Report, ignore, rows_done
+from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
 from ..io.sources import Shard, read_unit, read_units
@@ -45,6 +47,8 @@ IO_CPUS = 0.25  # read and write tasks wait on storage more than they compute
 # own transient storage errors and common network failures.
 TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temporary failure", "503")
 MAX_RETRIES = 3
+REPORT_EVERY_S = 1.0  # the most often a scoring actor posts how far its shard has got
+POLL_S = 1.0  # how often the driver collects those posts
 
 
 class StallError(DataLossError):
@@ -248,21 +252,58 @@ class PrepareStage:
 
 class ScoreStage:
     """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs, never
-    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin)."""
+    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin). How far
+    each shard has got goes to the run's `ProgressBoard` as the workload's stage reports it."""
 
-    def __init__(self, workload: Workload, threads: int) -> None:
+    def __init__(self, workload: Workload, threads: int, board=None) -> None:
         import torch
 
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         quiet_transformers()
         self.scorer = workload.make_scorer()
         self.signature = json.dumps(self.scorer.signature)
+        self.board = board
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         return pa.concat_tables(
-            [payload(r[SHARD], self.scorer(unpack(r[TABLE])), signature=self.signature, digest=r[DIGEST])
+            [payload(r[SHARD], self.scorer(unpack(r[TABLE]), self._report(Shard.from_json(r[SHARD]))),
+                     signature=self.signature, digest=r[DIGEST])
              for r in _each(batch)]
         )
+
+    def _report(self, shard: Shard) -> Report:
+        return ignore if self.board is None else BoardReport(self.board, shard.key, shard.rows)
+
+
+class ProgressBoard:
+    """A small actor (no CPU) where scoring actors post how many rows of their shards are done, for the
+    driver to collect: Ray Data hands the driver a shard only once it is written."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def post(self, key: str, rows: int) -> None:
+        self.rows[key] = rows
+
+    def collect(self) -> dict[str, int]:
+        """The rows done of every shard posted since the last collection."""
+        rows, self.rows = self.rows, {}
+        return rows
+
+
+class BoardReport:
+    """A scoring actor's `Report` for one shard: its rows done, posted at most every REPORT_EVERY_S
+    (without waiting for the board)."""
+
+    def __init__(self, board, key: str, rows: int) -> None:
+        self.board, self.key, self.rows = board, key, rows
+        self.posted = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.posted >= REPORT_EVERY_S:
+            self.posted = now
+            self.board.post.remote(self.key, rows_done(self.rows, done, total))
 
 
 def write_stage(batch: pa.Table, output: str) -> pa.Table:
@@ -278,11 +319,13 @@ def write_stage(batch: pa.Table, output: str) -> pa.Table:
 
 
 def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]], resources: StageResources,
-                  output: str):
+                  output: str, board=None, ray_bars: bool = False):
+    """The pipeline's dataset; `board` collects the scoring actors' progress, `ray_bars` shows Ray Data's
+    own progress bars (the run has its own display)."""
     import ray
 
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = os.isatty(2)
+    context.enable_progress_bars = ray_bars
     context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
     context.max_map_retries = MAX_RETRIES
     items = [{UNIT: json.dumps([s.to_json() for s in unit])} for unit in units]
@@ -296,7 +339,7 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
     )
     ds = ds.map_batches(
         ScoreStage,
-        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor},
+        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor, "board": board},
         num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
         compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
     )
@@ -308,8 +351,9 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
 
 @contextlib.contextmanager
 def ray_session(options: RayOptions) -> Iterator[None]:
-    """Use the Ray this process already has, join `address`/`RAY_ADDRESS`, or start an embedded one
-    (shut down again on exit)."""
+    """Use the Ray this process already has (its logging left as it is), join `address`/`RAY_ADDRESS`,
+    or start an embedded one (shut down again on exit). Unless `options.verbose`, Ray's own messages
+    and its workers' output go to the run log in Ray's session folder, not to the terminal."""
     import ray
 
     if ray.is_initialized():
@@ -317,15 +361,22 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = cluster_address(options.address)
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False)
-    try:
-        yield
-    finally:
+    with contextlib.ExitStack() as stack:
+        log = None if options.verbose else RunLog()
+        if log is not None:
+            stack.enter_context(ray_output_to(log))
+        kwargs = {} if options.verbose else {"log_to_driver": False}
+        if address:
+            context = ray.init(address=address, **kwargs)
+        else:
+            context = ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
         if not address:
-            ray.shutdown()
+            stack.callback(ray.shutdown)
+        if log is not None:
+            logs = os.path.join(context.address_info["session_dir"], "logs")
+            log.open(os.path.join(logs, f"dscore-driver-{os.getpid()}.log"))
+            logger.info("Ray's own messages: %s, its workers' in %s (--verbose shows them here)", log.path, logs)
+        yield
 
 
 def cluster_address(given: str | None) -> str | None:
@@ -345,8 +396,10 @@ def cluster_address(given: str | None) -> str | None:
     return address
 
 
-def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float) -> None:
-    """Drain `items`, raising `StallError` when none arrives within `stall_timeout_s`."""
+def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float,
+            on_tick: Callable[[], None] | None = None, tick_s: float = POLL_S) -> None:
+    """Drain `items`, calling `on_tick` every `tick_s` seconds meanwhile; raises `StallError` when no item
+    arrives within `stall_timeout_s`."""
     q: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -358,18 +411,27 @@ def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeou
             q.put(("error", exc))
 
     threading.Thread(target=pump, daemon=True, name="dscore-consume").start()
+    last_item = last_tick = time.monotonic()
     while True:
-        try:
-            kind, value = q.get(timeout=stall_timeout_s)
-        except queue.Empty:
+        now = time.monotonic()
+        if on_tick is not None and now - last_tick >= tick_s:
+            on_tick()
+            last_tick = now
+        wait = stall_timeout_s - (now - last_item)
+        if wait <= 0:
             raise StallError(
                 f"no shard finished in {stall_timeout_s:.0f} s; the cluster may lack free CPUs for reading "
                 "and writing, or a scoring actor may be stuck. Finished shards are kept: rerun to resume."
-            ) from None
+            )
+        try:
+            kind, value = q.get(timeout=min(wait, tick_s) if on_tick is not None else wait)
+        except queue.Empty:
+            continue
         if kind == "done":
             return
         if kind == "error":
             raise value
+        last_item = time.monotonic()
         on_item(value)
 
 
@@ -389,11 +451,42 @@ def _plan_when_ready(options: RayOptions, device: str, joined: bool) -> StageRes
             time.sleep(NODE_POLL_S)
 
 
-def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
-    """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
+def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions,
+                progress: bool | None = None) -> None:
+    """Run the unfinished shards through the pipeline on an embedded or joined Ray, with one progress
+    display fed by the scoring actors while they score and by the written shards."""
+    import ray
+
+    bar = sys.stderr.isatty() if progress is None else progress  # before Ray's output is piped off fd 2
     with ray_session(options):
         resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
-        dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location)
-        progress = Progress(sum(s.rows for s in todo), bar=False)
-        consume(dataset.iter_rows(), lambda row: progress.update(row["rows"]), options.stall_timeout_s)
+        board = ray.remote(num_cpus=0)(ProgressBoard).remote()
+        try:
+            dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location, board,
+                                    ray_bars=options.verbose and bar)
+            display = Progress(sum(s.rows for s in todo), bar=bar)
+            try:
+                consume(dataset.iter_rows(), lambda row: display.finished(row["key"], row["rows"]),
+                        options.stall_timeout_s, on_tick=_collector(board, display))
+            finally:
+                display.close()
+        finally:
+            ray.kill(board)
+
+
+def _collector(board, display: Progress) -> Callable[[], None]:
+    """What the driver does every POLL_S: take in the board's posts when its last collection is back
+    (never waiting on it), ask for the next, and let the display log a line if one is due."""
+    import ray
+
+    pending = [board.collect.remote()]
+
+    def collect() -> None:
+        if ray.wait(pending, timeout=0)[0]:
+            for key, rows in ray.get(pending.pop()).items():
+                display.partial(key, rows)
+            pending.append(board.collect.remote())
+        display.tick()
+
+    return collect

@@ -93,7 +93,7 @@ class Scorer(Stage):
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
         """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
         try:
-            return list(self.engine.token_logprobs(sentences))
+            return list(self.engine.token_logprobs(sentences, self.report))
         except Exception as exc:  # noqa: BLE001 - isolated below, re-raised when not row-specific
             if len(sentences) < 2:
                 if not sentences:
