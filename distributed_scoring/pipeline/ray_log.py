@@ -23,13 +23,21 @@ import threading
 from typing import IO, Iterator
 
 RAY_LOGGERS = ("ray", "ray.data")
-# `[2026-11-24 22:44:27,107 E 10320 10589] core_worker.cc:2465: ...` (Ray's own C++ log lines), and
-# `E1124 22:44:27.107000  10320 file.cc:12] ...` (absl/glog lines of the libraries it links).
-CORE_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] "
-                       rb"|[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
-_DECIDE_AFTER = 64  # bytes of a line enough to tell whether it is a core line
-_CORE_STARTS = (b"[", b"D", b"I", b"W", b"E", b"F")  # a line starting otherwise is routed at once
+# Ray's own C++ log lines, `[2026-11-24 22:44:27,107 E 10320 10589] core_worker.cc:2465: ...`, written
+# whole, also right after a progress bar's text that has no line end yet; and at a line's start the
+# absl/glog lines of the libraries it links, `E1124 22:44:27.107000  10320 file.cc:12] ...`.
+RAY_CORE_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
+ABSL_LINE = re.compile(rb"[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+# Their beginnings, one byte each: d a digit, X a severity letter, anything else itself.
+_STARTS = (b"[dddd-dd-dd dd:dd:dd,", b"Xdddd dd:dd:dd.")
+_ENOUGH = 64  # bytes that always tell whether a line is a core line
 _ENDS = re.compile(rb"[\r\n]")
+
+
+def _may_start(tail: bytes, template: bytes) -> bool:
+    """Whether `tail` (shorter than _ENOUGH) may be the beginning of a line of `template`'s kind."""
+    classes = {ord("d"): b"0123456789", ord("X"): b"DIWEF"}
+    return bool(tail) and all(c in classes.get(t, bytes([t])) for c, t in zip(tail, template))
 
 
 class RunLog:
@@ -76,25 +84,37 @@ class _ToRunLog(logging.Handler):
             self.handleError(record)
 
 
-def split_core_lines(data: bytes, deciding: bytes,
+def split_core_lines(data: bytes, held: bytes,
                      to_log: bool | None) -> tuple[list[tuple[bool, bytes]], bytes, bool | None]:
-    """Route a chunk of file descriptor 2's bytes: ([(to the log?, bytes)], bytes still undecided, how
-    the current line is routed (None at a line's start)). A line (ended by a newline or a carriage
-    return, as a progress bar redraws) is routed by its start, held until enough of it has come."""
+    """Route a chunk of file descriptor 2's bytes: ([(to the log?, bytes)], bytes held back until more
+    come, how the current line is routed: None at a line's start). Lines end at a newline or at a
+    carriage return (a progress bar redraws itself after one)."""
     out: list[tuple[bool, bytes]] = []
-    data = deciding + data
+    data = held + data
     while data:
-        if to_log is None:
-            ended = _ENDS.search(data, 0, _DECIDE_AFTER)
-            if ended is None and len(data) < _DECIDE_AFTER and data[:1] in _CORE_STARTS:
-                return out, data, None
-            to_log = CORE_LINE.match(data) is not None
         ended = _ENDS.search(data)
-        cut = len(data) if ended is None else ended.end()
-        out.append((to_log, data[:cut]))
-        data = data[cut:]
+        stop = len(data) if ended is None else ended.end()
+        if to_log is None:
+            if ended is None and len(data) < _ENOUGH and any(_may_start(data, t) for t in _STARTS):
+                return out, data, None
+            to_log = bool(RAY_CORE_LINE.match(data) or ABSL_LINE.match(data))
+        if not to_log:
+            core = RAY_CORE_LINE.search(data, 0, stop)
+            if core is not None:
+                stop, ended = core.start(), None
+            elif ended is None:
+                mark = data.rfind(b"[", max(0, len(data) - _ENOUGH))
+                if mark >= 0 and _may_start(data[mark:], _STARTS[0]):
+                    stop, data, held = mark, data[:mark], data[mark:]
+                    out += [(False, data)] if data else []
+                    return out, held, False
+        if stop:
+            out.append((to_log, data[:stop]))
+        data = data[stop:]
         if ended is not None:
             to_log = None
+        elif data:
+            to_log = True  # a core line starts here, in the middle of another line
     return out, b"", to_log
 
 

@@ -30,12 +30,13 @@ def route(stream: bytes, cuts: list[int]) -> tuple[bytes, bytes]:
     return terminal + deciding, log
 
 
-@pytest.mark.parametrize("cuts", [[], [1], [5, 30, 31, 200], list(range(1, 600, 7))])
+@pytest.mark.parametrize("cuts", [[], [1], [5, 30, 31, 200], list(range(1, 800, 7)), list(range(1, 800))])
 def test_core_lines_are_told_apart_wherever_the_reads_cut_them(cuts):
-    stream = OURS + CORE + BAR + b"\n" + ABSL + EXIT + CORE
+    """Also a core line written right after a progress bar's text, which has no line end until the bar closes."""
+    stream = OURS + CORE + BAR + CORE + BAR + b"\n" + ABSL + EXIT + CORE
     terminal, log = route(stream, cuts)
-    assert log == CORE + ABSL + CORE
-    assert terminal == OURS + BAR + b"\n" + EXIT
+    assert log == CORE + CORE + ABSL + CORE
+    assert terminal == OURS + BAR + BAR + b"\n" + EXIT
 
 
 def test_ray_output_goes_to_the_run_log_and_the_rest_to_the_terminal(tmp_path, capfd, caplog):
@@ -61,3 +62,11 @@ def test_ray_output_goes_to_the_run_log_and_the_rest_to_the_terminal(tmp_path, c
         assert not any(isinstance(h, logging.StreamHandler) for h in inside)  # Ray's console handler set aside,
         assert any(isinstance(h, logging.StreamHandler) for h in after)  # and back
         assert [type(h).__name__ for h in inside if h not in after] == ["_ToRunLog"]
+
+
+def test_a_progress_bar_is_passed_on_at_once():
+    """A bar redraws without line ends; only what may still turn out to be a core line is held back."""
+    routed, held, _ = split_core_lines(BAR, b"", None)
+    assert held == b"" and b"".join(data for _, data in routed) == BAR and not any(logged for logged, _ in routed)
+    routed, held, _ = split_core_lines(BAR + b"[2026-11", b"", None)
+    assert held == b"[2026-11" and b"".join(data for _, data in routed) == BAR
