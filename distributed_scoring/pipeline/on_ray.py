@@ -18,6 +18,7 @@ import logging
 import os
 import queue
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ import pyarrow as pa
 from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
-from .progress import Progress, Report, ignore, rows_done
+from .progress import Progress, ignore, rows_done
 from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
@@ -265,14 +266,13 @@ class ScoreStage:
         self.board = board
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return pa.concat_tables(
-            [payload(r[SHARD], self.scorer(unpack(r[TABLE]), self._report(Shard.from_json(r[SHARD]))),
-                     signature=self.signature, digest=r[DIGEST])
-             for r in _each(batch)]
-        )
-
-    def _report(self, shard: Shard) -> Report:
-        return ignore if self.board is None else BoardReport(self.board, shard.key, shard.rows)
+        tables = []
+        for r in _each(batch):
+            shard = Shard.from_json(r[SHARD])
+            report = ignore if self.board is None else BoardReport(self.board, shard.key, shard.rows)
+            scored = self.scorer(unpack(r[TABLE]), report)
+            tables.append(payload(r[SHARD], scored, signature=self.signature, digest=r[DIGEST]))
+        return pa.concat_tables(tables)
 
 
 class ProgressBoard:
@@ -373,10 +373,18 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         if not address:
             stack.callback(ray.shutdown)
         if log is not None:
-            logs = os.path.join(context.address_info["session_dir"], "logs")
-            log.open(os.path.join(logs, f"dscore-driver-{os.getpid()}.log"))
-            logger.info("Ray's own messages: %s, its workers' in %s (--verbose shows them here)", log.path, logs)
+            log.open(_run_log_path(context))
+            logger.info("Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)",
+                        log.path)
         yield
+
+
+def _run_log_path(context) -> str:
+    """`dscore-driver-<pid>.log` in the Ray session's log folder; in the temporary folder for a Ray Client
+    driver (`ray://`), whose session folder is on the cluster."""
+    session = getattr(context, "address_info", {}).get("session_dir")
+    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
+    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
 
 
 def cluster_address(given: str | None) -> str | None:
