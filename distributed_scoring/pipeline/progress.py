@@ -89,12 +89,12 @@ class Progress:
             logger.info("%s", self.line())
 
     def line(self) -> str:
-        """`1,200/3,000 rows (40%), 120.5 rows/s, ETA 0:15`."""
+        """`1,200/3,000 rows (40%), 120 rows/s, ETA 00:15` (three significant digits of the rate)."""
         rate = self.rate()
         left = self.total - self.shown
         eta = tqdm.format_interval(left / rate) if rate > 0 else "?"
         percent = 100 * self.shown // self.total if self.total else 100
-        return (f"{self.shown:,}/{self.total:,} {self.what} ({percent}%), {rate:.1f} {self.what}/s, "
+        return (f"{self.shown:,}/{self.total:,} {self.what} ({percent}%), {rate:.3g} {self.what}/s, "
                 + (f"ETA {eta}" if left else f"in {tqdm.format_interval(time.monotonic() - self.started)}"))
 
     def rate(self) -> float:
