@@ -64,11 +64,14 @@ class RunLog:
             self._file.flush()
             self._held, self.path = [], path
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Closes the file; returns the lines held for one that was never opened (Ray failed to start)."""
         with self._lock:
             if self._file is not None:
                 self._file.close()
                 self._file = None
+            held, self._held = "".join(self._held), []
+            return held
 
 
 class _ToRunLog(logging.Handler):
@@ -141,6 +144,8 @@ class _CoreLinesToLog:
         self.thread.join(timeout=5)
 
     def _pump(self, read: int, terminal: int) -> None:
+        """Reads the pipe to its end whatever happens to the terminal: a pipe left full would block every
+        writer to file descriptor 2, this process's threads and Ray's alike."""
         deciding, to_log = b"", None
         try:
             while chunk := os.read(read, 1 << 16):
@@ -149,12 +154,20 @@ class _CoreLinesToLog:
                     if logged:
                         self.log.write(data.decode("utf-8", "replace"))
                     else:
-                        os.write(terminal, data)
-            if deciding:
-                os.write(terminal, deciding)
+                        _write_all(terminal, data)
+            _write_all(terminal, deciding)
         finally:
             os.close(read)
             os.close(terminal)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data` to `fd`, or what it takes until the terminal is gone (then it is dropped)."""
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass
 
 
 @contextlib.contextmanager
@@ -184,4 +197,4 @@ def ray_output_to(log: RunLog) -> Iterator[None]:
             logger.removeHandler(handler)
             for h in handlers:
                 logger.addHandler(h)
-        log.close()
+        sys.stderr.write(log.close())  # had Ray failed to start, what it said would be lost otherwise

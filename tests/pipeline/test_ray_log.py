@@ -70,3 +70,14 @@ def test_a_progress_bar_is_passed_on_at_once():
     assert held == b"" and b"".join(data for _, data in routed) == BAR and not any(logged for logged, _ in routed)
     routed, held, _ = split_core_lines(BAR + b"[2026-11", b"", None)
     assert held == b"[2026-11" and b"".join(data for _, data in routed) == BAR
+
+
+def test_what_ray_said_before_failing_to_start_reaches_the_terminal(capfd):
+    """No session folder, no run log: the lines held for it are shown when the run ends."""
+    with pytest.raises(ConnectionError):
+        with ray_output_to(RunLog()):
+            logging.getLogger("ray").error("Could not connect to the GCS at 10.0.0.1:6379")
+            os.write(2, CORE)
+            raise ConnectionError("ray.init failed")
+    err = capfd.readouterr().err
+    assert "Could not connect to the GCS" in err and CORE.decode() in err
