@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite --ray
+	@echo "dscore is installed in $(BIN): run '. $(BIN)/activate' to call it as dscore (or call $(BIN)/dscore)"
 
 # The audit report is checked in a real headless browser: Chromium from Debian, installed when missing
 # and this is root on a Debian machine (as in CI); elsewhere that one test is skipped, and says why.

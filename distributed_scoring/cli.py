@@ -43,6 +43,13 @@ def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, var
     ray.add_argument("--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)")
     ray.add_argument("--stall-timeout", type=float, default=1800.0,
                      help="fail when no shard finishes for this many seconds (default 1800)")
+    _add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
+
+
+def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: object = False) -> None:
+    p.add_argument("--verbose", action="store_true", default=default,
+                   help="also show Ray's own messages, its workers' output and Ray Data's progress bars on the "
+                   "terminal (they always go to the run log in Ray's session folder)")
 
 
 def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True) -> None:
@@ -81,7 +88,7 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     """Ray options when --ray or --address was given, else None (score in this process)."""
     if not (args.ray or args.address):
         return None
-    return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout)
+    return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -162,8 +169,7 @@ def _audit(args: argparse.Namespace) -> int:
                               confidence=args.confidence, seed=args.seed,
                               accept_insufficient=args.accept_insufficient),
     )
-    ray = _ray_options(args) or RayOptions(stall_timeout_s=args.stall_timeout)
-    result = audit_snapshot(_config(args), ray, args.baseline, config, overwrite=args.overwrite)
+    result = audit_snapshot(_config(args), _ray_options(args), args.baseline, config, overwrite=args.overwrite)
     audit, comparison = result.record, result.comparison
     print(json.dumps({
         "rows": audit.overall.rows, "pppl_token": audit.overall.pppl_token,
@@ -420,6 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .offline.models import MODELS
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
+    _add_verbose(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
     _add_score_arguments(score)
@@ -456,8 +463,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate_arguments(generate)
     generate.set_defaults(func=_generate)
     audit = commands.add_parser(
-        "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
-        description="Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "
+        "audit", help="score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
+        description="Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "
         "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
         "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
         "compared), 1 rows lost, 2 bad input or options.",

@@ -11,6 +11,8 @@ import pytest
 
 from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
+from distributed_scoring.config import RayOptions
+from distributed_scoring.errors import UserError
 
 REQUIRED = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.STATUS, S.ERROR, S.MODEL, S.VARIANT]
 SUMMARY_KEYS = {"rows", "ok", "errors", "sum_pll", "n_tokens", "n_words", "pppl_token", "pppl_word", "model", "variant"}
@@ -230,3 +232,39 @@ def test_joints_has_no_variant_flag(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["joints", "corpus.txt", "--model", "m", "--output", str(tmp_path), "--variant", "word_l2r"])
     assert exit_.value.code == 2 and "--variant" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, verbose", [
+    (["score", "c.txt", "--model", "m", "--output", "o", "--ray"], False),
+    (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--ray"], True),
+    (["score", "c.txt", "--model", "m", "--output", "o", "--ray", "--verbose"], True),
+    (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--address", "auto"], True),
+])
+def test_verbose_shows_ray_on_the_terminal_before_or_after_the_command(monkeypatch, capsys, argv, verbose):
+    from distributed_scoring.workflows import score as score_workflow
+
+    seen = []
+    monkeypatch.setattr(score_workflow, "score", lambda config, ray, overwrite: seen.append(ray) or {})
+    assert main(argv) == 0
+    assert seen[0].verbose is verbose
+
+
+def test_audit_scores_in_process_without_ray_and_on_ray_with_it(corpus, tmp_path, tiny_model_dir, monkeypatch, capsys):
+    """`--ray` used to be accepted and ignored (an audit always ran on Ray); now it means what it means for
+    `dscore score`. Here the run in this process is real, the one on Ray only asked for."""
+    from distributed_scoring.workflows.audit import run
+
+    seen, real = [], run.score
+    monkeypatch.setattr(run, "score", lambda config, ray, overwrite: seen.append(ray) or real(config, ray, overwrite))
+    common = [str(corpus), "--model", str(tiny_model_dir("bert"))]
+    assert main(["audit", *common, "--output", str(tmp_path / "local")]) == 0
+    assert seen == [None] and json.loads(capsys.readouterr().out)["rows"] == 9
+    assert (tmp_path / "local" / "report.html").exists()
+
+    def asked(config, ray, overwrite):
+        seen.append(ray)
+        raise UserError("stopped before scoring")
+
+    monkeypatch.setattr(run, "score", asked)
+    assert main(["audit", *common, "--output", str(tmp_path / "ray"), "--ray", "--num-actors", "2"]) == 2
+    assert seen[1] == RayOptions(num_actors=2)

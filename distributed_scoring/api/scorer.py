@@ -353,7 +353,7 @@ class MLMScorer:
                     part = step(part)
                 out += part
                 if bar is not None:
-                    bar.update(min(chunk, len(rows) - start))
+                    bar.finished(str(start), min(chunk, len(rows) - start))
         finally:
             if bar is not None:
                 bar.close()

@@ -231,17 +231,23 @@ class CausalEngine:
         self.lm = lm
         self.budget = TokenBudget(batch_tokens or lm.default_batch_tokens())
 
-    def token_logprobs(self, sequences: Sequence[np.ndarray]) -> list[np.ndarray]:
-        """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64)."""
+    def token_logprobs(self, sequences: Sequence[np.ndarray],
+                       report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+        """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64).
+        `report(tokens done, in all)` is called after each forward pass."""
         out: list[np.ndarray] = [np.empty(0)] * len(sequences)
         lengths = [len(s) for s in sequences]
         score = partial(self._score, sequences)
+        total, done = sum(lengths), 0
         for pieces in packing.pack(lengths, [1] * len(lengths), self.budget):
             for part, flat in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
                 batch = _indices(part)
                 ends = np.cumsum([lengths[i] - 1 for i in batch])[:-1]
                 for index, values in zip(batch, np.split(flat, ends)):
                     out[index] = values
+                done += sum(lengths[i] for i in batch)
+                if report is not None:
+                    report(done, total)
         return out
 
     def _score(self, sequences: Sequence[np.ndarray], pieces: list[Piece]) -> np.ndarray:

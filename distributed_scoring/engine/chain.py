@@ -17,7 +17,7 @@ batches or normalises on its own.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -55,11 +55,14 @@ class ChainEngine:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.pll.batch_tokens
 
-    def log_likelihoods(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray]) -> np.ndarray:
-        """(P,) float64: log p(input_ids[i]) along orders[i] (positions of input_ids[i], scoring order)."""
-        return np.array([terms.sum() for terms in self.conditionals(input_ids, orders)], dtype=np.float64)
+    def log_likelihoods(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray],
+                        report: Callable[[int, int], None] | None = None) -> np.ndarray:
+        """(P,) float64: log p(input_ids[i]) along orders[i] (positions of input_ids[i], scoring order);
+        `report` as in `PLLEngine.token_logprobs`."""
+        return np.array([terms.sum() for terms in self.conditionals(input_ids, orders, report)], dtype=np.float64)
 
-    def conditionals(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray]) -> list[np.ndarray]:
+    def conditionals(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray],
+                     report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
         """Per pair, the chain's terms log p(x_sigma(k) | x_sigma(<k), ...) for k = 0 .. T-1 (float64)."""
         if len(input_ids) != len(orders):
             raise ValueError(f"{len(input_ids)} sequences but {len(orders)} orders: give one order per sequence")
@@ -69,4 +72,4 @@ class ChainEngine:
             if len(np.unique(order)) != len(order) or ((order < 0) | (order >= len(ids))).any():
                 raise ValueError(f"an order must hold distinct positions of its sequence (0 .. {len(ids) - 1})")
             sentences.append(Sentence(ids, order, np.full(len(ids), -1, dtype=np.int64)))
-        return self.pll.token_logprobs(sentences)
+        return self.pll.token_logprobs(sentences, report)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -132,14 +132,18 @@ class InfillEngine:
         self.allowed = torch.as_tensor(allowed, device=mlm.device)  # (V,) bool
         self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
 
-    def search(self, examples: Sequence[InfillExample], settings: InfillSettings) -> list[list[Fill]]:
-        """Per example, its fills best first: `beam` of them (chains for samplers), every fill for `exact`."""
+    def search(self, examples: Sequence[InfillExample], settings: InfillSettings,
+               report: Callable[[int, int], None] | None = None) -> list[list[Fill]]:
+        """Per example, its fills best first: `beam` of them (chains for samplers), every fill for `exact`.
+        `report(positions filled, most masks of an example)` is called after each step of the search."""
         width = [exact_size(len(self.allowed_ids), len(e.masks)) if settings.decoder == "exact" else settings.beam
                  for e in examples]
         beams = [[_Beam(e.input_ids.copy(), _fill_order(e, settings.order))] for e in examples]
         rngs = [np.random.default_rng(e.seed) for e in examples]
         sampler = settings.decoder in SAMPLERS
         pivot = self.mlm.mask_token_id if settings.pivot is None else settings.pivot
+        most = max((len(e.masks) for e in examples), default=0)
+        filled = 0
         while live := [i for i, b in enumerate(beams) if b[0].remaining]:
             rows = [beam for i in live for beam in beams[i]]
             steps = iter(self._steps(rows, [len(beams[i]) for i in live], settings, pivot))
@@ -149,6 +153,9 @@ class InfillEngine:
                     beams[i] = _sample(beams[i], step, width[i], settings, rngs[i])
                 else:
                     beams[i] = _prune(beams[i], step, width[i], settings.decoder == "hcb")
+            filled += 1
+            if report is not None:
+                report(filled, most)
         key = (lambda b: b.hcb) if settings.decoder == "hcb" else (lambda b: b.chain)
         out = []
         for e, final in zip(examples, beams):

@@ -8,7 +8,7 @@ log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head st
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -31,20 +31,27 @@ class PLLEngine:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.budget.tokens
 
-    def token_logprobs(self, sentences: Sequence[Sentence]) -> list[np.ndarray]:
-        """Natural-log probability of each target token of each sentence, in target order (float64)."""
+    def token_logprobs(self, sentences: Sequence[Sentence],
+                       report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+        """Natural-log probability of each target token of each sentence, in target order (float64).
+        `report(tokens of masked copies done, in all)` is called after each forward pass (tokens, not
+        copies: the longest sentences go first and cost the most per copy)."""
         out = [np.empty(len(s.targets), dtype=np.float64) for s in sentences]
         lengths, counts = shape_of(sentences)
+        total, done = int(np.dot(lengths, counts)), 0
 
         def score(pieces: list[Piece]) -> tuple[MaskedBatch, np.ndarray]:
             batch = build(sentences, pieces, self.variant, self.mlm.mask_token_id, self.mlm.pad_token_id)
             return batch, self.forward(batch).double().cpu().numpy()
 
         for pieces in pack(lengths, counts, self.budget):
-            for _, (batch, logprobs) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+            for part, (batch, logprobs) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
                 for sentence in np.unique(batch.sentence):
                     rows = batch.sentence == sentence
                     out[sentence][batch.slot[rows]] = logprobs[rows]
+                done += sum(piece.rows * lengths[piece.group] for piece in part)
+                if report is not None:
+                    report(done, total)
         return out
 
     @torch.inference_mode()

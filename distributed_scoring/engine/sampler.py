@@ -267,9 +267,10 @@ class Sampler:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.budget.tokens
 
-    def run(self, chains: Sequence[Chain], settings: SamplerSettings,
-            trace: Callable[[Step], None] | None = None) -> list[list[Record]]:
-        """Per chain, its records in epoch order."""
+    def run(self, chains: Sequence[Chain], settings: SamplerSettings, trace: Callable[[Step], None] | None = None,
+            report: Callable[[int, int], None] | None = None) -> list[list[Record]]:
+        """Per chain, its records in epoch order. `report(steps done, in all)` is called after each step
+        (one proposal per chain), counted in the current epoch's steps."""
         states = [self._state(c, settings) for c in chains]
         self._start(states, settings)
         records: list[list[Record]] = [[] for _ in chains]
@@ -281,9 +282,12 @@ class Sampler:
             accept_all = settings.sampler == "gibbs" or epoch <= settings.forced_accept
             if not accept_all:
                 self._know_energies(states)
-            for step in range(max((len(b) for b in blocks), default=0)):
+            steps = max((len(b) for b in blocks), default=0)
+            for step in range(steps):
                 active = [(c, blocks[c][step]) for c in range(len(states)) if step < len(blocks[c])]
                 self._step(states, active, settings, temperature, epoch, accept_all, trace)
+                if report is not None:
+                    report((epoch - 1) * steps + step + 1, last * steps)
             after = epoch - settings.burn_in
             if after > 0 and (after % settings.record_every == 0 or epoch == last):
                 self._know_energies(states)

@@ -17,6 +17,8 @@ import json
 import logging
 import os
 import queue
+import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -27,7 +29,8 @@ import pyarrow as pa
 from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
-from .progress import Progress
+from .progress import Progress, ignore, rows_done
+from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
 from ..io.sources import Shard, read_unit, read_units
@@ -45,6 +48,8 @@ IO_CPUS = 0.25  # read and write tasks wait on storage more than they compute
 # own transient storage errors and common network failures.
 TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temporary failure", "503")
 MAX_RETRIES = 3
+REPORT_EVERY_S = 1.0  # the most often a scoring actor posts how far its shard has got
+POLL_S = 1.0  # how often the driver collects those posts
 
 
 class StallError(DataLossError):
@@ -61,9 +66,16 @@ class StageResources:
     threads_per_actor: int
     prepare_actors: tuple[int, int]
 
+    def __str__(self) -> str:
+        gpus = f", {self.gpus_per_actor:g} GPU" if self.gpus_per_actor else ""
+        low, high = self.prepare_actors
+        return (f"{self.actors} scoring actor{'s' * (self.actors > 1)} x {self.cpus_per_actor:g} CPU{gpus} "
+                f"({self.threads_per_actor} torch thread{'s' * (self.threads_per_actor > 1)} each), "
+                f"{low}-{high} tokenising actor{'s' * (high > 1)}")
+
 
 SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room
-_CPU_STEP = 0.25  # granularity of CPUs per actor when it is sized to fit a requested number of actors
+_WHOLE_CPUS = (4.0, 3.0, 2.0, 1.0)  # CPUs per CPU actor when the user fixed neither actors nor CPUs
 
 
 def node_cpus(nodes: list[dict]) -> list[float]:
@@ -93,16 +105,26 @@ def _most_actors(cpus: list[float], per_actor: float) -> int:
     return actors
 
 
+def _sized_to_fit(cpus: list[float], actors: int, ceiling: float) -> float | None:
+    """The most CPUs per actor, at most `ceiling`, with which `actors` actors fit beside the other stages
+    (in quarters of a CPU, or hundredths below a quarter); None when not even a hundredth does."""
+    quarters = [k / 4 for k in range(int(ceiling * 4), 0, -1)]
+    hundredths = [k / 100 for k in range(min(24, int(ceiling * 100)), 0, -1)]
+    return next((c for c in quarters + hundredths if _placed(cpus, c, actors) is not None), None)
+
+
 def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> StageResources:
     """Size the scoring actors node by node, so that every actor fits on one node and read, prepare
     and write always keep CPUs to run on.
 
-    GPU clusters: one actor per GPU (1 GPU, 1 CPU each). CPU clusters: actors of `cpus_per_actor` CPUs
-    (default: the largest of 4, 3, 2, 1 with which one actor fits beside the other stages), as many as
-    fit; when only the number of actors is given, their CPUs are sized to fit (in quarters of a CPU).
-    An embedded Ray declares 2 CPUs beyond the machine's cores for the other stages. Ray Data waits
-    forever for an actor no node can hold, and hangs silently when actors take every CPU, so both are
-    refused here with what to change.
+    What the user fixed is kept and the rest sized around it. GPU clusters: one actor per GPU (or
+    `num_actors`), 1 CPU each unless fewer fit. CPU clusters: actors of `cpus_per_actor` CPUs (default:
+    the largest of 4, 3, 2, 1 with which one actor fits beside the other stages, else a fraction of a
+    CPU), as many as fit; when only the number of actors is given, their CPUs are sized to fit, down to
+    fractions of a CPU (Ray schedules fractional CPUs; torch then runs one thread). An embedded Ray
+    declares 2 CPUs beyond the machine's cores for the other stages. Only what cannot run is refused,
+    with what to change: an actor no node can hold or more GPU actors than GPUs (Ray Data would wait
+    forever), and actors that leave the other stages no CPU (Ray Data would hang silently).
     """
     cpus = node_cpus(nodes)
     total = sum(cpus)
@@ -113,13 +135,7 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     if not cpus:
         raise UserError("the Ray cluster has no alive node with CPUs; start its nodes or check --address")
     if use_gpus:
-        cpus_per_actor = options.cpus_per_actor or 1.0
-        actors = options.num_actors or int(gpus)
-        if actors > gpus:
-            raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}")
-        if _placed(cpus, cpus_per_actor, actors) is None:
-            raise UserError(f"{actors} GPU actors x {cpus_per_actor:g} CPUs do not fit beside the other stages on "
-                            f"nodes of {cpus} CPUs; lower --cpus-per-actor")
+        cpus_per_actor, actors = _gpu_plan(cpus, options, gpus)
     else:
         cpus_per_actor, actors = _cpu_plan(cpus, options)
     spare = total - actors * cpus_per_actor
@@ -132,28 +148,48 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     )
 
 
+def _shape(cpus: list[float]) -> str:
+    return f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+
+
+def _gpu_plan(cpus: list[float], options: RayOptions, gpus: float) -> tuple[float, int]:
+    """(CPUs per actor, actors) of one GPU each: as many actors as GPUs unless fewer are asked for."""
+    actors = options.num_actors or int(gpus)
+    if actors > gpus:
+        raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}: lower --num-actors")
+    if options.cpus_per_actor is not None:
+        if _placed(cpus, options.cpus_per_actor, actors) is None:
+            raise UserError(f"{actors} GPU actors x {options.cpus_per_actor:g} CPUs do not fit beside the other "
+                            f"stages on {_shape(cpus)}; lower --cpus-per-actor, or leave it out to have it sized")
+        return options.cpus_per_actor, actors
+    per_actor = _sized_to_fit(cpus, actors, 1.0)
+    if per_actor is None:
+        raise UserError(f"{actors} GPU actors leave no CPUs for reading, tokenising and writing "
+                        f"({SPARE_CPUS:g} needed) on {_shape(cpus)}; add CPUs or lower --num-actors")
+    if per_actor < 1:
+        logger.info("%d GPU actors: %g CPUs each fit on %s", actors, per_actor, _shape(cpus))
+    return per_actor, actors
+
+
 def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
     """(CPUs per actor, actors) on CPU nodes of `cpus` CPUs each, following what the user fixed."""
-    largest = cpus[0]
-    shape = f"{len(cpus)} node(s) of {', '.join(f'{c:g}' for c in cpus)} CPUs"
+    largest, shape = cpus[0], _shape(cpus)
     per_actor, actors = options.cpus_per_actor, options.num_actors
     if per_actor is not None and per_actor > largest:
         raise UserError(f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
                         f"lower --cpus-per-actor to at most {largest:g}")
-    if per_actor is None and actors is None:
-        fitting = [c for c in (4.0, 3.0, 2.0, 1.0) if c <= largest and _placed(cpus, c, 1) is not None]
-        if not fitting:
-            raise UserError(f"no scoring actor fits beside the CPUs that reading, tokenising and writing need "
-                            f"({SPARE_CPUS:g}) on {shape}; add CPUs or nodes")
-        return fitting[0], _most_actors(cpus, fitting[0])
     if per_actor is None:
-        steps = int(min(4.0, largest) / _CPU_STEP)
-        fitting = [k * _CPU_STEP for k in range(steps, 0, -1) if _placed(cpus, k * _CPU_STEP, actors) is not None]
-        if not fitting:
-            raise UserError(f"{actors} scoring actors do not fit on {shape} beside the {SPARE_CPUS:g} CPUs that "
-                            "reading, tokenising and writing need, even at a quarter CPU each; lower --num-actors")
-        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, fitting[0], shape)
-        return fitting[0], actors
+        whole = [c for c in _WHOLE_CPUS if actors is None and _placed(cpus, c, 1) is not None]
+        per_actor = whole[0] if whole else _sized_to_fit(cpus, actors or 1, min(4.0, largest))
+        if per_actor is None:
+            what, fix = (f"{actors} scoring actors do not fit", "lower --num-actors") if actors else (
+                "no scoring actor fits", "add CPUs or nodes")
+            raise UserError(f"{what} on {shape} beside the {SPARE_CPUS:g} CPUs that reading, tokenising and "
+                            f"writing need, even at a hundredth of a CPU each; {fix}")
+        if actors is None:
+            return per_actor, _most_actors(cpus, per_actor)
+        logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, per_actor, shape)
+        return per_actor, actors
     if actors is None:
         actors = _most_actors(cpus, per_actor)
         if actors == 0:
@@ -217,21 +253,57 @@ class PrepareStage:
 
 class ScoreStage:
     """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs, never
-    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin)."""
+    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin). How far
+    each shard has got goes to the run's `ProgressBoard` as the workload's stage reports it."""
 
-    def __init__(self, workload: Workload, threads: int) -> None:
+    def __init__(self, workload: Workload, threads: int, board=None) -> None:
         import torch
 
         torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
         quiet_transformers()
         self.scorer = workload.make_scorer()
         self.signature = json.dumps(self.scorer.signature)
+        self.board = board
 
     def __call__(self, batch: pa.Table) -> pa.Table:
-        return pa.concat_tables(
-            [payload(r[SHARD], self.scorer(unpack(r[TABLE])), signature=self.signature, digest=r[DIGEST])
-             for r in _each(batch)]
-        )
+        tables = []
+        for r in _each(batch):
+            shard = Shard.from_json(r[SHARD])
+            report = ignore if self.board is None else BoardReport(self.board, shard.key, shard.rows)
+            scored = self.scorer(unpack(r[TABLE]), report)
+            tables.append(payload(r[SHARD], scored, signature=self.signature, digest=r[DIGEST]))
+        return pa.concat_tables(tables)
+
+
+class ProgressBoard:
+    """A small actor (no CPU) where scoring actors post how many rows of their shards are done, for the
+    driver to collect: Ray Data hands the driver a shard only once it is written."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+
+    def post(self, key: str, rows: int) -> None:
+        self.rows[key] = rows
+
+    def collect(self) -> dict[str, int]:
+        """The rows done of every shard posted since the last collection."""
+        rows, self.rows = self.rows, {}
+        return rows
+
+
+class BoardReport:
+    """A scoring actor's `Report` for one shard: its rows done, posted at most every REPORT_EVERY_S
+    (without waiting for the board)."""
+
+    def __init__(self, board, key: str, rows: int) -> None:
+        self.board, self.key, self.rows = board, key, rows
+        self.posted = time.monotonic()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if now - self.posted >= REPORT_EVERY_S:
+            self.posted = now
+            self.board.post.remote(self.key, rows_done(self.rows, done, total))
 
 
 def write_stage(batch: pa.Table, output: str) -> pa.Table:
@@ -247,11 +319,13 @@ def write_stage(batch: pa.Table, output: str) -> pa.Table:
 
 
 def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]], resources: StageResources,
-                  output: str):
+                  output: str, board=None, ray_bars: bool = False):
+    """The pipeline's dataset; `board` collects the scoring actors' progress, `ray_bars` shows Ray Data's
+    own progress bars (the run has its own display)."""
     import ray
 
     context = ray.data.DataContext.get_current()
-    context.enable_progress_bars = os.isatty(2)
+    context.enable_progress_bars = ray_bars
     context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
     context.max_map_retries = MAX_RETRIES
     items = [{UNIT: json.dumps([s.to_json() for s in unit])} for unit in units]
@@ -265,7 +339,7 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
     )
     ds = ds.map_batches(
         ScoreStage,
-        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor},
+        fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor, "board": board},
         num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
         compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
     )
@@ -277,8 +351,9 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
 
 @contextlib.contextmanager
 def ray_session(options: RayOptions) -> Iterator[None]:
-    """Use the Ray this process already has, join `address`/`RAY_ADDRESS`, or start an embedded one
-    (shut down again on exit)."""
+    """Use the Ray this process already has (its logging left as it is), join `address`/`RAY_ADDRESS`,
+    or start an embedded one (shut down again on exit). Unless `options.verbose`, Ray's own messages
+    and its workers' output go to the run log in Ray's session folder, not to the terminal."""
     import ray
 
     if ray.is_initialized():
@@ -286,15 +361,30 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     address = cluster_address(options.address)
-    if address:
-        ray.init(address=address)
-    else:
-        ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False)
-    try:
-        yield
-    finally:
+    with contextlib.ExitStack() as stack:
+        log = None if options.verbose else RunLog()
+        if log is not None:
+            stack.enter_context(ray_output_to(log))
+        kwargs = {} if options.verbose else {"log_to_driver": False}
+        if address:
+            context = ray.init(address=address, **kwargs)
+        else:
+            context = ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
         if not address:
-            ray.shutdown()
+            stack.callback(ray.shutdown)
+        if log is not None:
+            log.open(_run_log_path(context))
+            logger.info("Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)",
+                        log.path)
+        yield
+
+
+def _run_log_path(context) -> str:
+    """`dscore-driver-<pid>.log` in the Ray session's log folder; in the temporary folder for a Ray Client
+    driver (`ray://`), whose session folder is on the cluster."""
+    session = getattr(context, "address_info", {}).get("session_dir")
+    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
+    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
 
 
 def cluster_address(given: str | None) -> str | None:
@@ -314,8 +404,10 @@ def cluster_address(given: str | None) -> str | None:
     return address
 
 
-def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float) -> None:
-    """Drain `items`, raising `StallError` when none arrives within `stall_timeout_s`."""
+def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float,
+            on_tick: Callable[[], None] | None = None, tick_s: float = POLL_S) -> None:
+    """Drain `items`, calling `on_tick` every `tick_s` seconds meanwhile; raises `StallError` when no item
+    arrives within `stall_timeout_s`."""
     q: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -327,18 +419,27 @@ def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeou
             q.put(("error", exc))
 
     threading.Thread(target=pump, daemon=True, name="dscore-consume").start()
+    last_item = last_tick = time.monotonic()
     while True:
-        try:
-            kind, value = q.get(timeout=stall_timeout_s)
-        except queue.Empty:
+        now = time.monotonic()
+        if on_tick is not None and now - last_tick >= tick_s:
+            on_tick()
+            last_tick = now
+        wait = stall_timeout_s - (now - last_item)
+        if wait <= 0:
             raise StallError(
                 f"no shard finished in {stall_timeout_s:.0f} s; the cluster may lack free CPUs for reading "
                 "and writing, or a scoring actor may be stuck. Finished shards are kept: rerun to resume."
-            ) from None
+            )
+        try:
+            kind, value = q.get(timeout=min(wait, tick_s) if on_tick is not None else wait)
+        except queue.Empty:
+            continue
         if kind == "done":
             return
         if kind == "error":
             raise value
+        last_item = time.monotonic()
         on_item(value)
 
 
@@ -358,11 +459,42 @@ def _plan_when_ready(options: RayOptions, device: str, joined: bool) -> StageRes
             time.sleep(NODE_POLL_S)
 
 
-def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions) -> None:
-    """Run the unfinished shards through the pipeline on an embedded or joined Ray."""
+def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions,
+                progress: bool | None = None) -> None:
+    """Run the unfinished shards through the pipeline on an embedded or joined Ray, with one progress
+    display fed by the scoring actors while they score and by the written shards."""
+    import ray
+
+    bar = sys.stderr.isatty() if progress is None else progress  # before Ray's output is piped off fd 2
     with ray_session(options):
         resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
-        dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location)
-        progress = Progress(sum(s.rows for s in todo), bar=False)
-        consume(dataset.iter_rows(), lambda row: progress.update(row["rows"]), options.stall_timeout_s)
+        board = ray.remote(num_cpus=0)(ProgressBoard).remote()
+        try:
+            dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location, board,
+                                    ray_bars=options.verbose and bar)
+            display = Progress(sum(s.rows for s in todo), bar=bar)
+            try:
+                consume(dataset.iter_rows(), lambda row: display.finished(row["key"], row["rows"]),
+                        options.stall_timeout_s, on_tick=_collector(board, display))
+            finally:
+                display.close()
+        finally:
+            ray.kill(board)
+
+
+def _collector(board, display: Progress) -> Callable[[], None]:
+    """What the driver does every POLL_S: take in the board's posts when its last collection is back
+    (never waiting on it), ask for the next, and let the display log a line if one is due."""
+    import ray
+
+    pending = [board.collect.remote()]
+
+    def collect() -> None:
+        if ray.wait(pending, timeout=0)[0]:
+            for key, rows in ray.get(pending.pop()).items():
+                display.partial(key, rows)
+            pending.append(board.collect.remote())
+        display.tick()
+
+    return collect

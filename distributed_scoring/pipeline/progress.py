@@ -1,40 +1,104 @@
-"""Progress on long work: a bar on an interactive terminal, periodic rows/s log lines otherwise."""
+"""Progress a person can watch: rows done, rows/s and an ETA, while the shards are scored.
+
+One display per run: a tqdm bar on an interactive terminal, else a log line at least every `every_s`
+seconds (jobs, CI, files). A shard's rows count in full once its file is written; while it is scored,
+its score stage says how far it has got through a `Report` (units done out of units in all, in whatever
+its engine counts: masked copies, beam steps, sampler steps), and the display moves by that fraction of
+the shard's rows. So a 1,000-row shard that takes minutes shows progress all along, not only at its end.
+"""
 
 from __future__ import annotations
 
 import logging
 import sys
 import time
+from typing import Callable
 
 from tqdm import tqdm
 
 logger = logging.getLogger(__name__)
 
+Report = Callable[[int, int], None]
+"""What a score stage calls as it goes: (units done, units in all) of the shard it is scoring."""
+
+EVERY_S = 10.0  # the longest a run without a bar stays silent while rows are being done
+
+
+def ignore(done: int, total: int) -> None:
+    """The `Report` of a stage whose caller does not watch its progress."""
+
+
+def rows_done(rows: int, done: int, total: int) -> int:
+    """The rows of a shard of `rows` rows that `done` units out of `total` stand for."""
+    return min(rows, rows * max(done, 0) // total) if total > 0 else 0
+
+
+def part(report: Report, index: int, parts: int) -> Report:
+    """The `Report` of part `index` of `parts` equal parts of one shard's work (a stage that calls its
+    engine more than once per shard)."""
+    return lambda done, total: report(index * total + done, parts * total)
+
 
 class Progress:
-    """Counts rows done out of `total`; logs every `every_s` seconds when no bar is shown (jobs, CI)."""
+    """Rows done out of `total`: shards written (`finished`) plus the reported part of those in flight
+    (`partial`). The count shown never goes back (a shard scored again after its actor died starts over)."""
 
-    def __init__(self, total: int, what: str = "rows", every_s: float = 30.0, bar: bool | None = None) -> None:
+    def __init__(self, total: int, what: str = "rows", every_s: float = EVERY_S, bar: bool | None = None) -> None:
         self.total = total
         self.what = what
         self.every_s = every_s
-        self.done = 0
+        self.shown = 0
+        self.finished_rows = 0
+        self._in_flight: dict[str, int] = {}
+        self._finished: set[str] = set()
         self.started = self.last_log = time.monotonic()
         show_bar = sys.stderr.isatty() if bar is None else bar
-        self.bar = tqdm(total=total, unit=what, dynamic_ncols=True) if show_bar else None
+        self.bar = tqdm(total=total, unit=what, dynamic_ncols=True, smoothing=0.1) if show_bar else None
 
-    def update(self, n: int) -> None:
-        self.done += n
+    def report(self, key: str, rows: int) -> Report:
+        """The `Report` of shard `key` of `rows` rows, for a stage scoring it in this process."""
+        return lambda done, total: self.partial(key, rows_done(rows, done, total))
+
+    def partial(self, key: str, rows: int) -> None:
+        """Shard `key` is `rows` rows along (ignored once the shard is finished)."""
+        if key not in self._finished:
+            self._in_flight[key] = rows
+            self._show()
+
+    def finished(self, key: str, rows: int) -> None:
+        """Shard `key`'s file is written: its `rows` rows count in full."""
+        self._finished.add(key)
+        self._in_flight.pop(key, None)
+        self.finished_rows += rows
+        self._show()
+
+    def tick(self) -> None:
+        """Logs a line if one is due, also when nothing moved (the run is alive, its ETA grows)."""
+        self._show()
+
+    def _show(self) -> None:
+        value = min(self.total, max(self.shown, self.finished_rows + sum(self._in_flight.values())))
+        moved, self.shown = value - self.shown, value
         if self.bar is not None:
-            self.bar.update(n)
+            if moved:
+                self.bar.update(moved)
             return
         now = time.monotonic()
-        if now - self.last_log >= self.every_s or self.done >= self.total:
+        if now - self.last_log >= self.every_s or (moved and value == self.total):
             self.last_log = now
-            logger.info("%d/%d %s (%.1f %s/s)", self.done, self.total, self.what, self.rate(), self.what)
+            logger.info("%s", self.line())
+
+    def line(self) -> str:
+        """`1,200/3,000 rows (40%), 120 rows/s, ETA 00:15` (three significant digits of the rate)."""
+        rate = self.rate()
+        left = self.total - self.shown
+        eta = tqdm.format_interval(left / rate) if rate > 0 else "?"
+        percent = 100 * self.shown // self.total if self.total else 100
+        return (f"{self.shown:,}/{self.total:,} {self.what} ({percent}%), {rate:.3g} {self.what}/s, "
+                + (f"ETA {eta}" if left else f"in {tqdm.format_interval(time.monotonic() - self.started)}"))
 
     def rate(self) -> float:
-        return self.done / max(time.monotonic() - self.started, 1e-9)
+        return self.shown / max(time.monotonic() - self.started, 1e-9)
 
     def close(self) -> None:
         if self.bar is not None:

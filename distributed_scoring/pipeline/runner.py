@@ -54,22 +54,25 @@ def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: Input
 
 def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
                   progress: bool | None = None) -> None:
-    """Read, prepare, score and write each shard in this process (one model load)."""
+    """Read, prepare, score and write each shard in this process (one model load); the display moves
+    as the score stage reports, not only when a shard is written."""
     scorer = workload.make_scorer()
     preparer = workload.make_preparer()
-    bar = Progress(sum(s.rows for s in todo), bar=progress)
+    display = Progress(sum(s.rows for s in todo), bar=progress)
     try:
         for unit in read_units(todo):
             for shard, rows in read_unit(unit, config.inputs):
-                out.write_shard(shard.key, scorer(preparer(rows)), scorer.signature, rows_digest(rows))
-                bar.update(shard.rows)
+                scored = scorer(preparer(rows), display.report(shard.key, shard.rows))
+                out.write_shard(shard.key, scored, scorer.signature, rows_digest(rows))
+                display.finished(shard.key, shard.rows)
     finally:
-        bar.close()
+        display.close()
 
 
 def execute(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
             ray: RayOptions | None = None, progress: bool | None = None) -> None:
-    """The unfinished shards, in this process or on Ray when `ray` options are given."""
+    """The unfinished shards, in this process or on Ray when `ray` options are given; `progress`: a bar
+    (True), log lines (False), or a bar only on an interactive terminal (None)."""
     if not todo:
         return
     if ray is None:
@@ -77,7 +80,7 @@ def execute(workload: Workload, config: RunConfig, todo: list[Shard], out: Outpu
     else:
         from .on_ray import execute_ray
 
-        execute_ray(workload, config, todo, out, ray)
+        execute_ray(workload, config, todo, out, ray, progress)
 
 
 def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, overwrite: bool = False) -> None:

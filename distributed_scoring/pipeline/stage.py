@@ -10,6 +10,9 @@ names the stage, the columns it lacks and those it found: a miswired pipeline fa
 with a message, not with a KeyError deep in a scorer). The rows `process` returns are built into a
 table of the stage's `output_schema`, which must hold every column of that schema (other keys, such as
 input columns a row was copied from, are left out) and no null where the schema says not null.
+
+A score stage also says how far it has got with the table, through the `Report` it is called with (see
+`progress`): `process` hands `self.report` to its engine, which calls it after each forward pass.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Mapping, Sequence
 
 import pyarrow as pa
+
+from .progress import Report, ignore
 
 Row = dict[str, Any]
 
@@ -33,6 +38,7 @@ class Stage(ABC):
 
     reads: ClassVar[Mapping[str, str]]
     writes: ClassVar[pa.Schema | None] = None
+    report: Report = staticmethod(ignore)  # how far `process` has got with the current table
 
     @abstractmethod
     def process(self, rows: list[Row]) -> list[Row]:
@@ -48,13 +54,14 @@ class Stage(ABC):
     def name(self) -> str:
         return type(self).__name__
 
-    def __call__(self, table: pa.Table) -> pa.Table:
+    def __call__(self, table: pa.Table, report: Report = ignore) -> pa.Table:
         missing = [column for column in self.reads if column not in table.column_names]
         if missing:
             needs = "; ".join(f"{column!r}: {self.reads[column]}" for column in missing)
             raise ColumnError(f"stage {self.name} reads columns missing from its input table ({needs}); "
                               f"the table has {table.column_names}")
         schema = self.output_schema(table.column_names)
+        self.report = report
         return self._table(self.process(table.to_pylist()), schema)
 
     def _table(self, rows: list[Row], schema: pa.Schema) -> pa.Table:

@@ -16,14 +16,16 @@ from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 
+from .progress import Report
 
 
 class ShardScorer(Protocol):
-    """A score stage: prepared rows in, output rows out, and the signature its markers record."""
+    """A score stage: prepared rows in, output rows out, and the signature its markers record; it tells
+    `report` how far it has got as it goes (`pipeline.stage.Stage` does the plumbing)."""
 
     signature: dict
 
-    def __call__(self, prepared: pa.Table) -> pa.Table: ...
+    def __call__(self, prepared: pa.Table, report: Report = ...) -> pa.Table: ...
 
 
 @dataclass(frozen=True)

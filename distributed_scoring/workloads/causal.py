@@ -15,6 +15,7 @@ import pyarrow as pa
 from ..io import schema as S
 from ..config import ModelSpec
 from ..io.schema import LOGP
+from ..pipeline.progress import Report, ignore
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 
@@ -42,12 +43,12 @@ def score_texts(engine: CausalEngine, texts: Sequence[str]) -> pa.Table:
     return pa.Table.from_pylist(_scored_rows(engine, texts), schema=CAUSAL_SCHEMA)
 
 
-def _scored_rows(engine: CausalEngine, texts: Sequence[str]) -> list[Row]:
+def _scored_rows(engine: CausalEngine, texts: Sequence[str], report: Report = ignore) -> list[Row]:
     from ..engine.causal import encode
 
     encoded = encode(engine.lm, texts)
     ok = [i for i, e in enumerate(encoded) if not isinstance(e, str)]
-    logprobs = dict(zip(ok, engine.token_logprobs([encoded[i] for i in ok])))
+    logprobs = dict(zip(ok, engine.token_logprobs([encoded[i] for i in ok], report)))
     tail = 0 if engine.lm.eos_id is None else 1
     return [
         {S.TEXT: text, LOGP: float(logprobs[i].sum()), S.N_TOKENS: len(e) - 1 - tail, S.STATUS: S.STATUS_OK,
@@ -88,7 +89,7 @@ class CausalScorer(Stage):
     def process(self, rows: list[Row]) -> list[Row]:
         read = [r for r in rows if r[S.STATUS] == S.STATUS_OK]
         failed = [r for r in rows if r[S.STATUS] != S.STATUS_OK]
-        scored = _scored_rows(self.engine, [r[S.TEXT] for r in read])
+        scored = _scored_rows(self.engine, [r[S.TEXT] for r in read], self.report)
         unscored = [{S.TEXT: r[S.TEXT] or "", LOGP: None, S.N_TOKENS: 0, S.STATUS: r[S.STATUS], S.ERROR: r[S.ERROR]}
                     for r in failed]
         return [{S.ID: r[S.ID], **out, S.MODEL: self.model_name}

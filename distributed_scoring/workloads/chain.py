@@ -107,7 +107,7 @@ class ChainScorer(Stage):
     def _score(self, work: Sequence[tuple[np.ndarray, list[np.ndarray]]]) -> list[np.ndarray]:
         """(K,) log-likelihoods per row, every order of every row in one call of the engine."""
         values = self.engine.log_likelihoods([ids for ids, orders in work for _ in orders],
-                                             [order for _, orders in work for order in orders])
+                                             [order for _, orders in work for order in orders], self.report)
         return np.split(values, np.cumsum([len(orders) for _, orders in work])[:-1])
 
     def _row(self, row: Row, result: np.ndarray | str | None) -> Row:

@@ -192,7 +192,7 @@ class GenerateScorer(Stage):
         return orders_for(masks, self.options.order, 1, np.random.default_rng([seed, 1]))[0]
 
     def _generate(self, examples: Sequence) -> list[Fill]:
-        return [fills[0] for fills in self.engine.search(examples, self.settings)]
+        return [fills[0] for fills in self.engine.search(examples, self.settings, self.report)]
 
     def _row(self, row: Row, n: int, fill: Fill | str | None) -> Row:
         error = fill if isinstance(fill, str) else row[S.ERROR]

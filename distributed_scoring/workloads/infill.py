@@ -231,7 +231,7 @@ class InfillScorer(Stage):
                 fillable.append(row)
         examples = [InfillExample(np.array(r[S.INPUT_IDS], dtype=np.int64), np.array(r[MASKS], dtype=np.int64),
                                   example_seed(self.options.seed, r[S.ID])) for r in fillable]
-        fills = dict(zip((r[S.ID] for r in fillable), self.engine.search(examples, self.settings)))
+        fills = dict(zip((r[S.ID] for r in fillable), self.engine.search(examples, self.settings, self.report)))
         return [self._row(row, fills.get(row[S.ID])) for row in rows]
 
     def _row(self, row: Row, fills: list[Fill] | None) -> Row:

@@ -168,8 +168,9 @@ class JointsScorer(Stage):
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
         pairs = [Pair(np.asarray(rows[i][S.INPUT_IDS]), np.asarray(rows[i][S.TARGETS]), rows[i][A], rows[i][B]) for i in ok]
         scores: dict[int, Any] = {}
-        for index, cond in self.engine.conditionals(pairs):
+        for done, (index, cond) in enumerate(self.engine.conditionals(pairs), 1):
             scores[ok[index]] = score_pair(cond, self.options)
+            self.report(done, len(pairs))
         out = []
         for i, row in enumerate(rows):
             tokens = self._gold_tokens(row) if i in scores else (None, None)

@@ -95,7 +95,7 @@ class Scorer(Stage):
 
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
         """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
-        return isolated(self.engine.token_logprobs, sentences)
+        return isolated(lambda batch: self.engine.token_logprobs(batch, self.report), sentences)
 
     def _row(self, row: Row, result: np.ndarray | str | None) -> Row:
         """The output row of a prepared row and its token log-probs (or error); `partition` passes through."""

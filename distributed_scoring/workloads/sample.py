@@ -24,6 +24,7 @@ from ..config import ModelSpec
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import ADDED_LATER
+from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
@@ -190,8 +191,10 @@ class SampleScorer(Stage):
                 seed = example_seed(self.options.seed, f"{row[S.ID]}/{c}")
                 groups.setdefault(start, []).append((r, Chain(ids, sample, sequence_positions(self.mlm, ids), seed)))
         records: dict[int, list] = {}
-        for start, chains in groups.items():
-            for (r, _), recs in zip(chains, self.sampler.run([c for _, c in chains], self.settings[start])):
+        for g, (start, chains) in enumerate(groups.items()):
+            report = part(self.report, g, len(groups))
+            for (r, _), recs in zip(chains, self.sampler.run([c for _, c in chains], self.settings[start],
+                                                             report=report)):
                 records.setdefault(r, []).append(recs)
         out = []
         for r, row in enumerate(rows):

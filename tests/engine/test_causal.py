@@ -200,3 +200,13 @@ def test_pickled_checkpoint_loads_weights_only(tmp_path, causal_dir):
     a = score_texts(CausalEngine(reference), TEXTS[:2])[S.LOGP].to_pylist()
     b = score_texts(CausalEngine(loaded), TEXTS[:2])[S.LOGP].to_pylist()
     assert a == pytest.approx(b, abs=1e-6)
+
+
+def test_progress_is_reported_after_every_forward_pass(causal_dir):
+    lm = load_causal_lm(ModelSpec(str(causal_dir("gpt2"))))
+    sequences = encode(lm, TEXTS)
+    reports: list[tuple[int, int]] = []
+    CausalEngine(lm, BUDGETS[0]).token_logprobs(sequences, lambda done, total: reports.append((done, total)))
+    total = sum(len(s) for s in sequences)
+    assert len(reports) == len(sequences) and reports[-1] == (total, total)  # one sequence per pass
+    assert all(a < b for (a, _), (b, _) in zip(reports, reports[1:]))

@@ -179,3 +179,12 @@ def test_best_to_worst_fills_the_most_confident_position_first_ties_to_the_leftm
     assert fill.hcb == pytest.approx(fill.chain - logp[2][3] - logp[3][3] - logp[1][3], abs=1e-12)
     l2r = InfillEngine(lm, allowed).search([ex], InfillSettings("standard", "l2r", beam=1))[0][0]
     assert l2r.order == (1, 2, 3)
+
+
+def test_progress_is_reported_after_every_step_of_the_search(mlm):
+    tokens = some_tokens(mlm, 5)
+    examples = [example(mlm, TEXTS[0], [2, 3]), example(mlm, TEXTS[1], [1, 5, 6], seed=3)]
+    reports: list[tuple[int, int]] = []
+    InfillEngine(mlm, allowed_of(mlm, tokens), 64).search(examples, InfillSettings("standard", "l2r", beam=2),
+                                                          lambda done, total: reports.append((done, total)))
+    assert reports == [(1, 3), (2, 3), (3, 3)]  # one position of every unfinished example per step

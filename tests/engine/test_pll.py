@@ -108,3 +108,15 @@ def test_head_chunks_do_not_change_results(tiny_model_dir, monkeypatch):
     chunked = PLLEngine(mlm, "word_l2r", 2000).token_logprobs(sentences)
     for w, c in zip(whole, chunked):
         np.testing.assert_allclose(c, w, rtol=0, atol=1e-12)
+
+
+def test_progress_is_reported_after_every_forward_pass(tiny_model_dir):
+    """The pipeline's progress display moves by these reports within a shard: they rise to exactly the
+    tokens of all masked copies, and a budget below one sentence's copies gives many of them."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    sentences = sentences_of(mlm, TEXTS)
+    reports: list[tuple[int, int]] = []
+    PLLEngine(mlm, "original", BUDGETS[0]).token_logprobs(sentences, lambda done, total: reports.append((done, total)))
+    total = sum(len(s.input_ids) * len(s.targets) for s in sentences)
+    assert {t for _, t in reports} == {total} and reports[-1] == (total, total)
+    assert len(reports) > len(sentences) and all(a < b for (a, _), (b, _) in zip(reports, reports[1:]))

@@ -349,3 +349,13 @@ def test_forced_epochs_are_gibbs_moves_then_mh_resumes(mlm, targets):
     target = targets[("raw", 1.0)]
     tv = total_variation(empirical(Sampler(mlm, allowed, 1 << 14).run(many, settings), sample), target)
     assert tv < tv_bound(target, CHAINS)
+
+
+def test_progress_is_reported_after_every_step(mlm):
+    ids, sample, scored = problem(mlm)
+    reports: list[tuple[int, int]] = []
+    settings = SamplerSettings("mh", "norm", epochs=2, burn_in=1, start="random")
+    Sampler(mlm, allowed_of(mlm, ordinary(mlm, 30)), 1 << 14).run(
+        [Chain(ids, sample, scored, 1)], settings, report=lambda done, total: reports.append((done, total)))
+    steps = len(sample)  # mh: one position per step, every sampled position once per epoch
+    assert reports == [(k, 3 * steps) for k in range(1, 3 * steps + 1)]

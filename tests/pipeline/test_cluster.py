@@ -77,7 +77,7 @@ def test_a_driver_joins_the_cluster_after_eval_env(cluster, tmp_path, tiny_model
                           env={**cluster, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["rows"] == len(tiny.CORPUS)
-    assert "2.0 CPUs" in done.stderr or "cpus_per_actor=2.0" in done.stderr  # planned for 2-CPU nodes
+    assert "scoring actors x 2 CPU (" in done.stderr  # planned for 2-CPU nodes
 
 
 def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):

@@ -70,6 +70,12 @@ def nodes(*cpus: float, gpus: float = 0) -> list[dict]:
         # actors asked for, their CPUs not: sized to fit (the 2-core machine of issue 18)
         (nodes(4), RayOptions(num_actors=2), "cpu", (2, 1.25, 0.0, 1, (1, 1))),
         (nodes(2, 2, 2), RayOptions(num_actors=4), "cpu", (4, 1.0, 0.0, 1, (1, 1))),
+        (nodes(2), RayOptions(num_actors=3), "cpu", (3, 0.16, 0.0, 1, (1, 1))),  # below a quarter: hundredths
+        # a joined 2-CPU node: no whole CPU leaves 1.5 for the other stages, half of one does
+        (nodes(2), RayOptions(), "cpu", (1, 0.5, 0.0, 1, (1, 1))),
+        # a GPU per actor, and the CPUs per actor sized down so that the other stages keep 1.5
+        (nodes(4, gpus=4), RayOptions(), "auto", (4, 0.5, 1.0, 1, (1, 1))),
+        (nodes(4, gpus=4), RayOptions(num_actors=2), "auto", (2, 1.0, 1.0, 1, (1, 1))),
     ],
 )
 def test_resources_leave_cpus_for_the_other_stages(cluster, options, device, expected):
@@ -83,10 +89,14 @@ def test_resource_requests_that_cannot_work_are_refused():
         plan_resources(nodes(4), RayOptions(num_actors=2, cpus_per_actor=2), "cpu")
     with pytest.raises(UserError, match="no node can hold a scoring actor of 4 CPUs"):
         plan_resources(nodes(2, 2, 2), RayOptions(cpus_per_actor=4), "cpu")
-    with pytest.raises(UserError, match="no scoring actor fits"):
+    with pytest.raises(UserError, match="no scoring actor fits.*add CPUs"):
         plan_resources(nodes(1), RayOptions(), "cpu")
-    with pytest.raises(UserError, match="even at a quarter CPU"):
-        plan_resources(nodes(2), RayOptions(num_actors=3), "cpu")
+    with pytest.raises(UserError, match="300 scoring actors do not fit.*even at a hundredth.*lower --num-actors"):
+        plan_resources(nodes(2), RayOptions(num_actors=300), "cpu")
+    with pytest.raises(UserError, match="2 GPU actors x 1 CPUs do not fit"):
+        plan_resources(nodes(2, gpus=2), RayOptions(cpus_per_actor=1), "auto")
+    with pytest.raises(UserError, match="GPU actors leave no CPUs"):
+        plan_resources(nodes(1, gpus=1), RayOptions(), "auto")
     with pytest.raises(UserError, match="no GPUs"):
         plan_resources(nodes(8), RayOptions(), "cuda")
     with pytest.raises(UserError, match="need 4 GPUs"):

@@ -1,4 +1,4 @@
-"""Auditing a corpus snapshot (`dscore audit`): score it through the Ray pipeline, then audit the rows.
+"""Auditing a corpus snapshot (`dscore audit`): score it (in this process, or on Ray), then audit the rows.
 
 Scoring keeps per-token log-probabilities (for positionwise cross-entropy and outliers' hardest tokens)
 and a partition per row: the value of `--partition-column`, else the input file's name. The audit then
@@ -15,9 +15,10 @@ from ...config import RayOptions, RunConfig
 from ..score import score
 
 
-def audit_snapshot(config: RunConfig, ray: RayOptions, baseline: str | None = None,
+def audit_snapshot(config: RunConfig, ray: RayOptions | None = None, baseline: str | None = None,
                    audit: AuditConfig = AuditConfig(), overwrite: bool = False) -> AuditResult:
-    """Score (resuming an interrupted run) and audit; the result's `exit_code` is the command's."""
+    """Score (on Ray when `ray` options are given; resuming an interrupted run) and audit; the result's
+    `exit_code` is the command's."""
     inputs = config.inputs
     if inputs.partition_column is None and not inputs.partition_by_file:
         inputs = replace(inputs, partition_by_file=True)

@@ -34,7 +34,7 @@ def test_garbage_in_a_new_snapshot_is_flagged_and_fails_the_audit(ray_local, tmp
     day1 = [write(tmp_path / "day1" / "heavy_a.txt", chains[:12]), write(tmp_path / "day1" / "heavy_b.txt", chains[12:])]
     day2 = [write(tmp_path / "day2" / "heavy_a.txt", chains[:12]),
             write(tmp_path / "day2" / "heavy_b.txt", chains[12:] + garbage)]
-    common = ["--model", model, "--shard-rows", "8"]
+    common = ["--model", model, "--shard-rows", "8", "--ray"]
 
     assert main(["audit", *day1, "--output", str(tmp_path / "out1"), *common]) == EXIT_OK
     capsys.readouterr()
@@ -67,7 +67,7 @@ def test_another_species_is_not_flagged_but_garbage_is(ray_local, tmp_path, offl
     mouse = [spaced(g[:CHAIN_RESIDUES]) for g in rng.sample(sorted(v_genes("mouse").values()), 20)]
     garbage = [corrupt(c, rng, "shuffle") for c in human[:15]]
     files = [write(tmp_path / "snap" / "human.txt", human + garbage), write(tmp_path / "snap" / "mouse.txt", mouse)]
-    common = ["--model", model, "--shard-rows", "40"]
+    common = ["--model", model, "--shard-rows", "40", "--ray"]
     assert main(["audit", *files, "--output", str(tmp_path / "a1"), *common]) == EXIT_OK
     flagged = set(pq.read_table(tmp_path / "a1" / "outliers.parquet").column("id").to_pylist())
     injected = {f"human.txt:{i}" for i in range(61, 76)}
