@@ -1,0 +1,184 @@
+"""`dscore train pmlm`: continue training a masked LM with the u-PMLM objective (Liao et al., 2020), and
+report its random-order perplexity on held-out rows before and after.
+
+The corpus is read with the scoring inputs' readers (any file, folder or glob `dscore score` takes), split
+by a seeded hash of the row id and tokenised on the driver; the objective (`engine.training.PMLMObjective`)
+masks a share r ~ U(0, 1] of each sequence's tokens. The report's perplexities are chain-rule ones
+(`engine.chain`): exp(-sum log p(x) / sum tokens) over the held-out rows, in left-to-right order and in
+`orders` random orders per row (the same orders before and after, averaged per row in probability space,
+as Liao et al.'s Tables 2 and 3 score "sequential" and "random" order). For a u-PMLM the chain is its
+likelihood; for the MLM it started from, only an approximation, which is what training should improve.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, replace
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ...config import InputSpec, ModelSpec
+from ...errors import UserError
+from ...io import schema as S
+from ...io.sources import plan_shards, read_unit, read_units
+from ...io.storage import join
+from ...measures import pppl
+from ...workloads.prepare import Preparer
+from .run import (
+    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TrainOptions, TrainResources, claimed, fingerprint, fit_on_ray,
+    heldout_rows, on_ray, read_examples, read_metrics, run_task, set_threads, start_worker, train,
+)
+
+logger = logging.getLogger(__name__)
+
+LR = 5e-5  # default peak learning rate: continued pre-training of every weight
+EVALUATION_FILE = "evaluation_before.json"  # the starting model's figures, computed once per folder
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """The training texts: where they come from and their readable rows (id, text)."""
+
+    paths: tuple[str, ...]
+    text_column: str
+    split_chars: bool
+    rows: pa.Table
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256("\n".join(f"{i}\t{t}" for i, t in zip(self.rows[S.ID].to_pylist(),
+                                                                     self.rows[S.TEXT].to_pylist())).encode()).hexdigest()
+
+
+def read_corpus(paths: tuple[str, ...], text_column: str = "text", split_chars: bool = False) -> Corpus:
+    """The readable rows of the inputs (as `dscore score` reads them); none readable is an error."""
+    spec = InputSpec(paths, text_column)
+    tables = [rows for unit in read_units(plan_shards(spec)) for _, rows in read_unit(unit, spec)]
+    table = pa.concat_tables(tables) if tables else pa.table({S.ID: [], S.TEXT: [], S.STATUS: []})
+    ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT])
+    if ok.num_rows == 0:
+        raise UserError(f"--data {' '.join(paths)} holds no readable rows ({table.num_rows} rows read)")
+    return Corpus(paths, text_column, split_chars, ok)
+
+
+@dataclass(frozen=True)
+class PMLMJob:
+    """What the training workers and the evaluation tasks need (torch-free, pickled to them)."""
+
+    model: ModelSpec
+    location: str
+    options: TrainOptions
+    steps: int
+    checkpoint_every: int
+    orders: int
+    batch_tokens: int | None
+
+
+def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(lr=LR),
+               resources: TrainResources = TrainResources(), overwrite: bool = False, batch_tokens: int | None = None,
+               orders: int = 1) -> dict:
+    """Continue training `model` with u-PMLM on the corpus into `output` (a model folder `dscore score
+    --model` loads); returns the report (also DIR/report.json) with held-out perplexities before and after."""
+    from ...engine.model_files import load_tokenizer
+
+    if orders < 1:
+        raise UserError(f"--orders must be at least 1, got {orders}")
+    tokenizer, model_max = load_tokenizer(model)
+    train_table, heldout_table, left_out = _split(corpus, Preparer(tokenizer, model_max, corpus.split_chars), options)
+    if heldout_table.num_rows == 0:
+        raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
+    if train_table.num_rows < max(options.batch_size, resources.num_workers):
+        raise UserError(f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
+                        f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
+                        "workers: lower --batch-size, raise --max-length or add rows")
+    run = fingerprint("pmlm", model, options, {"data": list(corpus.paths), "text_column": corpus.text_column,
+                                               "split_chars": corpus.split_chars, "data_rows": corpus.digest})
+    with claimed(output, run, overwrite) as out:
+        out.write_table(DATA_TRAIN, train_table)
+        heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
+        steps = options.total_steps(train_table.num_rows)
+        job = PMLMJob(model, out.location, options, steps, resources.checkpoint_every, orders, batch_tokens)
+        settings = {"orders": orders, "seed": options.seed}
+        with on_ray(resources):
+            before = out.read_json(EVALUATION_FILE)
+            if before is None or before.get("settings") != settings:
+                before = {"settings": settings, **run_task(evaluate_chain, resources, job, model, heldout_path,
+                                                           resources.cpus_per_worker)}
+                out.write_json(EVALUATION_FILE, before)
+            fit_on_ray(pmlm_worker, job, resources, out)
+            after = run_task(evaluate_chain, resources, job, replace(model, name=out.location, revision=None),
+                             heldout_path, resources.cpus_per_worker)
+        metrics = read_metrics(out)
+        losses = [m["loss"] for m in metrics]
+        window = max(1, min(10, len(losses) // 2))
+        report = {
+            "command": "train pmlm", "data": list(corpus.paths), "model": model.name, "output": output,
+            "rows": {"usable": corpus.rows.num_rows, "train": train_table.num_rows, "heldout": heldout_table.num_rows,
+                     "left_out_over_max_length": left_out},
+            "training": {"steps": steps, "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed,
+                         "loss_first": float(np.mean(losses[:window])) if losses else None,
+                         "loss_last": float(np.mean(losses[-window:])) if losses else None,
+                         "loss": "u-PMLM cross-entropy of the masked tokens, per sequence, then per batch"},
+            "heldout": {"before": {k: v for k, v in before.items() if k != "settings"}, "after": after,
+                        "orders": orders, "seed": options.seed},
+        }
+        out.write_json(REPORT_FILE, report)
+    return report
+
+
+def _split(corpus: Corpus, preparer: Preparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:
+    """(training table, held-out table, training rows left out as longer than --max-length), tokenised;
+    held-out rows are kept up to the model's maximum."""
+    prepared = preparer.prepare_texts(corpus.rows[S.TEXT].to_pylist())
+    held = heldout_rows(corpus.rows[S.ID].to_pylist(), options.seed, options.heldout)
+    fits = np.array([p.error is None for p in prepared])
+    short = np.array([p.error is None and len(p.input_ids) <= options.max_length for p in prepared])
+    table = corpus.rows.append_column(S.INPUT_IDS, pa.array([p.input_ids for p in prepared], pa.list_(pa.int32())))
+    table = table.append_column(S.TARGETS, pa.array([p.targets for p in prepared], pa.list_(pa.int32())))
+    train = table.filter(pa.array(~held & short)).select([S.ID, S.INPUT_IDS, S.TARGETS])
+    return train, table.filter(pa.array(held & fits)), int((~held & fits & ~short).sum())
+
+
+def pmlm_worker(config: dict) -> None:
+    """One Ray Train worker: u-PMLM on the training split; worker 0 saves the model and tokenizer into DIR."""
+    from ...engine.models import load_masked_lm
+    from ...engine.training import PMLMObjective
+
+    job: PMLMJob = config["job"]
+    worker = start_worker(config)
+    mlm = load_masked_lm(replace(job.model, device=worker.device))
+    train(PMLMObjective(mlm), read_examples(join(job.location, DATA_TRAIN)), job, worker, "pmlm")
+    if worker.rank == 0:
+        mlm.model.save_pretrained(job.location)
+        mlm.tokenizer.save_pretrained(job.location)
+
+
+def evaluate_chain(job: PMLMJob, model: ModelSpec, heldout_path: str, cpus: float) -> dict:
+    """Chain-rule perplexities of `model` on the held-out rows, left to right and in `job.orders` seeded
+    random orders (runs as a Ray task: imports torch)."""
+    import torch
+
+    from ...engine.chain import ChainEngine, orders_for
+    from ...engine.models import load_masked_lm
+
+    set_threads(cpus)
+    table = pq.read_table(heldout_path)
+    ids = [np.asarray(x, dtype=np.int64) for x in table[S.INPUT_IDS].to_pylist()]
+    positions = [np.asarray(x, dtype=np.int64) for x in table[S.TARGETS].to_pylist()]
+    engine = ChainEngine(load_masked_lm(replace(model, device="cuda" if torch.cuda.is_available() else "cpu")),
+                         job.batch_tokens)
+    tokens = sum(len(p) for p in positions)
+    l2r = engine.log_likelihoods(ids, [orders_for(p, "l2r", 1, None)[0] for p in positions])
+    rng = np.random.default_rng(job.options.seed)
+    random_orders = [orders_for(p, "random", job.orders, rng) for p in positions]
+    # (N, K): row i's log-likelihood in its k-th random order
+    random = engine.log_likelihoods([i for i, o in zip(ids, random_orders) for _ in o],
+                                    [order for o in random_orders for order in o]).reshape(len(ids), job.orders)
+    averaged = np.logaddexp.reduce(random, axis=1) - np.log(job.orders)  # (N,) mean over orders of p(x)
+    return {"sentences": len(ids), "tokens": tokens, "ppl_l2r": pppl(float(l2r.sum()), tokens),
+            "ppl_random": pppl(float(averaged.sum()), tokens),
+            "ppl_random_each_order": [pppl(float(random[:, k].sum()), tokens) for k in range(job.orders)]}
