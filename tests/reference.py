@@ -28,6 +28,8 @@ MLM energies and Metropolis-Hastings (`tests/engine/test_sampler.py`; Goyal et a
   `NaiveEnergy`: E_raw, E_norm, the shaped block proposal, the MH log-acceptance, the exact target
   p(X) ∝ exp(-E(X) / T) over every fill, and the stationary distribution of sweep-order Gibbs.
   `total_variation`: TV between two distributions given as dicts.
+Any-order chain rule (`tests/engine/test_chain.py`, `engine/test_generate.py`; Liao et al., 2020):
+  `NaiveChain`: the chain's terms along an order, one masked copy per step, and greedy Algorithm 1.
 """
 
 from __future__ import annotations
@@ -529,3 +531,50 @@ class NaiveEnergy:
 def total_variation(p: dict, q: dict) -> float:
     """1/2 sum_x |p(x) - q(x)| over the union of both supports (missing keys have probability 0)."""
     return 0.5 * sum(abs(p.get(x, 0.0) - q.get(x, 0.0)) for x in set(p) | set(q))
+
+
+# --- any-order chain rule (u-PMLM): scores and generation --------------------------------------------
+
+
+class NaiveChain:
+    """Liao et al.'s chain rule the slow way: one masked copy per forward pass, full logits, float64
+    model and log-softmax over the whole vocabulary (see distributed_scoring/engine/chain.py).
+
+    Step k of an order sigma is the sequence with sigma(k), sigma(k+1), ... holding the mask token and
+    every other position as given; its term is log p(x_sigma(k)) at sigma(k).
+    """
+
+    def __init__(self, model, mask_id: int) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.mask_id = mask_id
+
+    @torch.no_grad()
+    def logp(self, ids: list[int], position: int) -> np.ndarray:
+        """(V,) log p at `position` of this exact sequence."""
+        logits = self.model(input_ids=torch.tensor([list(ids)])).logits[0, position].double()
+        return torch.log_softmax(logits, dim=-1).numpy()
+
+    def terms(self, ids, order) -> list[float]:
+        """log p(x_sigma(k) | x_sigma(<k), sigma(>=k) masked, rest) for k = 0 .. T-1."""
+        out = []
+        for k, position in enumerate(order):
+            copy_ids = [int(i) for i in ids]
+            for later in order[k:]:
+                copy_ids[later] = self.mask_id
+            out.append(float(self.logp(copy_ids, position)[ids[position]]))
+        return out
+
+    def log_likelihood(self, ids, order) -> float:
+        return sum(self.terms(ids, order))
+
+    def greedy(self, ids, order, allowed: list[int]) -> tuple[list[int], float]:
+        """Algorithm 1 with argmax: the masked sequence `ids` filled along `order` (positions), at each
+        step the allowed token of highest probability (ties: the smaller id); (filled ids, chain score)."""
+        context = [int(i) for i in ids]
+        score = 0.0
+        for position in order:
+            logp = self.logp(context, position)
+            token = max(allowed, key=lambda t: (logp[t], -t))
+            context[position] = token
+            score += float(logp[token])
+        return context, score

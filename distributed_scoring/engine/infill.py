@@ -11,8 +11,9 @@ both terms come from one softmax over the whole vocabulary (special tokens inclu
 HCB's correction makes the score the Hammersley-Clifford-Besag joint log p(x_M) - log p(pivot_M) along
 the order, at no extra forward pass. Orders: `l2r` fills m_1, m_2, ...; `best-to-worst` fills, per beam,
 the remaining position whose largest log-probability over the whole vocabulary is highest (ties to the
-leftmost), from the standard log-probabilities, as the authors' code does. Candidates are the `allowed`
-tokens (every non-special token by default): special tokens are never filled.
+leftmost), from the standard log-probabilities, as the authors' code does; `given` fills in each
+example's own order (u-PMLM generation, Liao et al. 2020, Algorithm 1: a random or any other order).
+Candidates are the `allowed` tokens (every non-special token by default): special tokens are never filled.
 
 Beam search (`standard`, `hcb`) keeps `beam` partial fills per example: each beam proposes its top `beam`
 tokens at its position, and the example keeps the best `beam` of the beam x beam expansions (ties: the
@@ -24,6 +25,7 @@ with the HCB score of each (the ground truth that shows a decoder's search error
 first position (without replacement), then one token per chain and step, each chain scored by its
 chain log-probability under the unfiltered model; top-p keeps the smallest set of tokens whose
 probability reaches p (Holtzman et al., so the token that crosses p is kept; the authors' code drops it).
+`filtered` applies all three filters as set, temperature then top-k then top-p (`dscore generate`).
 
 All live beams of all examples of a call go through one packed forward pass per fill step (rows of one
 example share its length), under the token budget, with the out-of-memory halving of `packing`.
@@ -41,9 +43,9 @@ import torch
 from .models import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
 
-DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
-SAMPLERS = ("sample", "temperature", "top-k", "top-p")
-ORDERS = ("l2r", "best-to-worst")
+DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p", "filtered")
+SAMPLERS = ("sample", "temperature", "top-k", "top-p", "filtered")
+ORDERS = ("l2r", "best-to-worst", "given")
 
 
 @dataclass(frozen=True)
@@ -55,23 +57,36 @@ class InfillSettings:
     beam: int = 5
     pivot: int | None = None  # token id whose log-probability HCB subtracts; None: the mask token
     temperature: float = 1.0
-    top_k: int = 10
+    top_k: int = 10  # 0: no top-k filter (`filtered` only)
     top_p: float = 0.9
 
     def __post_init__(self) -> None:
         if self.decoder not in DECODERS or self.order not in ORDERS:
             raise ValueError(f"decoder {self.decoder!r} / order {self.order!r}: expected one of {DECODERS} / {ORDERS}")
-        if self.beam < 1 or self.temperature <= 0 or self.top_k < 1 or not 0 < self.top_p <= 1:
-            raise ValueError("beam and top_k must be >= 1, temperature > 0 and top_p in (0, 1]")
+        least_top_k = 0 if self.decoder == "filtered" else 1
+        if self.beam < 1 or self.temperature <= 0 or self.top_k < least_top_k or not 0 < self.top_p <= 1:
+            raise ValueError("beam and top_k must be >= 1 (top_k >= 0 for `filtered`), temperature > 0, "
+                             "top_p in (0, 1]")
+
+    @property
+    def filters(self) -> tuple[float, int, float]:
+        """(temperature, top-k, top-p) a sampler applies, in that order (top-k 0 and top-p 1 are off):
+        a baseline its own knob alone (`sample` none), `filtered` all three as set."""
+        if self.decoder == "filtered":
+            return self.temperature, self.top_k, self.top_p
+        return (self.temperature if self.decoder == "temperature" else 1.0,
+                self.top_k if self.decoder == "top-k" else 0, self.top_p if self.decoder == "top-p" else 1.0)
 
 
 @dataclass(frozen=True)
 class InfillExample:
-    """Token ids with the mask token at `masks` (ascending positions); `seed` drives its sampling."""
+    """Token ids with the mask token at `masks` (ascending positions); `seed` drives its sampling;
+    `order` is the fill order of the `given` order (the masks' positions, permuted)."""
 
     input_ids: np.ndarray  # (L,)
     masks: np.ndarray  # (k,)
     seed: int = 0
+    order: np.ndarray | None = None  # (k,)
 
 
 @dataclass(frozen=True)
@@ -87,7 +102,7 @@ class Fill:
 @dataclass
 class _Beam:
     ids: np.ndarray  # (L,) the example with this beam's tokens written in
-    remaining: tuple[int, ...]  # positions still masked, ascending
+    remaining: tuple[int, ...]  # positions still masked, in fill order for `given`, else ascending
     chain: float = 0.0
     hcb: float = 0.0
     order: tuple[int, ...] = field(default=())
@@ -121,7 +136,7 @@ class InfillEngine:
         """Per example, its fills best first: `beam` of them (chains for samplers), every fill for `exact`."""
         width = [exact_size(len(self.allowed_ids), len(e.masks)) if settings.decoder == "exact" else settings.beam
                  for e in examples]
-        beams = [[_Beam(e.input_ids.copy(), tuple(int(m) for m in e.masks))] for e in examples]
+        beams = [[_Beam(e.input_ids.copy(), _fill_order(e, settings.order))] for e in examples]
         rngs = [np.random.default_rng(e.seed) for e in examples]
         sampler = settings.decoder in SAMPLERS
         pivot = self.mlm.mask_token_id if settings.pivot is None else settings.pivot
@@ -196,6 +211,15 @@ class InfillEngine:
         return torch.as_tensor(picks, device=logp.device)
 
 
+def _fill_order(example: InfillExample, order: str) -> tuple[int, ...]:
+    """The masks in the order `_forward` takes them first to last: the example's own for `given`."""
+    if order != "given":
+        return tuple(int(m) for m in example.masks)
+    if example.order is None or sorted(example.order.tolist()) != sorted(example.masks.tolist()):
+        raise ValueError("the `given` order needs each example's `order`: its masks' positions, permuted")
+    return tuple(int(m) for m in example.order)
+
+
 def _advance(beam: _Beam, position: int, token: int, logp: float, pivot: float) -> _Beam:
     ids = beam.ids.copy()
     ids[position] = token
@@ -230,17 +254,20 @@ def _sample(beams: list[_Beam], steps: list[_Step], width: int, settings: Infill
 
 
 def _sampling_weights(logp: np.ndarray, settings: InfillSettings) -> np.ndarray:
-    """Unnormalised log-weights of the candidates under the sampler's filter."""
-    if settings.decoder == "temperature":
-        return logp / settings.temperature
-    if settings.decoder == "top-k":
-        keep = np.argsort(-logp, kind="stable")[: settings.top_k]
-    elif settings.decoder == "top-p":
-        order = np.argsort(-logp, kind="stable")
-        probs = np.exp(logp[order] - np.logaddexp.reduce(logp))
-        keep = order[: int(np.searchsorted(np.cumsum(probs), settings.top_p)) + 1]
-    else:
-        return logp
-    weights = np.full_like(logp, -np.inf)
-    weights[keep] = logp[keep]
+    """Unnormalised log-weights of the candidates under the sampler's filters (`InfillSettings.filters`):
+    log p / T, then the top k of them, then the nucleus of that distribution; -inf where filtered out."""
+    temperature, top_k, top_p = settings.filters
+    weights = logp / temperature
+    if top_k:
+        weights = _kept(weights, np.argsort(-weights, kind="stable")[:top_k])
+    if top_p < 1:
+        order = np.argsort(-weights, kind="stable")
+        probs = np.exp(weights[order] - np.logaddexp.reduce(weights))
+        weights = _kept(weights, order[: int(np.searchsorted(np.cumsum(probs), top_p)) + 1])
     return weights
+
+
+def _kept(weights: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    out = np.full_like(weights, -np.inf)
+    out[keep] = weights[keep]
+    return out

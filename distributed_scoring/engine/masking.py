@@ -1,9 +1,9 @@
 """Masked copies of sentences and their packing into forward passes under a token budget.
 
 A sentence of length L with n scored tokens becomes n copies of length L, copy k masking target k
-(and, in the `word_l2r` variant, the later pieces of the same word). Copies of many sentences share a
-forward pass, packed by `packing.pack` (a sentence is a group of rows: longest first, a sentence's
-copies may run over several batches, rows x padded length within the budget).
+(and, in the `word_l2r` variant, the later pieces of the same word; in `chain`, the later targets).
+Copies of many sentences share a forward pass, packed by `packing.pack` (a sentence is a group of rows:
+longest first, a sentence's copies may run over several batches, rows x padded length within the budget).
 """
 
 from __future__ import annotations
@@ -46,10 +46,16 @@ def mask_matrix(sentence: Sentence, variant: str) -> np.ndarray:
 
     `original`: the target alone. `word_l2r` (Kauf & Ivanova, 2023): the target and every later piece
     of the same tokenizer word, so a word's first piece is not predicted from its own continuation.
+    `chain` (the chain rule along an order, `engine.chain`): the targets are the order, and copy k masks
+    target k and every target after it, so it sees the targets before it and the rest of the sentence.
     """
     length = len(sentence.input_ids)
     pos = np.arange(length)
     t = sentence.targets
+    if variant == "chain":
+        rank = np.full(length, -1)
+        rank[t] = np.arange(len(t))  # step at which each position is scored; -1: never (context)
+        return rank[None, :] >= np.arange(len(t))[:, None]
     mask = pos[None, :] == t[:, None]
     if variant == "word_l2r":
         words = sentence.piece_words

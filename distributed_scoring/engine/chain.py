@@ -1,0 +1,72 @@
+"""Chain-rule log-likelihoods of a masked LM along an order (Liao et al., 2020, u-PMLM, eq. 8).
+
+For a sequence x and an order sigma of some of its positions (the scored ones: special tokens excluded),
+
+    log p(x) = sum_k log p(x_sigma(k) | x_sigma(<k), the positions sigma(>k) masked, the rest as given)
+
+in natural log, the softmax over the whole vocabulary. Step k is one masked copy of the sequence, with
+sigma(k) and every later position of the order holding the mask token (`masking`, variant `chain`), so a
+sequence of T scored tokens costs T copies, as its PLL does. A u-PMLM is trained so that these are its
+conditionals, and the sum is its likelihood of x in that order; for any other MLM the sum is only an
+approximation (its conditionals were trained at one masking rate and need not form a joint).
+
+The copies of every (sequence, order) pair of a call go through the PLL engine's packed forward passes
+under one token budget (one group of rows per pair), with its out-of-memory halving; nothing here
+batches or normalises on its own.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from .masking import Sentence
+from .models import MaskedLM
+from .pll import PLLEngine
+
+ORDERS = ("l2r", "r2l", "random")
+
+
+def orders_for(positions: np.ndarray, order: str, k: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Orders of `positions` to score in: `l2r` ascending, `r2l` descending (one order each, `k` must be
+    1), `random` `k` permutations drawn from `rng` (a seeded generator gives the same orders again)."""
+    positions = np.sort(np.asarray(positions, dtype=np.int64))
+    if order not in ORDERS:
+        raise ValueError(f"order {order!r} is not one of {ORDERS}")
+    if k < 1 or (order != "random" and k != 1):
+        raise ValueError(f"{k} orders asked for: `random` takes k >= 1, `{order}` has exactly one")
+    if order == "l2r":
+        return [positions]
+    if order == "r2l":
+        return [positions[::-1].copy()]
+    return [rng.permutation(positions) for _ in range(k)]
+
+
+class ChainEngine:
+    """Chain-rule log-likelihoods with one loaded model; results do not depend on the batching."""
+
+    def __init__(self, mlm: MaskedLM, batch_tokens: int | None = None) -> None:
+        self.mlm = mlm
+        self.pll = PLLEngine(mlm, "chain", batch_tokens)
+
+    @property
+    def batch_tokens(self) -> int:
+        """The current token budget: the one given, halved after each batch that ran out of memory."""
+        return self.pll.batch_tokens
+
+    def log_likelihoods(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray]) -> np.ndarray:
+        """(P,) float64: log p(input_ids[i]) along orders[i] (positions of input_ids[i], scoring order)."""
+        return np.array([terms.sum() for terms in self.conditionals(input_ids, orders)], dtype=np.float64)
+
+    def conditionals(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """Per pair, the chain's terms log p(x_sigma(k) | x_sigma(<k), ...) for k = 0 .. T-1 (float64)."""
+        if len(input_ids) != len(orders):
+            raise ValueError(f"{len(input_ids)} sequences but {len(orders)} orders: give one order per sequence")
+        sentences = []
+        for ids, order in zip(input_ids, orders):
+            ids, order = np.asarray(ids, dtype=np.int64), np.asarray(order, dtype=np.int64)
+            if len(np.unique(order)) != len(order) or ((order < 0) | (order >= len(ids))).any():
+                raise ValueError(f"an order must hold distinct positions of its sequence (0 .. {len(ids) - 1})")
+            sentences.append(Sentence(ids, order, np.full(len(ids), -1, dtype=np.int64)))
+        return self.pll.token_logprobs(sentences)
