@@ -5,8 +5,9 @@ for the model (DistributedDataParallel under Ray Train) and an `on_step` callbac
 writes checkpoints. Every step takes the same global batch of `batch_size` examples whatever the number
 of workers (worker r takes rows r, r + W, ... of it), drawn from a permutation of the examples seeded by
 (seed, epoch) (the examples left over after the last whole batch of an epoch sit that epoch out), and
-every random mask is seeded by (seed, step, rank): a run resumed from a checkpoint at step s goes on
-exactly as the run that wrote it would have.
+every random draw of a step (its masks, and dropout, which draws from torch's global generator) is
+seeded by (seed, step, rank): a run resumed from a checkpoint at step s goes on exactly as the run that
+wrote it would have.
 """
 
 from __future__ import annotations
@@ -214,7 +215,9 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
     per_epoch = len(examples) // schedule.batch_size
     for step in range(start, schedule.steps):
         rows = batch_rows(step, len(examples), schedule, rank, world)
-        generator = torch.Generator().manual_seed(hash_seed(schedule.seed, step, rank))
+        seed = hash_seed(schedule.seed, step, rank)
+        torch.manual_seed(seed)  # dropout
+        generator = torch.Generator().manual_seed(seed)
         lr = scheduler.get_last_lr()[0]  # the encoder's
         loss = objective.loss(trained, [examples[i] for i in rows], generator)
         optimizer.zero_grad(set_to_none=True)

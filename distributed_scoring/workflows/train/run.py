@@ -38,7 +38,7 @@ from ...io import schema as S
 from ...io.lock import FolderLock
 from ...io.output import LOCK_FILE, RUN_FILE, OutputDir, OutputError
 from ...io.storage import scheme
-from ...pipeline.on_ray import ray_session
+from ...pipeline.on_ray import cluster_address, ray_session
 from ...quiet import quiet_transformers
 
 if TYPE_CHECKING:  # torch code, imported on the training workers only
@@ -190,15 +190,25 @@ def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources
     import ray
 
     task = ray.remote(num_cpus=0, max_retries=0)(_fit)
-    ray.get(task.remote(loop, job, resources, out.location))
+    ray.get(task.remote(loop, job, resources, out.location, cluster_address(resources.address) is None))
 
 
-def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str) -> None:
+def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool) -> None:
     """Build and fit the TorchTrainer (runs as a Ray task: this imports torch)."""
     from ray.train import CheckpointConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(
+    class EmbeddedTrainer(TorchTrainer):
+        """Without the placement-group cleaner (Ray 2.60). It polls Ray's state API every second and logs a
+        warning each time it cannot reach it, which on an embedded Ray started with the dashboard off (as
+        `ray_session` starts one) is every time; an embedded Ray's placement groups end with the driver
+        anyway. `_create_default_callbacks` is Ray's private hook: on a Ray without it, nothing is left out."""
+
+        def _create_default_callbacks(self):
+            return [c for c in super()._create_default_callbacks()
+                    if type(c).__name__ != "PlacementGroupCleanerCallback"]
+
+    trainer = (EmbeddedTrainer if embedded else TorchTrainer)(
         loop,
         train_loop_config={"job": job, "resources": resources},
         scaling_config=ScalingConfig(num_workers=resources.num_workers, use_gpu=resources.use_gpu,
