@@ -365,6 +365,7 @@ def _add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
     p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
     p.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a different training run")
     ray = p.add_argument_group("Ray Train", "training runs on Ray Train: an embedded local Ray unless a cluster is given")
+    ray.add_argument("--ray", action="store_true", help="accepted as in the scoring commands: training always runs on Ray")
     ray.add_argument("--num-workers", type=int, default=r.num_workers, help="data-parallel workers (default 1)")
     ray.add_argument("--use-gpu", action="store_true", help="one GPU per worker")
     ray.add_argument("--cpus-per-worker", type=float, default=r.cpus_per_worker,
