@@ -107,6 +107,39 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
+    from .workflows.chain import ORDERS
+
+    g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
+                             "(the likelihood of a u-PMLM; for other MLMs an approximation)")
+    g.add_argument("--method", choices=("pll", "chain"), default="pll",
+                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order")
+    g.add_argument("--order", choices=ORDERS, default=None, help="chain order: left to right (default), right to "
+                   "left, or random permutations")
+    g.add_argument("--orders", type=int, default=None,
+                   help="random orders per sentence, averaged in probability space (default 1)")
+    g.add_argument("--seed", type=int, default=None, help="seed of the random orders, with each row's id (default 0)")
+
+
+def _score_by_method(args: argparse.Namespace) -> int:
+    """`dscore score`: the PLL, or with --method chain the chain rule; chain flags alone are an error."""
+    if args.method == "pll":
+        if (args.order, args.orders, args.seed) != (None, None, None):
+            raise UserError("--order, --orders and --seed belong to --method chain")
+        return _score(args)
+    if _student(args):
+        raise UserError("--maskless predicts PLLs; it does not go with --method chain")
+    from .workflows.chain import ChainOptions, score_chain
+
+    d = ChainOptions()
+    options = ChainOptions(d.order if args.order is None else args.order,
+                           d.orders if args.orders is None else args.orders,
+                           d.seed if args.seed is None else args.seed, args.split_chars)
+    summary = score_chain(_config(args), options, _ray_options(args), overwrite=args.overwrite)
+    print(json.dumps(summary, indent=2), file=args.result)
+    return 0
+
+
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     from .workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
     from .workflows.audit.outliers import SCOPES, OutlierRule
@@ -406,6 +439,47 @@ def _train_pmlm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
+    from .workflows.generate import ORDERS, GenerateOptions
+
+    d = GenerateOptions()
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="prompts: texts with the model's mask token at each token to generate (the other tokens "
+                   "stay); or none, with --length")
+    _add_model_arguments(p, shard_rows=100, variant=False)
+    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    p.add_argument("--length", type=int, default=None, help="no INPUTS: generate sequences of this many tokens")
+    p.add_argument("--num-sequences", type=int, default=d.sequences,
+                   help="sequences per prompt; with --length, how many sequences (default 1)")
+    p.add_argument("--order", choices=ORDERS, default=d.order,
+                   help="fill order: random (default; seeded per sequence), l2r, r2l, or given per row")
+    p.add_argument("--order-column", default=d.order_column,
+                   help="with --order given: the column listing the masks' indices (0 .. k-1, in reading order) in "
+                   'fill order, as a JSON list or "2 0 1" (default: fill_order, as the output writes it)')
+    p.add_argument("--temperature", type=float, default=d.temperature,
+                   help="sampling temperature; 0: greedy, the most probable token at each step (default 1)")
+    p.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k most probable tokens (default 0: off)")
+    p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling's p (default 1: off)")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the orders and samples (with each row's id)")
+    p.add_argument("--vocab-restrict", default=None,
+                   help="the only tokens that may be generated, space-separated (as in dscore infill)")
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .workflows.generate import GenerateInputs, GenerateOptions, generate
+
+    options = GenerateOptions(
+        args.order, args.num_sequences, args.temperature, args.top_k, args.top_p, args.seed,
+        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.length, args.order_column,
+    )
+    inputs = GenerateInputs(tuple(args.inputs), args.output, args.text_column, args.id_column, args.shard_rows,
+                            args.batch_tokens)
+    summary = generate(inputs, _model(args), options, _ray_options(args), overwrite=args.overwrite)
+    print(json.dumps(summary, indent=2), file=args.result)
+    return 0
+
+
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -432,7 +506,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
     _add_score_arguments(score, maskless=True)
-    score.set_defaults(func=_score)
+    _add_chain_arguments(score)
+    score.set_defaults(func=_score_by_method)
     rescore = commands.add_parser(
         "rescore", help="rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev")
     _add_rescore_arguments(rescore)
@@ -455,6 +530,14 @@ def build_parser() -> argparse.ArgumentParser:
         "status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
     _add_sample_arguments(sample)
     sample.set_defaults(func=_sample)
+    generate = commands.add_parser(
+        "generate", help="generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
+        "by the prompt's tokens",
+        description="Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
+        "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
+        "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
+    _add_generate_arguments(generate)
+    generate.set_defaults(func=_generate)
     audit = commands.add_parser(
         "audit", help="score a corpus snapshot on Ray and audit it: PPPL per partition, outliers, baseline",
         description="Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "

@@ -4,8 +4,8 @@
         --input s3://bucket/corpus/ --model bert-base-cased --output s3://bucket/scores/run-1
 
 Inside a submitted job RAY_ADDRESS points at the cluster, so the pipeline joins it. Every option of
-`dscore score` is accepted (`--variant`, `--text-column`, `--num-actors`, ...); `--input` may be
-repeated. Rerunning the same command after a failure resumes into the same output.
+`dscore score` is accepted (`--variant`, `--text-column`, `--num-actors`, `--method chain --order random
+--orders 5`, ...); `--input` may be repeated. Rerunning the same command after a failure resumes into the same output.
 """
 
 import sys

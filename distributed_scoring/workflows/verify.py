@@ -23,7 +23,8 @@ from ..errors import UserError
 from ..io.output import DONE_DIR, FILE_DIGEST, LOCK_FILE, ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir, part_name
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
-ROW_KEY_EXTRAS = ("construction",)  # workloads writing several rows per id (joints) tell them apart by these
+# Workloads writing several rows per id (joints, generate) tell them apart by these.
+ROW_KEY_EXTRAS = ("construction", "sequence")
 
 
 class NotARunFolderError(UserError):

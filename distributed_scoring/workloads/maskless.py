@@ -20,7 +20,7 @@ from ..io import schema as S
 from ..measures import pppl
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
-from .pll import _pll_preparer
+from .pll import isolated, pll_preparer
 
 VARIANT = "maskless"
 
@@ -35,7 +35,7 @@ class MasklessOptions:
 
 class MasklessScorer(Stage):
     """Adds the predicted PLL, counts and PPPLs to prepared rows; rows that could not be tokenised stay
-    error rows."""
+    error rows, as does a row whose forward pass fails on its own (`pll.isolated`)."""
 
     reads = {
         S.ID: "the row's id, kept",
@@ -60,25 +60,27 @@ class MasklessScorer(Stage):
 
     def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        predicted: list[float | None] = [None] * len(rows)
-        if ok:
-            values = self.engine.predict([np.asarray(rows[i][S.INPUT_IDS], dtype=np.int64) for i in ok])
-            for i, value in zip(ok, values.tolist()):
-                predicted[i] = value
-        return [self._row(row, pll) for row, pll in zip(rows, predicted)]
+        predicted: list[float | str | None] = [None] * len(rows)
+        sequences = [np.asarray(rows[i][S.INPUT_IDS], dtype=np.int64) for i in ok]
+        for i, result in zip(ok, isolated(lambda s: self.engine.predict(s).tolist(), sequences) if ok else []):
+            predicted[i] = result
+        return [self._row(row, result) for row, result in zip(rows, predicted)]
 
-    def _row(self, row: Row, pll: float | None) -> Row:
-        ok = pll is not None
+    def _row(self, row: Row, result: float | str | None) -> Row:
+        """The output row of a prepared row and its predicted PLL (or its error)."""
+        ok = isinstance(result, float)
+        pll = result if ok else None
         n_tokens = len(row[S.TARGETS]) if ok else 0
         n_words = row[S.N_WORDS] if ok else 0
         return {
             **row, S.PLL: pll, S.N_TOKENS: n_tokens, S.N_WORDS: n_words, S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
             S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None, S.PPPL_WORD: pppl(pll, n_words) if ok else None,
-            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.MODEL: self.model_name, S.VARIANT: VARIANT,
+            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else (result or row[S.ERROR]),
+            S.MODEL: self.model_name, S.VARIANT: VARIANT,
         }
 
 
 def maskless_workload(student: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Predicted PLLs from a maskless student folder (`dscore score --maskless`)."""
-    return Workload("maskless", MasklessOptions(scoring.split_chars), partial(_pll_preparer, student, scoring.split_chars),
+    return Workload("maskless", MasklessOptions(scoring.split_chars), partial(pll_preparer, student, scoring.split_chars),
                     partial(MasklessScorer, student, scoring.batch_tokens), student.device)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,9 @@ if TYPE_CHECKING:
     from ..engine.models import MaskedLM
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -92,23 +95,7 @@ class Scorer(Stage):
 
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
         """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
-        try:
-            return list(self.engine.token_logprobs(sentences))
-        except Exception as exc:  # noqa: BLE001 - isolated below, re-raised when not row-specific
-            if len(sentences) < 2:
-                if not sentences:
-                    raise
-                return [f"scoring failed: {type(exc).__name__}: {exc}"]
-            logger.warning("a batch failed (%s); scoring its %d sentences one by one", exc, len(sentences))
-            results: list[np.ndarray | str] = []
-            for sentence in sentences:
-                try:
-                    results.append(self.engine.token_logprobs([sentence])[0])
-                except Exception as row_exc:  # noqa: BLE001 - becomes this row's error
-                    results.append(f"scoring failed: {type(row_exc).__name__}: {row_exc}")
-            if all(isinstance(r, str) for r in results):
-                raise
-            return results
+        return isolated(self.engine.token_logprobs, sentences)
 
     def _row(self, row: Row, result: np.ndarray | str | None) -> Row:
         """The output row of a prepared row and its token log-probs (or error); `partition` passes through."""
@@ -134,7 +121,29 @@ class Scorer(Stage):
         return out
 
 
-def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
+def isolated(score: Callable[[Sequence[T]], Sequence[R]], items: Sequence[T]) -> list[R | str]:
+    """score(items), or, when that fails, each item scored alone: an item that fails on its own gets an
+    error message in its place; a failure that hits every item is raised (the caller retries the shard)."""
+    try:
+        return list(score(items))
+    except Exception as exc:  # noqa: BLE001 - isolated below, re-raised when not row-specific
+        if len(items) < 2:
+            if not items:
+                raise
+            return [f"scoring failed: {type(exc).__name__}: {exc}"]
+        logger.warning("a batch failed (%s); scoring its %d rows one by one", exc, len(items))
+        results: list[R | str] = []
+        for item in items:
+            try:
+                results.append(score([item])[0])
+            except Exception as row_exc:  # noqa: BLE001 - becomes this row's error
+                results.append(f"scoring failed: {type(row_exc).__name__}: {row_exc}")
+        if all(isinstance(r, str) for r in results):
+            raise
+        return results
+
+
+def pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
     from ..engine.model_files import load_tokenizer
     from .prepare import Preparer
 
@@ -144,5 +153,5 @@ def _pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], p
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload("pll", PLLOptions.of(scoring), partial(_pll_preparer, model, scoring.split_chars),
+    return Workload("pll", PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
                     partial(Scorer, model, scoring), model.device)

@@ -1,0 +1,140 @@
+"""`dscore score --method chain`: the chain-rule log-likelihood of every input row, then summary.json.
+
+The corpus figure is the perplexity PPL = exp(-sum log_likelihood / sum n_tokens) over the ok rows (per
+word with n_words), summed once as for the PLL. In sequential order (`l2r`) and with one random order
+per sentence it is Liao et al.'s PPL(sequential) and PPL(random) (Tables 2-3). With K random orders per
+sentence the rows average them in probability space, and `by_order` reports the spread: the corpus PPL
+of the k-th order of every sentence, for each k (K replicates of the paper's PPL(random)), and the mean
+over sentences of the standard deviation of their K log-likelihoods. For a u-PMLM the chain is its
+likelihood; for any other MLM it is an approximation (its conditionals need not form one joint).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..config import RayOptions, RunConfig
+from ..errors import DataLossError, UserError
+from ..io import schema as S
+from ..io.output import SUMMARY_FILE, OutputDir
+from ..io.sources import Shard
+from ..measures import pppl
+from ..pipeline.aggregate import check_complete
+from ..pipeline.runner import claimed, execute
+from ..workloads.chain import (  # ORDERS and ChainOptions: what the CLI builds a run from
+    LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload,
+)
+
+__all__ = ["ORDERS", "ChainOptions", "score_chain"]
+
+LIKELIHOOD_NOTE = ("the likelihood of a u-PMLM (Liao et al., 2020) in this order; for other masked LMs an "
+                   "approximation, since their conditionals need not form one joint distribution")
+
+
+def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None = None, overwrite: bool = False,
+                progress: bool | None = None) -> dict:
+    """Chain log-likelihood of every input row; returns the summary (also written to summary.json).
+
+    The tokenizer is loaded here first, so a model that cannot be used, or options of the PLL alone,
+    stop the run before any file is written.
+    """
+    from ..engine.model_files import load_tokenizer
+
+    scoring = config.scoring
+    if scoring.per_token or scoring.word_scores or scoring.variant != "original":
+        raise UserError("--per-token, --word-scores and --variant are options of --method pll; "
+                        "--method chain writes one log-likelihood per row")
+    tokenizer, _ = load_tokenizer(config.model)
+    if tokenizer.mask_token is None:
+        raise UserError(f"{config.model.name!r} has no mask token, so it has no masked conditionals to chain")
+    workload = chain_workload(config.model, options, scoring.batch_tokens)
+    with claimed(config, workload, overwrite) as (plan, out, todo):
+        execute(workload, config, todo, out, ray, progress)
+        summary = summarize(out, plan, config, options)
+        out.write_json(SUMMARY_FILE, summary)
+        return summary
+
+
+@dataclass(frozen=True)
+class ChainStats:
+    """Counts and sums over chain rows; `a + b` merges shards. Only ok rows enter the sums.
+    `by_order[k]` sums the k-th order's log-likelihood of every row (rows of one run have K each)."""
+
+    rows: int = 0
+    ok: int = 0
+    errors: int = 0
+    sum_log_likelihood: float = 0.0
+    n_tokens: int = 0
+    n_words: int = 0
+    n_unknown: int = 0
+    sum_order_std: float = 0.0
+    by_order: tuple[float, ...] = ()
+
+    def __add__(self, other: "ChainStats") -> "ChainStats":
+        by_order = tuple(a + b for a, b in zip(self.by_order, other.by_order)) or self.by_order or other.by_order
+        return ChainStats(self.rows + other.rows, self.ok + other.ok, self.errors + other.errors,
+                          self.sum_log_likelihood + other.sum_log_likelihood, self.n_tokens + other.n_tokens,
+                          self.n_words + other.n_words, self.n_unknown + other.n_unknown,
+                          self.sum_order_std + other.sum_order_std, by_order)
+
+    @classmethod
+    def of_table(cls, table: pa.Table) -> "ChainStats":
+        ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
+        per_order = np.array(ok[LOG_LIKELIHOODS].to_pylist(), dtype=np.float64)  # (ok rows, K)
+        return cls(table.num_rows, ok.num_rows, table.num_rows - ok.num_rows,
+                   float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0),
+                   int(pc.sum(ok[S.N_WORDS]).as_py() or 0), int(pc.sum(ok[S.N_UNKNOWN]).as_py() or 0),
+                   float(pc.sum(ok[LOG_LIKELIHOOD_STD]).as_py() or 0.0),
+                   tuple(per_order.sum(axis=0).tolist()) if ok.num_rows else ())
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "ok": self.ok, "errors": self.errors,
+                "sum_log_likelihood": self.sum_log_likelihood, "n_tokens": self.n_tokens, "n_words": self.n_words,
+                "n_unknown": self.n_unknown, "ppl_token": pppl(self.sum_log_likelihood, self.n_tokens),
+                "ppl_word": pppl(self.sum_log_likelihood, self.n_words)}
+
+    def spread(self) -> dict:
+        """The corpus PPL of each order index, their range and standard deviation, and the mean
+        per-sentence standard deviation of the orders' log-likelihoods."""
+        ppls = [pppl(total, self.n_tokens) for total in self.by_order]
+        known = [p for p in ppls if p is not None]
+        return {"ppl_token": ppls, "min": min(known, default=None), "max": max(known, default=None),
+                "std": float(np.std(known)) if known else None,
+                "mean_log_likelihood_std": self.sum_order_std / self.ok if self.ok else None}
+
+
+def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: ChainOptions) -> dict:
+    """Check that every planned row was written once, sum the statistics (one file at a time), and
+    return summary.json's content: the PLL summary's layout with the chain's figures."""
+    signatures = check_complete(out, plan)
+    columns = [S.STATUS, LOG_LIKELIHOOD, LOG_LIKELIHOODS, LOG_LIKELIHOOD_STD, S.N_TOKENS, S.N_WORDS, S.N_UNKNOWN]
+    partitioned = config.inputs.partitioned
+    stats, by_input, by_partition = ChainStats(), {}, {}
+    for shard in plan:
+        table = pq.read_table(out.part_path(shard.key), columns=columns + ([S.PARTITION] if partitioned else []),
+                              filesystem=out.fs)
+        shard_stats = ChainStats.of_table(table)
+        stats += shard_stats
+        by_input[shard.file.name] = by_input.get(shard.file.name, ChainStats()) + shard_stats
+        if partitioned:
+            for value in pc.unique(table[S.PARTITION]).to_pylist():
+                rows = pc.is_null(table[S.PARTITION]) if value is None else pc.equal(table[S.PARTITION], value)
+                by_partition[value] = by_partition.get(value, ChainStats()) + ChainStats.of_table(table.filter(rows))
+    expected = sum(s.rows for s in plan)
+    if stats.rows != expected:
+        raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
+    summary = {
+        **stats.to_dict(), "method": "chain", "order": options.order, "orders": options.orders,
+        "seed": options.seed, "likelihood": LIKELIHOOD_NOTE, "by_order": stats.spread(),
+        "rows_expected": expected, "model": config.model.name, "inputs": list(config.inputs.paths),
+        "shards": len(plan), "signature": signatures[0] if len(signatures) == 1 else signatures or None,
+        "by_input": {name: s.to_dict() for name, s in by_input.items()},
+    }
+    if partitioned:
+        summary["by_partition"] = {str(name): s.to_dict() for name, s in sorted(by_partition.items(), key=str)}
+    return summary

@@ -1,0 +1,119 @@
+"""`dscore generate`: u-PMLM generation in any order for every prompt, then a summary.
+
+The prompts are the input rows (texts with mask tokens), or with `--length N --num-sequences M`, M
+prompts of N mask tokens written into the output folder (`prompts/<digest>.parquet`: the same command
+writes the same file once, so a rerun resumes). The rows go through the shared shard pipeline
+(resumable, in this process or on Ray). `summary.json` counts the rows and gives the generated tokens'
+perplexity under the model along their own orders, exp(-sum log_likelihood / sum n_tokens), and the
+share of distinct texts among the ok rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..errors import UserError
+from ..io import schema as S
+from ..io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
+from ..io.storage import join
+from ..measures import pppl
+from ..pipeline.aggregate import check_complete
+from ..pipeline.runner import claimed, execute
+from ..workloads.generate import (  # ORDERS and GenerateOptions: what the CLI builds a run from
+    LOG_LIKELIHOOD, ORDERS, GenerateOptions, generate_workload,
+)
+from ..workloads.infill import allowed_tokens
+
+__all__ = ["ORDERS", "GenerateInputs", "GenerateOptions", "generate"]
+
+PROMPTS_DIR = "prompts"
+
+
+@dataclass(frozen=True)
+class GenerateInputs:
+    """Where the prompts come from (files, folders, globs, URIs; none with `GenerateOptions.length`) and
+    where the rows go."""
+
+    paths: tuple[str, ...]
+    output: str
+    text_column: str = "text"
+    id_column: str | None = None
+    shard_rows: int = 100
+    batch_tokens: int | None = None
+
+
+def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions, ray: RayOptions | None = None,
+             overwrite: bool = False) -> dict:
+    """Generate every prompt's sequences; returns the summary (also written to summary.json).
+
+    The tokenizer is loaded here first, so a model or a --vocab-restrict token that cannot be used
+    stops the run before any file is written.
+    """
+    from ..engine.model_files import load_tokenizer
+
+    if bool(inputs.paths) == (options.length is not None):
+        raise UserError("give either INPUTS (texts with mask tokens) or --length N, not both or neither")
+    tokenizer, max_length = load_tokenizer(model)
+    if tokenizer.mask_token is None:
+        raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
+    allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    if options.length is not None and len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length:
+        raise UserError(f"--length {options.length} with the special tokens is over the model's maximum of "
+                        f"{max_length} tokens")
+    if options.length is None:
+        paths, id_column = inputs.paths, inputs.id_column
+    else:
+        paths, id_column = (_write_prompts(inputs.output, tokenizer.mask_token, options),), S.ID
+        # --overwrite of a folder that holds no run yet would see the prompts as another run's files
+        overwrite = overwrite and OutputDir(inputs.output).exists(OutputDir(inputs.output).path(RUN_FILE))
+    extra = (options.order_column,) if options.order == "given" else ()
+    config = RunConfig(InputSpec(paths, inputs.text_column, id_column, inputs.shard_rows, extra_columns=extra), model,
+                       ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
+    workload = generate_workload(model, options, inputs.batch_tokens)
+    with claimed(config, workload, overwrite) as (plan, out, todo):
+        start = time.perf_counter()
+        execute(workload, config, todo, out, ray)
+        seconds = time.perf_counter() - start
+        check_complete(out, plan, workload.rows_per_input)
+        summary = summarize(inputs.output, options, sum(s.rows for s in todo) * workload.rows_per_input, seconds)
+        summary["model"] = model.name
+        out.write_json(SUMMARY_FILE, summary)
+    return summary
+
+
+def _write_prompts(output: str, mask_token: str, options: GenerateOptions) -> str:
+    """`options.sequences` prompts of `options.length` mask tokens (joined without spaces: every family's
+    tokenizer reads them as that many masks) as a Parquet corpus with ids; named by its content, and
+    written only when absent, so a rerun finds the same file unchanged."""
+    width = len(str(options.sequences - 1))
+    table = pa.table({S.ID: [f"{i:0{width}d}" for i in range(options.sequences)],
+                      S.TEXT: [mask_token * options.length] * options.sequences})
+    digest = hashlib.sha256(f"{options.length}/{options.sequences}/{mask_token}".encode()).hexdigest()[:16]
+    name = f"{PROMPTS_DIR}/{digest}.parquet"
+    out = OutputDir(output)
+    with out.writing():
+        if not out.exists(out.path(name)):
+            out.write_table(name, table)
+    return join(out.location, name)
+
+
+def summarize(folder: str, options: GenerateOptions, generated_now: int, seconds: float) -> dict:
+    """The figures of `summary.json` from the written rows (see the module docstring)."""
+    table = pq.read_table(join(folder, ROWS_DIR), columns=[S.STATUS, S.TEXT, LOG_LIKELIHOOD, S.N_TOKENS])
+    ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
+    total, tokens = float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0)
+    return {
+        "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
+        "order": options.order, "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
+        "seed": options.seed, "length": options.length, "sequences": options.sequences,
+        "n_tokens": tokens, "sum_log_likelihood": total, "ppl_token": pppl(total, tokens),
+        "distinct_texts": len(set(ok[S.TEXT].to_pylist())) / ok.num_rows if ok.num_rows else None,
+        "sequences_per_s": generated_now / seconds if seconds > 0 and generated_now else None,
+    }

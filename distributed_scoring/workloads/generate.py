@@ -1,0 +1,223 @@
+"""The generation workload (`dscore generate`): u-PMLM's Algorithm 1 (Liao et al., 2020) on many prompts.
+
+A prompt is a text with the model's mask token at each position to generate; its other tokens stay as
+they are, which is how a prefix, a suffix or tokens anywhere constrain the generation, as in the paper's
+examples (`dscore generate --length N` writes prompts of N mask tokens alone). Each prompt gives
+`sequences` sequences (one with `length`, whose prompts are the sequences). A sequence fills its masks
+one at a time in its order: `l2r`, `r2l`, `random` (a permutation drawn from the run's seed, the row's
+id and the sequence's number, so results do not depend on sharding) or `given` (a column of the input:
+the masks' indices 0 .. k-1 in reading order, listed in fill order, e.g. `[2, 0, 1]` or "2 0 1"). At each
+step the token is the most probable one (`temperature` 0: greedy) or drawn after temperature, top-k and
+top-p filtering; special tokens are never generated. The generation itself is the infilling engine's
+(`engine.infill`, order `given`, decoder `standard` with one beam or `filtered`), so every sequence of a
+shard goes through one packed forward pass per step. Each row carries the text, the generated tokens,
+the order they were filled in, and their chain log-likelihood given the prompt's fixed tokens:
+sum_k log p(x_sigma(k) | x_sigma(<k), fixed tokens, the rest masked), natural log, unfiltered softmax.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from ..config import ModelSpec
+from ..errors import UserError
+from ..io import schema as S
+from ..pipeline.stage import Row, Stage
+from ..pipeline.workload import Workload
+from .infill import MASKS, allowed_tokens, example_seed, written_into
+from .pll import isolated
+
+if TYPE_CHECKING:
+    from ..engine.infill import Fill
+
+ORDERS = ("random", "l2r", "r2l", "given")
+SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
+    "sequence", "prompt", "tokens", "fill_order", "order", "log_likelihood")
+
+PREPARED_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
+    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
+    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+])
+
+OUTPUT_SCHEMA = pa.schema([
+    pa.field(S.ID, pa.string(), nullable=False), pa.field(SEQUENCE, pa.int32(), nullable=False),
+    pa.field(PROMPT, pa.string()), pa.field(S.TEXT, pa.string()), pa.field(TOKENS, pa.list_(pa.string())),
+    pa.field(FILL_ORDER, pa.list_(pa.int32())), pa.field(LOG_LIKELIHOOD, pa.float64()),
+    pa.field(S.N_TOKENS, pa.int32(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
+    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
+    pa.field(S.MODEL, pa.string(), nullable=False),
+])
+
+
+@dataclass(frozen=True)
+class GenerateOptions:
+    """What changes a generation run's rows (every field enters the run's fingerprint)."""
+
+    order: str = "random"
+    sequences: int = 1  # per prompt; with `length`, the number of prompts (one sequence each)
+    temperature: float = 1.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0  # 1: off
+    seed: int = 0
+    vocab_restrict: tuple[str, ...] | None = None  # the only tokens generated; None: every non-special one
+    length: int | None = None  # prompts of this many mask tokens alone (no inputs); texts are decoded
+    order_column: str = FILL_ORDER
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise UserError(f"--order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if self.sequences < 1 or self.top_k < 0 or (self.length is not None and self.length < 1):
+            raise UserError("--num-sequences and --length must be at least 1, --top-k at least 0")
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise UserError("--temperature must be >= 0 (0: greedy) and --top-p in (0, 1]")
+        if self.length is not None and self.order == "given":
+            raise UserError("--order given reads each prompt's order from its input row; --length has no inputs")
+
+    @property
+    def per_prompt(self) -> int:
+        """Sequences (output rows) per prompt row."""
+        return 1 if self.length is not None else self.sequences
+
+
+def given_order(value: str | None, masks: int, column: str) -> list[int] | str:
+    """A row's `given` fill order as mask indices, or the error of a value that is not a permutation of
+    0 .. masks-1 (written as a JSON list, or numbers separated by spaces or commas)."""
+    if value is None:
+        return f"no {column!r} value: --order given needs the masks' fill order in each row (e.g. [2, 0, 1])"
+    try:
+        order = [int(v) for v in value.replace(",", " ").strip("[] ").split()]
+    except ValueError:
+        order = None
+    if order is None or sorted(order) != list(range(masks)):
+        return (f"{column} {value!r} is not a permutation of the {masks} mask indices 0 .. {masks - 1} "
+                "(masks counted in reading order)")
+    return order
+
+
+class GeneratePreparer(Stage):
+    """Tokenises, finds the masks (and a `given` order), and makes error rows of what cannot be generated."""
+
+    reads = {S.ID: "the row's id", S.TEXT: "the prompt: a text with mask tokens where tokens are generated",
+             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    writes = PREPARED_SCHEMA
+
+    def __init__(self, model: ModelSpec, options: GenerateOptions) -> None:
+        from ..engine.model_files import load_tokenizer
+
+        self.tokenizer, self.max_length = load_tokenizer(model)
+        self.options = options
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        return [self._row(row) for row in rows]
+
+    def _row(self, row: Row) -> Row:
+        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
+               S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+        if row[S.STATUS] != S.STATUS_OK:
+            return out
+        error = self._prepare(out, row)
+        if error:
+            out.update({S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None, S.STATUS: S.STATUS_ERROR,
+                        S.ERROR: error})
+        return out
+
+    def _prepare(self, out: Row, row: Row) -> str | None:
+        t, text = self.tokenizer, row[S.TEXT]
+        encoding = t(text, return_offsets_mapping=True, truncation=False)
+        ids = encoding["input_ids"]
+        if len(ids) > self.max_length:
+            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
+        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
+        if not masks:
+            return (f"no mask token {t.mask_token!r} in the text: write one {t.mask_token} for each token to "
+                    "generate (or use --length)")
+        if self.options.order == "given":
+            order = given_order(row.get(self.options.order_column), len(masks), self.options.order_column)
+            if isinstance(order, str):
+                return order
+            out[FILL_ORDER] = order
+        out.update({S.INPUT_IDS: ids, MASKS: masks, "spans": [list(encoding["offset_mapping"][i]) for i in masks]})
+        return None
+
+
+class GenerateScorer(Stage):
+    """Generates every sequence of a shard's prompts at once; error rows pass through (one per sequence)."""
+
+    reads = {name: f"from the generate prepare stage ({name})" for name in PREPARED_SCHEMA.names}
+    writes = OUTPUT_SCHEMA
+
+    def __init__(self, model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> None:
+        from ..engine.infill import InfillEngine, InfillSettings
+        from ..engine.models import load_masked_lm
+
+        self.mlm = load_masked_lm(model)
+        self.options, self.model_name = options, model.name
+        allowed = allowed_tokens(self.mlm.tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
+        self.engine = InfillEngine(self.mlm, allowed, batch_tokens)
+        o = options
+        if o.temperature == 0:  # greedy: a beam search of one beam
+            self.settings = InfillSettings("standard", "given", beam=1)
+        else:
+            self.settings = InfillSettings("filtered", "given", 1, temperature=o.temperature, top_k=o.top_k,
+                                           top_p=o.top_p)
+        self.signature = {**self.mlm.signature, ORDER: o.order, "temperature": o.temperature}
+
+    def process(self, rows: list[Row]) -> list[Row]:
+        from ..engine.infill import InfillExample
+
+        work = [(r, n) for r, row in enumerate(rows) if row[S.STATUS] == S.STATUS_OK
+                for n in range(self.options.per_prompt)]
+        examples = []
+        for r, n in work:
+            ids, masks = np.array(rows[r][S.INPUT_IDS], dtype=np.int64), np.array(rows[r][MASKS], dtype=np.int64)
+            seed = example_seed(self.options.seed, f"{rows[r][S.ID]}/{n}")
+            examples.append(InfillExample(ids, masks, seed, self._order(rows[r], masks, seed)))
+        fills = dict(zip(work, isolated(self._generate, examples)))
+        per_prompt = range(self.options.per_prompt)
+        return [self._row(row, n, fills.get((r, n))) for r, row in enumerate(rows) for n in per_prompt]
+
+    def _order(self, row: Row, masks: np.ndarray, seed: int) -> np.ndarray:
+        """The positions in fill order: the row's `given` one, or l2r, r2l or a permutation from `seed`."""
+        from ..engine.chain import orders_for
+
+        if self.options.order == "given":
+            return masks[row[FILL_ORDER]]
+        return orders_for(masks, self.options.order, 1, np.random.default_rng([seed, 1]))[0]
+
+    def _generate(self, examples: Sequence) -> list[Fill]:
+        return [fills[0] for fills in self.engine.search(examples, self.settings)]
+
+    def _row(self, row: Row, n: int, fill: Fill | str | None) -> Row:
+        error = fill if isinstance(fill, str) else row[S.ERROR]
+        out = {S.ID: row[S.ID], SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
+               TOKENS: None, FILL_ORDER: None, LOG_LIKELIHOOD: None, S.N_TOKENS: 0, ORDER: self.options.order,
+               S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, S.MODEL: self.model_name}
+        if error is not None or fill is None:
+            return out
+        masks = list(row[MASKS])
+        tokens = self.mlm.tokenizer.convert_ids_to_tokens(fill.tokens.tolist())
+        out.update({S.TEXT: self._text(row, fill, tokens), TOKENS: tokens, LOG_LIKELIHOOD: fill.chain,
+                    FILL_ORDER: [masks.index(p) for p in fill.order], S.N_TOKENS: len(masks)})
+        return out
+
+    def _text(self, row: Row, fill: Fill, tokens: list[str]) -> str:
+        """The prompt with each mask replaced by its token as it reads; with --length, the decoded tokens."""
+        if self.options.length is None:
+            return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+        ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
+        ids[row[MASKS]] = fill.tokens
+        return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+
+
+def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:
+    """Generation in any order (`dscore generate`): `per_prompt` rows per prompt row."""
+    return Workload("generate", options, partial(GeneratePreparer, model, options),
+                    partial(GenerateScorer, model, options, batch_tokens), model.device,
+                    rows_per_input=options.per_prompt)
