@@ -31,7 +31,7 @@ from ...io.storage import join
 from ...workloads.prepare import Preparer
 from .run import (
     DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TrainOptions, TrainResources, claimed, fingerprint, fit_on_ray,
-    heldout_rows, on_ray, read_examples, read_metrics, run_task, set_threads, start_worker, train,
+    heldout_rows, on_ray, read_examples, run_task, set_threads, start_worker, train, training_figures,
 )
 
 logger = logging.getLogger(__name__)
@@ -149,7 +149,8 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
             "output": output,
             "rows": {"teacher": teacher.total, "usable": teacher.rows.num_rows, "train": train_table.num_rows,
                      "heldout": heldout_table.num_rows, "left_out_over_max_length": left_out},
-            "training": _training_figures(read_metrics(out), steps, options, job),
+            "training": {**training_figures(out, steps, options, "mean squared error of the standardised PLL"),
+                         "target_mean": job.mean, "target_std": job.std},
             "heldout": heldout_figures(heldout_table, train_table, predicted),
             "speed": evaluation["speed"],
         }
@@ -268,14 +269,3 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     ranks[order] = np.arange(len(x), dtype=np.float64)
     _, inverse = np.unique(x, return_inverse=True)
     return (np.bincount(inverse, weights=ranks) / np.bincount(inverse))[inverse]
-
-
-def _training_figures(metrics: list[dict], steps: int, options: TrainOptions, job: MasklessJob) -> dict:
-    """Steps, the loss at the start and at the end (means over 10 steps), the target scale."""
-    losses = [m["loss"] for m in metrics]
-    window = max(1, min(10, len(losses) // 2))
-    return {"steps": steps, "epochs": options.epochs if options.steps is None else None,
-            "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed,
-            "loss_first": float(np.mean(losses[:window])) if losses else None,
-            "loss_last": float(np.mean(losses[-window:])) if losses else None,
-            "target_mean": job.mean, "target_std": job.std, "loss": "mean squared error of the standardised PLL"}

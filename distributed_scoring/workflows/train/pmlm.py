@@ -3,10 +3,10 @@ report its random-order perplexity on held-out rows before and after.
 
 The corpus is read with the scoring inputs' readers (any file, folder or glob `dscore score` takes), split
 by a seeded hash of the row id and tokenised on the driver; the objective (`engine.training.PMLMObjective`)
-masks a share r ~ U(0, 1] of each sequence's tokens. The report's perplexities are chain-rule ones
-(`engine.chain`): exp(-sum log p(x) / sum tokens) over the held-out rows, in left-to-right order and in
-`orders` random orders per row (the same orders before and after, averaged per row in probability space,
-as Liao et al.'s Tables 2 and 3 score "sequential" and "random" order). For a u-PMLM the chain is its
+masks a share r ~ U(0, 1] of each sequence's tokens. The report's perplexities are `dscore score --method
+chain`'s: exp(-sum log p(x) / sum tokens) over the held-out rows, in left-to-right order and in `orders`
+random orders per row (the same orders before and after, averaged per row in probability space), Liao
+et al.'s "sequential" and "random" PPL (Tables 2 and 3). For a u-PMLM the chain is its
 likelihood; for the MLM it started from, only an approximation, which is what training should improve.
 """
 
@@ -19,24 +19,23 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from ...config import InputSpec, ModelSpec
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ...errors import UserError
 from ...io import schema as S
+from ...io.output import OutputDir
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
-from ...measures import pppl
 from ...workloads.prepare import Preparer
 from .run import (
     DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TrainOptions, TrainResources, claimed, fingerprint, fit_on_ray,
-    heldout_rows, on_ray, read_examples, read_metrics, run_task, set_threads, start_worker, train,
+    heldout_rows, on_ray, read_examples, start_worker, train, training_figures,
 )
 
 logger = logging.getLogger(__name__)
 
 LR = 5e-5  # default peak learning rate: continued pre-training of every weight
-EVALUATION_FILE = "evaluation_before.json"  # the starting model's figures, computed once per folder
+EVALUATION_DIR = "evaluation"  # DIR/evaluation/<before|after>-<order>: the chain-scoring runs of the held-out rows
 
 
 @dataclass(frozen=True)
@@ -102,29 +101,19 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         steps = options.total_steps(train_table.num_rows)
         job = PMLMJob(model, out.location, options, steps, resources.checkpoint_every, orders, batch_tokens)
-        settings = {"orders": orders, "seed": options.seed}
         with on_ray(resources):
-            before = out.read_json(EVALUATION_FILE)
-            if before is None or before.get("settings") != settings:
-                before = {"settings": settings, **run_task(evaluate_chain, resources, job, model, heldout_path,
-                                                           resources.cpus_per_worker)}
-                out.write_json(EVALUATION_FILE, before)
+            before = perplexities(out, "before", model, heldout_path, job, corpus.split_chars, resources)
             fit_on_ray(pmlm_worker, job, resources, out)
-            after = run_task(evaluate_chain, resources, job, replace(model, name=out.location, revision=None),
-                             heldout_path, resources.cpus_per_worker)
-        metrics = read_metrics(out)
-        losses = [m["loss"] for m in metrics]
-        window = max(1, min(10, len(losses) // 2))
+            after = perplexities(out, "after", replace(model, name=out.location, revision=None), heldout_path, job,
+                                 corpus.split_chars, resources)
         report = {
             "command": "train pmlm", "data": list(corpus.paths), "model": model.name, "output": output,
             "rows": {"usable": corpus.rows.num_rows, "train": train_table.num_rows, "heldout": heldout_table.num_rows,
                      "left_out_over_max_length": left_out},
-            "training": {"steps": steps, "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed,
-                         "loss_first": float(np.mean(losses[:window])) if losses else None,
-                         "loss_last": float(np.mean(losses[-window:])) if losses else None,
-                         "loss": "u-PMLM cross-entropy of the masked tokens, per sequence, then per batch"},
-            "heldout": {"before": {k: v for k, v in before.items() if k != "settings"}, "after": after,
-                        "orders": orders, "seed": options.seed},
+            "training": training_figures(out, steps, options,
+                                         "u-PMLM cross-entropy of the masked tokens, per sequence, then per batch"),
+            "heldout": {"before": before, "after": after, "orders": orders, "seed": options.seed,
+                        "runs": f"{EVALUATION_DIR}/(before|after)-(l2r|random)"},
         }
         out.write_json(REPORT_FILE, report)
     return report
@@ -157,28 +146,19 @@ def pmlm_worker(config: dict) -> None:
         mlm.tokenizer.save_pretrained(job.location)
 
 
-def evaluate_chain(job: PMLMJob, model: ModelSpec, heldout_path: str, cpus: float) -> dict:
+def perplexities(out: OutputDir, name: str, model: ModelSpec, heldout_path: str, job: PMLMJob, split_chars: bool,
+                 resources: TrainResources) -> dict:
     """Chain-rule perplexities of `model` on the held-out rows, left to right and in `job.orders` seeded
-    random orders (runs as a Ray task: imports torch)."""
-    import torch
+    random orders: `dscore score --method chain` runs into DIR/evaluation/<name>-<order> (resumable),
+    their scoring actors as many and as large as the training workers."""
+    from ..chain import ChainOptions, score_chain
 
-    from ...engine.chain import ChainEngine, orders_for
-    from ...engine.models import load_masked_lm
-
-    set_threads(cpus)
-    table = pq.read_table(heldout_path)
-    ids = [np.asarray(x, dtype=np.int64) for x in table[S.INPUT_IDS].to_pylist()]
-    positions = [np.asarray(x, dtype=np.int64) for x in table[S.TARGETS].to_pylist()]
-    engine = ChainEngine(load_masked_lm(replace(model, device="cuda" if torch.cuda.is_available() else "cpu")),
-                         job.batch_tokens)
-    tokens = sum(len(p) for p in positions)
-    l2r = engine.log_likelihoods(ids, [orders_for(p, "l2r", 1, None)[0] for p in positions])
-    rng = np.random.default_rng(job.options.seed)
-    random_orders = [orders_for(p, "random", job.orders, rng) for p in positions]
-    # (N, K): row i's log-likelihood in its k-th random order
-    random = engine.log_likelihoods([i for i, o in zip(ids, random_orders) for _ in o],
-                                    [order for o in random_orders for order in o]).reshape(len(ids), job.orders)
-    averaged = np.logaddexp.reduce(random, axis=1) - np.log(job.orders)  # (N,) mean over orders of p(x)
-    return {"sentences": len(ids), "tokens": tokens, "ppl_l2r": pppl(float(l2r.sum()), tokens),
-            "ppl_random": pppl(float(averaged.sum()), tokens),
-            "ppl_random_each_order": [pppl(float(random[:, k].sum()), tokens) for k in range(job.orders)]}
+    ray = RayOptions(resources.address, resources.num_workers, resources.cpus_per_worker)
+    figures = {}
+    for order, k in (("l2r", 1), ("random", job.orders)):
+        config = RunConfig(InputSpec((heldout_path,), id_column=S.ID), model, ScoringOptions(batch_tokens=job.batch_tokens),
+                           join(out.location, f"{EVALUATION_DIR}/{name}-{order}"))
+        figures[order] = score_chain(config, ChainOptions(order, k, job.options.seed, split_chars), ray)
+    random = figures["random"]
+    return {"sentences": random["ok"], "tokens": random["n_tokens"], "ppl_l2r": figures["l2r"]["ppl_token"],
+            "ppl_random": random["ppl_token"], "ppl_random_each_order": random["by_order"]["ppl_token"]}

@@ -360,6 +360,12 @@ def _duration(seconds: float) -> str:
     return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
 
 
-def read_metrics(out: OutputDir) -> list[dict]:
-    """The per-step metrics a run wrote (for its report)."""
-    return [json.loads(line) for line in _read_lines(out, METRICS_FILE)]
+def training_figures(out: OutputDir, steps: int, options: TrainOptions, loss: str) -> dict:
+    """The report's training figures: the schedule, and the loss (`loss` says which) at the start and at
+    the end, each the mean over up to 10 steps of metrics.jsonl."""
+    losses = [json.loads(line)["loss"] for line in _read_lines(out, METRICS_FILE)]
+    window = max(1, min(10, len(losses) // 2))
+    return {"steps": steps, "epochs": options.epochs if options.steps is None else None,
+            "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed, "loss": loss,
+            "loss_first": float(np.mean(losses[:window])) if losses else None,
+            "loss_last": float(np.mean(losses[-window:])) if losses else None}
