@@ -194,7 +194,8 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
         resume: str | None = None, wrap: Callable[[nn.Module], nn.Module] = lambda m: m,
         rank: int = 0, world: int = 1) -> int:
     """Train `objective.module` for the schedule's steps, from the state saved in `resume` when given;
-    returns the step reached. Metrics per step: step, epoch, loss (this worker's batch), lr, examples."""
+    returns the step reached. Metrics per step: step, epoch, loss (of the whole batch), lr (the encoder's),
+    examples (in the batch)."""
     module = objective.module
     optimizer = torch.optim.AdamW(objective.groups(schedule.lr), weight_decay=WEIGHT_DECAY)
     warmup = max(1, int(WARMUP * schedule.steps))
@@ -226,12 +227,21 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
         optimizer.step()
         scheduler.step()
         done = step + 1
-        metrics = {"step": done, "epoch": step // per_epoch, "loss": float(loss.detach()), "lr": lr,
-                   "examples": len(rows)}
+        metrics = {"step": done, "epoch": step // per_epoch, "loss": _mean_over_workers(loss.detach(), world),
+                   "lr": lr, "examples": schedule.batch_size}
         checkpoint = done % schedule.checkpoint_every == 0 or done == schedule.steps
         on_step(done, metrics, _saver(done, module, optimizer, scheduler) if checkpoint else None)
     module.eval()
     return schedule.steps
+
+
+def _mean_over_workers(loss: torch.Tensor, world: int) -> float:
+    """The batch's loss: the mean of the workers' (each over its share of the batch)."""
+    if world > 1:
+        loss = loss.clone()
+        torch.distributed.all_reduce(loss)
+        loss /= world
+    return float(loss)
 
 
 def _saver(step: int, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> Callable[[str], None]:

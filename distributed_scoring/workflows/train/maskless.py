@@ -111,7 +111,7 @@ class MasklessJob:
     batch_tokens: int | None
 
 
-def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(),
+def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(lr=LR),
                    resources: TrainResources = TrainResources(), overwrite: bool = False,
                    batch_tokens: int | None = None) -> dict:
     """Train a student on the teacher's PLLs into `output`, evaluate it on the held-out rows; returns the

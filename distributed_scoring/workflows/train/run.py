@@ -5,7 +5,7 @@ A training folder DIR holds:
     _run.json, _lock.json            what the run is (another command is refused), who holds the folder
     data/train.parquet, heldout.parquet   the split, tokenised (seeded by row id, so stable on reruns)
     checkpoints/                     Ray Train's storage: step-<n>/training_state.pt and its snapshot
-    metrics.jsonl                    one line per optimiser step (worker 0's batch loss, lr, ...)
+    metrics.jsonl                    one line per optimiser step (the batch loss, lr, ...)
     config.json, model.safetensors, tokenizer files ...   the trained model (written at the end)
     report.json                      the command's figures (written last)
 Rerunning the same command continues from the latest checkpoint (Ray Train V2 restores it from the
