@@ -433,7 +433,7 @@ def _train_pmlm(args: argparse.Namespace) -> int:
 
     options, resources = _train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
-    corpus = read_corpus(tuple(args.data), args.text_column, args.split_chars)
+    corpus = read_corpus(tuple(args.data), args.text_column, args.id_column, args.split_chars)
     report = train_pmlm(corpus, model, args.output, options, resources, args.overwrite, args.batch_tokens, args.orders)
     print(json.dumps(report, indent=2), file=args.result)
     return 0
@@ -575,6 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
     pmlm.add_argument("--data", required=True, nargs="+", metavar="CORPUS",
                       help="training texts: files, folders or globs as `dscore score` reads them")
     pmlm.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    pmlm.add_argument("--id-column", default=None,
+                      help="column or JSON field holding a row id, which the held-out split hashes (default: file:line)")
     pmlm.add_argument("--split-chars", action="store_true",
                       help="a space between characters before tokenising (per-residue models; see dscore score)")
     pmlm.add_argument("--orders", type=int, default=1,

@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         rescored[who] = run("rescore", "--dev", str(splits["dev"]), "--test", str(splits["test"]), flag, scorer,
                             "--output", str(output / f"rescore-{who}"), "--shard-rows", "20")
 
-    pmlm = run("train", "pmlm", "--data", str(corpus), "--text-column", "text", "--model", model, "--output",
+    pmlm = run("train", "pmlm", "--data", str(corpus), "--id-column", "id", "--model", model, "--output",
                str(output / "pmlm"), "--steps", str(args.pmlm_steps), *common)
 
     table = render(maskless, rescored, pmlm)

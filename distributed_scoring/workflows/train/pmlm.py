@@ -44,6 +44,7 @@ class Corpus:
 
     paths: tuple[str, ...]
     text_column: str
+    id_column: str | None
     split_chars: bool
     rows: pa.Table
 
@@ -53,15 +54,17 @@ class Corpus:
                                                                      self.rows[S.TEXT].to_pylist())).encode()).hexdigest()
 
 
-def read_corpus(paths: tuple[str, ...], text_column: str = "text", split_chars: bool = False) -> Corpus:
-    """The readable rows of the inputs (as `dscore score` reads them); none readable is an error."""
-    spec = InputSpec(paths, text_column)
+def read_corpus(paths: tuple[str, ...], text_column: str = "text", id_column: str | None = None,
+                split_chars: bool = False) -> Corpus:
+    """The readable rows of the inputs (as `dscore score` reads them; ids default to file:line, and the
+    held-out split hashes them); none readable is an error."""
+    spec = InputSpec(paths, text_column, id_column)
     tables = [rows for unit in read_units(plan_shards(spec)) for _, rows in read_unit(unit, spec)]
     table = pa.concat_tables(tables) if tables else pa.table({S.ID: [], S.TEXT: [], S.STATUS: []})
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT])
     if ok.num_rows == 0:
         raise UserError(f"--data {' '.join(paths)} holds no readable rows ({table.num_rows} rows read)")
-    return Corpus(paths, text_column, split_chars, ok)
+    return Corpus(paths, text_column, id_column, split_chars, ok)
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,8 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
                         f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
                         "workers: lower --batch-size, raise --max-length or add rows")
     run = fingerprint("pmlm", model, options, {"data": list(corpus.paths), "text_column": corpus.text_column,
-                                               "split_chars": corpus.split_chars, "data_rows": corpus.digest})
+                                               "id_column": corpus.id_column, "split_chars": corpus.split_chars,
+                                               "data_rows": corpus.digest})
     with claimed(output, run, overwrite) as out:
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
