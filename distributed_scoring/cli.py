@@ -15,10 +15,16 @@ from .errors import DataLossError, UserError
 from .quiet import quiet_transformers
 
 
-def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True) -> None:
+def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True,
+                         maskless: bool = False) -> None:
     """Which masked LM, where its results go, and how it runs: shared by every scoring command.
-    `variant`: the command computes PLLs, whose masking the variant chooses."""
-    p.add_argument("--model", required=True, help="local model folder or Hub id of a masked LM")
+    `variant`: the command computes PLLs, whose masking the variant chooses. `maskless`: a maskless
+    student (`--maskless DIR`) may stand in for the masked LM's PLLs."""
+    p.add_argument("--model", required=not maskless, help="local model folder or Hub id of a masked LM")
+    if maskless:
+        p.add_argument("--maskless", default=None, metavar="DIR",
+                       help="instead of --model: predict each PLL in one forward pass with a student trained by "
+                       "`dscore train maskless` (its --output folder)")
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
     if variant:
         p.add_argument("--variant", choices=VARIANTS, default="original",
@@ -52,10 +58,10 @@ def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: 
                    "terminal (they always go to the run log in Ray's session folder)")
 
 
-def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True) -> None:
+def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True, maskless: bool = False) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them")
-    _add_model_arguments(p)
+    _add_model_arguments(p, maskless=maskless)
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
     p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
     if per_token_flag:
@@ -77,7 +83,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
                          args.partition_column, args.partition_by_file),
-        model=_model(args),
+        model=_model(args, getattr(args, "maskless", None)),
         scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
                                args.split_chars),
         output=args.output,
@@ -91,9 +97,18 @@ def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
 
 
-def _score(args: argparse.Namespace) -> int:
-    from .workflows.score import score
+def _student(args: argparse.Namespace) -> str | None:
+    """The --maskless student folder, or None; exactly one of --model and --maskless."""
+    if (args.model is None) == (args.maskless is None):
+        raise UserError("pass either --model (a masked LM's PLLs) or --maskless DIR (a student's predicted PLLs)")
+    return args.maskless
 
+
+def _score(args: argparse.Namespace) -> int:
+    if _student(args):
+        from .workflows.maskless import score_maskless as score
+    else:
+        from .workflows.score import score
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
     return 0
@@ -119,6 +134,8 @@ def _score_by_method(args: argparse.Namespace) -> int:
         if (args.order, args.orders, args.seed) != (None, None, None):
             raise UserError("--order, --orders and --seed belong to --method chain")
         return _score(args)
+    if _student(args):
+        raise UserError("--maskless predicts PLLs; it does not go with --method chain")
     from .workflows.chain import ChainOptions, score_chain
 
     d = ChainOptions()
@@ -193,7 +210,7 @@ def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--test", required=True, help="test N-best list: the tuned weights are applied here")
     p.add_argument("--dev-refs", default=None, help="references of the dev set, if not in the N-best file (utt_id, ref)")
     p.add_argument("--test-refs", default=None, help="references of the test set, if not in the N-best file")
-    _add_model_arguments(p)
+    _add_model_arguments(p, maskless=True)
     p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
     p.add_argument("--metric", choices=METRICS, default=d.metric, help="wer (ASR, minimised) or bleu (MT, maximised)")
     p.add_argument("--mlm-alpha", type=float, default=d.mlm_alpha,
@@ -220,7 +237,9 @@ def _rescore(args: argparse.Namespace) -> int:
                              bleu_tokenize=args.bleu_tokenize)
     scoring = ScoringOptions(args.variant, args.batch_tokens)
     causal = _model(args, args.causal_model) if args.causal_model else None
-    result = rescore_nbest(inputs, _model(args), causal, scoring, options, _ray_options(args), args.overwrite)
+    student = _student(args)
+    result = rescore_nbest(inputs, _model(args, student), causal, scoring, options, _ray_options(args), args.overwrite,
+                           maskless=student is not None)
     keys = ("metric", "lambda", "gamma", "mlm_alpha", "causal_alpha", "dev", "test", "edges", "scoring")
     print(json.dumps({k: result.report[k] for k in keys}, indent=2), file=args.result)
     return 0
@@ -364,6 +383,71 @@ def _sample(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
+    """What every training command takes: the model, the folder, the schedule and where it runs; `lr` is
+    the command's default learning rate."""
+    from .workflows.train.run import TrainOptions, TrainResources
+
+    d, r = TrainOptions(), TrainResources()
+    p.add_argument("--model", required=True, help="the masked LM to start from (local folder or Hub id)")
+    p.add_argument("--output", required=True,
+                   help="training folder (local or shared path): checkpoints, metrics.jsonl, report.json, the model")
+    p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over the training split (default {d.epochs})")
+    p.add_argument("--steps", type=int, default=None, help="optimiser steps instead of --epochs")
+    p.add_argument("--lr", type=float, default=lr, help=f"peak AdamW learning rate, warmed up and decayed linearly (default {lr:g})")
+    p.add_argument("--batch-size", type=int, default=d.batch_size,
+                   help=f"sequences per step over all workers (default {d.batch_size})")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of the split, the batches and the masks")
+    p.add_argument("--max-length", type=int, default=d.max_length,
+                   help=f"training sequences longer than this (tokens, specials included) are left out (default {d.max_length})")
+    p.add_argument("--heldout", type=float, default=d.heldout,
+                   help=f"share of the rows kept out of training for the report (default {d.heldout})")
+    p.add_argument("--batch-tokens", type=int, default=None, help="token budget of the evaluation's forward passes")
+    p.add_argument("--revision", default=None, help="model revision (Hub models)")
+    p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
+    p.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a different training run")
+    ray = p.add_argument_group("Ray Train", "training runs on Ray Train: an embedded local Ray unless a cluster is given")
+    ray.add_argument("--ray", action="store_true", help="accepted as in the scoring commands: training always runs on Ray")
+    ray.add_argument("--num-workers", type=int, default=r.num_workers, help="data-parallel workers (default 1)")
+    ray.add_argument("--use-gpu", action="store_true", help="one GPU per worker")
+    ray.add_argument("--cpus-per-worker", type=float, default=r.cpus_per_worker,
+                     help=f"CPUs of each worker (default {r.cpus_per_worker:g})")
+    ray.add_argument("--checkpoint-every", type=int, default=r.checkpoint_every,
+                     help=f"steps between checkpoints (default {r.checkpoint_every}); a rerun continues from the latest")
+    ray.add_argument("--address", default=None,
+                     help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+
+
+def _train_options(args: argparse.Namespace) -> tuple:
+    from .workflows.train.run import TrainOptions, TrainResources
+
+    options = TrainOptions(args.epochs, args.steps, args.lr, args.batch_size, args.seed, args.max_length, args.heldout)
+    resources = TrainResources(args.num_workers, args.use_gpu, args.cpus_per_worker, args.checkpoint_every,
+                               args.address)
+    return options, resources
+
+
+def _train_maskless(args: argparse.Namespace) -> int:
+    from .workflows.train.maskless import train_maskless
+
+    options, resources = _train_options(args)
+    model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
+    report = train_maskless(args.teacher, model, args.output, options, resources, args.overwrite, args.batch_tokens)
+    print(json.dumps(report, indent=2), file=args.result)
+    return 0
+
+
+def _train_pmlm(args: argparse.Namespace) -> int:
+    from .workflows.train.pmlm import read_corpus, train_pmlm
+
+    options, resources = _train_options(args)
+    model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
+    corpus = read_corpus(tuple(args.data), args.text_column, args.id_column, args.split_chars)
+    report = train_pmlm(corpus, model, args.output, options, resources, args.overwrite, args.batch_tokens, args.orders)
+    print(json.dumps(report, indent=2), file=args.result)
+    return 0
+
+
 def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
     from .workflows.generate import ORDERS, GenerateOptions
 
@@ -424,12 +508,14 @@ def _verify(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from .offline.models import MODELS
+    from .workflows.train.maskless import LR as MASKLESS_LR
+    from .workflows.train.pmlm import LR as PMLM_LR
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
     _add_verbose(parser)
     commands = parser.add_subparsers(dest="command", required=True)
     score = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
-    _add_score_arguments(score)
+    _add_score_arguments(score, maskless=True)
     _add_chain_arguments(score)
     score.set_defaults(func=_score_by_method)
     rescore = commands.add_parser(
@@ -479,6 +565,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verify.add_argument("folder", metavar="DIR", help="the run's --output folder (local path or URI)")
     verify.set_defaults(func=_verify)
+    train = commands.add_parser("train", help="training jobs on Ray Train: u-PMLM, maskless scorers")
+    trainers = train.add_subparsers(dest="trainer", required=True)
+    maskless = trainers.add_parser(
+        "maskless", help="distil a PLL run into a student that predicts each PLL in one forward pass",
+        description="Salazar et al. (2020), sec. 2.2: the MLM's encoder plus a linear head over [CLS], regressed "
+        "on the teacher's PLLs. DIR/report.json: held-out Pearson/Spearman against the teacher, speed-up over "
+        "the PLL. Score with `dscore score --maskless DIR`. Exit codes: 0 done, 2 bad input or options.")
+    maskless.add_argument("--teacher", required=True, metavar="SCORES_DIR",
+                          help="the --output folder of a `dscore score` run: its rows' PLLs are the targets")
+    _add_train_arguments(maskless, lr=MASKLESS_LR)
+    maskless.set_defaults(func=_train_maskless)
+    pmlm = trainers.add_parser(
+        "pmlm", help="continue training a masked LM with the u-PMLM objective (masking ratio ~ U(0, 1))",
+        description="Liao et al. (2020): per sequence a masking ratio r ~ U(0, 1], that share of its tokens masked, "
+        "cross-entropy on them. DIR is a model folder (`dscore score --model DIR`); DIR/report.json: held-out "
+        "chain-rule perplexity, left-to-right and in random orders, before and after. Exit codes: 0 done, "
+        "2 bad input or options.")
+    pmlm.add_argument("--data", required=True, nargs="+", metavar="CORPUS",
+                      help="training texts: files, folders or globs as `dscore score` reads them")
+    pmlm.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    pmlm.add_argument("--id-column", default=None,
+                      help="column or JSON field holding a row id, which the held-out split hashes (default: file:line)")
+    pmlm.add_argument("--split-chars", action="store_true",
+                      help="a space between characters before tokenising (per-residue models; see dscore score)")
+    pmlm.add_argument("--orders", type=int, default=1,
+                      help="random orders per held-out row for the random-order perplexity (default 1)")
+    _add_train_arguments(pmlm, lr=PMLM_LR)
+    pmlm.set_defaults(func=_train_pmlm)
     fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
     fetch.add_argument("name", choices=sorted(MODELS))
     fetch.add_argument("--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")

@@ -30,6 +30,9 @@ MLM energies and Metropolis-Hastings (`tests/engine/test_sampler.py`; Goyal et a
   `total_variation`: TV between two distributions given as dicts.
 Any-order chain rule (`tests/engine/test_chain.py`, `engine/test_generate.py`; Liao et al., 2020):
   `NaiveChain`: the chain's terms along an order, one masked copy per step, and greedy Algorithm 1.
+Training objectives (`tests/engine/test_training.py`; Liao et al., 2020; Salazar et al., 2020, sec. 2.2):
+  `upmlm_loss`: the u-PMLM loss of a batch given its masked positions, one sequence per forward.
+  `maskless_prediction`: a student's PLL of one sentence, one unpadded forward in float64.
 """
 
 from __future__ import annotations
@@ -578,3 +581,31 @@ class NaiveChain:
             context[position] = token
             score += float(logp[token])
         return context, score
+
+
+# --- training objectives: u-PMLM and maskless regression ---------------------------------------------
+
+
+def upmlm_loss(model, mask_id: int, sequences: list[list[int]], masked: list[list[int]]) -> float:
+    """Mean over sequences of the mean cross-entropy of its masked tokens: each sequence alone, its
+    `masked` positions set to the mask token, full logits, float64 log-softmax."""
+    model = copy.deepcopy(model).to(torch.float64).eval()
+    losses = []
+    with torch.no_grad():
+        for ids, positions in zip(sequences, masked):
+            inputs = list(ids)
+            for p in positions:
+                inputs[p] = mask_id
+            logits = model(input_ids=torch.tensor([inputs])).logits[0].double()  # (T, V)
+            logp = torch.log_softmax(logits, dim=-1)
+            losses.append(-sum(float(logp[p, ids[p]]) for p in positions) / len(positions))
+    return sum(losses) / len(losses)
+
+
+def maskless_prediction(encoder, head_weight: torch.Tensor, head_bias: torch.Tensor, mean: float, std: float,
+                        ids: list[int]) -> float:
+    """mean + std * (w . h_0 + b), h_0 the final hidden state of the first token of the unpadded sentence."""
+    encoder = copy.deepcopy(encoder).to(torch.float64).eval()
+    with torch.no_grad():
+        first = encoder(input_ids=torch.tensor([ids]))[0][0, 0].double()  # (H,)
+    return mean + std * float(first @ head_weight.double().reshape(-1) + head_bias.double().reshape(()))

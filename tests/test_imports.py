@@ -18,7 +18,8 @@ import distributed_scoring
 
 # Engine modules that are torch code themselves, imported only where a model runs (actors, in-process
 # scoring); the engine's torch-free modules (packing, masking, ...) are checked like every other module.
-ENGINES = {f"engine.{name}" for name in ("causal", "chain", "conditionals", "infill", "joints", "models", "pll", "sampler")}
+ENGINES = {f"engine.{name}" for name in ("causal", "chain", "conditionals", "infill", "joints", "maskless", "models",
+                                          "pll", "sampler", "training")}
 ALL_MODULES = sorted(m.name.removeprefix("distributed_scoring.")
                      for m in pkgutil.walk_packages(distributed_scoring.__path__, "distributed_scoring."))
 DRIVER_MODULES = [m for m in ALL_MODULES if m not in ENGINES]

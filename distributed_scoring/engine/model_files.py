@@ -5,6 +5,7 @@ this module (transformers may still import it while it reads a configuration).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -96,3 +97,22 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
     if not bounds:
         raise ModelLoadError("neither the model config nor the tokenizer states a maximum input length")
     return min(bounds)
+
+
+# A maskless scorer's folder (`engine.maskless`): a masked-LM folder plus these two files.
+STUDENT_FILE = "maskless.json"
+STUDENT_HEAD_FILE = "maskless_head.safetensors"
+STUDENT_FORMAT = 1  # of maskless.json
+
+
+def read_student_info(name: str) -> dict:
+    """`maskless.json` of a maskless scorer's folder; a folder without one is refused with what to do."""
+    check_local_folder(name)
+    path = Path(name).expanduser() / STUDENT_FILE
+    if not path.is_file():
+        raise ModelLoadError(f"{name!r} is not a maskless scorer folder (no {STUDENT_FILE}): pass the --output "
+                             "folder of a finished `dscore train maskless` run")
+    info = json.loads(path.read_text())
+    if info.get("format") != STUDENT_FORMAT:
+        raise ModelLoadError(f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT}")
+    return info

@@ -4,6 +4,7 @@ the same sharded pipeline as `dscore score` (in this process or on Ray), then co
 Layout of the output folder DIR:
     DIR/texts/texts.parquet      the unique hypothesis texts to score (sorted; id = their position)
     DIR/mlm/                     the masked LM's scoring run over them (rows/, summary.json, resumable)
+    DIR/maskless/                instead, with `maskless`: a maskless student's predicted PLLs
     DIR/causal/                  the causal LM's run, when one is given
     DIR/hypotheses.parquet, DIR/best.parquet, DIR/{dev,test}.best.txt, DIR/report.json, DIR/report.md
 Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination.
@@ -25,6 +26,7 @@ from ...io.output import OutputDir
 from .rescoring import RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
 from ...io.output import ROWS_DIR
 from ...pipeline.runner import run
+from ..maskless import score_maskless
 from ..score import score
 from ...io.storage import join
 from ...workloads.causal import causal_workload
@@ -53,9 +55,10 @@ class RescoreInputs:
 
 def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None,
                   scoring: ScoringOptions, options: RescoreOptions, ray: RayOptions | None = None,
-                  overwrite: bool = False) -> Rescored:
+                  overwrite: bool = False, maskless: bool = False) -> Rescored:
     """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
-    write the outputs."""
+    write the outputs. With `maskless`, `model` is a maskless student folder whose predicted PLLs stand in
+    for the masked LM's (`dscore train maskless`)."""
     check_models(model, causal_model)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
@@ -66,8 +69,8 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
     mlm = causal = None
     if model is not None:
-        config = RunConfig(corpus, model, scoring, join(inputs.output, "mlm"))
-        score(config, ray, overwrite)
+        config = RunConfig(corpus, model, scoring, join(inputs.output, "maskless" if maskless else "mlm"))
+        (score_maskless if maskless else score)(config, ray, overwrite)
         mlm = _scores(config.output, texts, S.PLL, "masked LM")
     if causal_model is not None:
         config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))

@@ -1,0 +1,371 @@
+"""What every training command shares: its options, its folder, the held-out split, the Ray Train launch,
+and what each training worker does around the engine's loop (resume, report, checkpoint, metrics, progress).
+
+A training folder DIR holds:
+    _run.json, _lock.json            what the run is (another command is refused), who holds the folder
+    data/train.parquet, heldout.parquet   the split, tokenised (seeded by row id, so stable on reruns)
+    checkpoints/                     Ray Train's storage: step-<n>/training_state.pt and its snapshot
+    metrics.jsonl                    one line per optimiser step (the batch loss, lr, ...)
+    config.json, model.safetensors, tokenizer files ...   the trained model (written at the end)
+    report.json                      the command's figures (written last)
+Rerunning the same command continues from the latest checkpoint (Ray Train V2 restores it from the
+snapshot in checkpoints/); a finished run redoes only its evaluation.
+
+The driver never imports torch: `ray.train.torch` does, so the TorchTrainer is built and fitted inside a
+Ray task (no CPUs of its own: the trainer's workers hold them), and the training loop runs on the
+trainer's workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import time
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from ...config import ModelSpec, RayOptions
+from ...errors import UserError
+from ...io import schema as S
+from ...io.lock import FolderLock
+from ...io.output import LOCK_FILE, RUN_FILE, OutputDir, OutputError
+from ...io.storage import scheme
+from ...pipeline.on_ray import cluster_address, ray_session
+from ...quiet import quiet_transformers
+
+if TYPE_CHECKING:  # torch code, imported on the training workers only
+    from ...engine.training import Example, Objective
+
+logger = logging.getLogger(__name__)
+
+WORKLOAD_PREFIX = "train-"  # of a training run's workload name in _run.json
+CHECKPOINTS = "checkpoints"
+DATA_TRAIN = "data/train.parquet"
+DATA_HELDOUT = "data/heldout.parquet"
+METRICS_FILE = "metrics.jsonl"
+REPORT_FILE = "report.json"
+CHECKPOINTS_KEPT = 2
+PROGRESS_S = 10.0  # seconds between progress lines (and rewrites of metrics.jsonl) on worker 0
+
+# Columns of the tokenised split (the prepare stage's names where they exist).
+TARGET = "target"
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What changes the trained model (all of it enters the run's fingerprint): `steps` optimiser steps of
+    `batch_size` examples over all workers, or `epochs` passes over the training split when `steps` is
+    None; AdamW at peak `lr`; sequences longer than `max_length` tokens left out of training; a share
+    `heldout` of the rows (by a hash of their id and `seed`) kept out for evaluation."""
+
+    epochs: int = 3
+    steps: int | None = None
+    lr: float = 5e-5
+    batch_size: int = 16
+    seed: int = 0
+    max_length: int = 128
+    heldout: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.epochs < 1 or (self.steps is not None and self.steps < 1):
+            raise UserError(f"--epochs and --steps must be at least 1, got {self.epochs} and {self.steps}")
+        if not self.lr > 0:
+            raise UserError(f"--lr must be positive, got {self.lr}")
+        if self.batch_size < 1 or self.max_length < 3:
+            raise UserError(f"--batch-size must be at least 1 and --max-length at least 3, got {self.batch_size} "
+                            f"and {self.max_length}")
+        if not 0 < self.heldout < 1:
+            raise UserError(f"--heldout is a share of the rows, strictly between 0 and 1, got {self.heldout}")
+
+    def total_steps(self, examples: int) -> int:
+        """`steps`, or `epochs` passes of whole batches (the engine leaves the remainder of an epoch out)."""
+        return self.steps or self.epochs * (examples // self.batch_size)
+
+
+@dataclass(frozen=True)
+class TrainResources:
+    """Where and how a training run executes (none of it changes the result): data-parallel workers of
+    `cpus_per_worker` CPUs (and one GPU each with `use_gpu`), a checkpoint every `checkpoint_every`
+    steps, on the Ray cluster at `address` (default: $RAY_ADDRESS, else an embedded local Ray)."""
+
+    num_workers: int = 1
+    use_gpu: bool = False
+    cpus_per_worker: float = 2.0
+    checkpoint_every: int = 100
+    address: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.num_workers < 1 or self.cpus_per_worker <= 0 or self.checkpoint_every < 1:
+            raise UserError(f"--num-workers and --checkpoint-every must be at least 1 and --cpus-per-worker "
+                            f"positive, got {self.num_workers}, {self.checkpoint_every} and {self.cpus_per_worker}")
+
+    @property
+    def device(self) -> str:
+        return "cuda" if self.use_gpu else "cpu"
+
+
+def fingerprint(command: str, model: ModelSpec, options: TrainOptions, data: dict) -> dict:
+    """What must match for a rerun to continue in the same folder: the command, the model, every
+    training option and the data's identity (`data`)."""
+    return {"workload": WORKLOAD_PREFIX + command, "model": model.name, "revision": model.revision,
+            **asdict(options), **data}
+
+
+@contextlib.contextmanager
+def claimed(output: str, run: dict, overwrite: bool = False) -> Iterator[OutputDir]:
+    """Hold the training folder (locked) while the body runs. A folder of the same run is continued; one
+    of another training run is refused unless `overwrite`, which empties it first (its checkpoints
+    would otherwise be resumed); a folder with anything else in it is never emptied."""
+    if scheme(output) not in (None, "file"):
+        raise UserError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
+                        "writes to a local or shared-filesystem path, not an object store")
+    out = OutputDir(output)
+    with FolderLock(out):
+        try:
+            previous = out.read_json(RUN_FILE)
+        except ValueError as exc:
+            raise OutputError(f"{out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
+        if previous is None and _entries(out):
+            raise OutputError(f"{out.uri} is not empty and holds no dscore training run; use an empty or a new --output")
+        if previous is not None and not str(previous.get("workload", "")).startswith(WORKLOAD_PREFIX):
+            raise OutputError(f"{out.uri} holds a {previous.get('workload')!r} run, not a training run; use another "
+                              "--output")
+        if previous is not None and previous != run and not overwrite:
+            changed = sorted(k for k in set(run) | set(previous) if run.get(k) != previous.get(k))
+            raise OutputError(f"{out.uri} holds a different training run (it differs in: {', '.join(changed)}); use "
+                              "another --output, or pass --overwrite to replace it")
+        if previous is not None and (overwrite or previous != run):
+            for entry in _entries(out):
+                (out.fs.delete_dir if entry.type == pafs.FileType.Directory else out.fs.delete_file)(entry.path)
+        elif previous is not None:
+            logger.info("continuing the training run in %s", out.uri)
+        out.write_json(RUN_FILE, run)
+        yield out
+
+
+def _entries(out: OutputDir) -> list[pafs.FileInfo]:
+    """Everything in the folder but this run's lock."""
+    infos = out.fs.get_file_info(pafs.FileSelector(out.root, allow_not_found=True))
+    return [i for i in infos if posixpath.basename(i.path) != LOCK_FILE]
+
+
+def heldout_rows(ids: Sequence[str], seed: int, share: float) -> np.ndarray:
+    """(N,) bool: the rows kept out of training, by a hash of (seed, id): the same rows whatever the
+    order or number of rows around them."""
+    return np.array([int.from_bytes(hashlib.sha256(f"{seed}\0{i}".encode()).digest()[:8], "big") / 2.0**64 < share
+                     for i in ids], dtype=bool)
+
+
+def read_examples(path: str) -> list[Example]:
+    """The engine's training examples from a tokenised split (input_ids, targets, and `target` if any)."""
+    from ...engine.training import Example
+
+    table = pq.read_table(path)
+    targets = table[TARGET].to_pylist() if TARGET in table.column_names else [0.0] * table.num_rows
+    return [Example(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), float(target))
+            for ids, positions, target in zip(table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(), targets)]
+
+
+# Driver: the Ray Train launch and Ray tasks.
+
+
+@contextlib.contextmanager
+def on_ray(resources: TrainResources) -> Iterator[None]:
+    """The Ray that training and evaluation run on: joined or embedded, as for scoring (`ray_session`)."""
+    with ray_session(RayOptions(resources.address)):
+        yield
+
+
+def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources, out: OutputDir) -> None:
+    """Run `loop(config)` on the trainer's workers (`config["job"]` is `job`) until it returns, checkpoints in
+    DIR/checkpoints (continued from there when a snapshot is found). Inside `on_ray`."""
+    import ray
+
+    task = ray.remote(num_cpus=0, max_retries=0)(_fit)
+    ray.get(task.remote(loop, job, resources, out.location, cluster_address(resources.address) is None))
+
+
+def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool) -> None:
+    """Build and fit the TorchTrainer (runs as a Ray task: this imports torch)."""
+    from ray.train import CheckpointConfig, LoggingConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    class EmbeddedTrainer(TorchTrainer):
+        """Without the placement-group cleaner (Ray 2.60). It polls Ray's state API every second and logs a
+        warning each time it cannot reach it, which on an embedded Ray started with the dashboard off (as
+        `ray_session` starts one) is every time; an embedded Ray's placement groups end with the driver
+        anyway. `_create_default_callbacks` is Ray's private hook: on a Ray without it, nothing is left out."""
+
+        def _create_default_callbacks(self):
+            return [c for c in super()._create_default_callbacks()
+                    if type(c).__name__ != "PlacementGroupCleanerCallback"]
+
+    trainer = (EmbeddedTrainer if embedded else TorchTrainer)(
+        loop,
+        train_loop_config={"job": job, "resources": resources},
+        scaling_config=ScalingConfig(num_workers=resources.num_workers, use_gpu=resources.use_gpu,
+                                     resources_per_worker={"CPU": resources.cpus_per_worker}),
+        run_config=RunConfig(name=CHECKPOINTS, storage_path=storage,
+                             checkpoint_config=CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT),
+                             logging_config=LoggingConfig(log_level="WARNING")),
+    )
+    trainer.fit()
+
+
+def run_task(fn: Callable[..., Any], resources: TrainResources, *args: Any) -> Any:
+    """`fn(*args)` as a Ray task with one worker's resources (evaluation: torch stays off the driver)."""
+    import ray
+
+    task = ray.remote(num_cpus=resources.cpus_per_worker, num_gpus=1 if resources.use_gpu else 0, max_retries=0)(fn)
+    return ray.get(task.remote(*args))
+
+
+# On a training worker (or an evaluation task).
+
+
+@dataclass(frozen=True)
+class Worker:
+    """This training worker: its rank among `world`, its torch device, the training folder."""
+
+    rank: int
+    world: int
+    device: str
+    out: OutputDir
+
+
+def start_worker(config: dict) -> Worker:
+    """Set up a training worker: threads as its CPUs allow, quiet libraries, its rank and device."""
+    import ray.train
+    import ray.train.torch
+
+    set_threads(config["resources"].cpus_per_worker)
+    context = ray.train.get_context()
+    return Worker(context.get_world_rank(), context.get_world_size(), str(ray.train.torch.get_device()),
+                  OutputDir(config["job"].location))
+
+
+def set_threads(cpus: float) -> None:
+    """torch's CPU threads to the worker's CPUs, never beyond the node's cores; transformers quiet; our
+    INFO lines (the progress) shown, Ray Train's per-report INFO lines not."""
+    import torch
+
+    torch.set_num_threads(max(1, min(int(cpus), os.cpu_count() or 1)))
+    quiet_transformers()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("distributed_scoring").setLevel(logging.INFO)
+
+
+def train(objective: Objective, examples: list[Example], job: Any, worker: Worker, what: str) -> None:
+    """The engine's loop on this worker: continued from Ray Train's latest checkpoint if there is one, a
+    checkpoint every `checkpoint_every` steps (written by worker 0, reported with that step's metrics),
+    every step's metrics in metrics.jsonl and a progress line from worker 0.
+
+    Only checkpoint steps go through `ray.train.report`: a report waits until the controller has taken
+    the previous one, which it polls for every 2 s (Ray 2.60), so a report per step would hold training
+    to one step per poll.
+    """
+    import ray.train
+    from ray.train.torch import prepare_model
+
+    from ...engine.training import Schedule, fit
+
+    schedule = Schedule(job.steps, job.options.batch_size, job.options.lr, job.options.seed,
+                        job.checkpoint_every)
+    log = MetricsLog(worker.out, job.steps, what) if worker.rank == 0 else None
+    checkpoint = ray.train.get_checkpoint()
+    with checkpoint.as_directory() if checkpoint else contextlib.nullcontext() as resume:
+        if resume:
+            logger.info("%s: continuing from checkpoint %s", what, posixpath.basename(checkpoint.path))
+        fit(objective, examples, schedule, _reporter(worker, log), resume, prepare_model, worker.rank, worker.world)
+    if log is not None:
+        log.close()
+
+
+def _reporter(worker: Worker, log: MetricsLog | None) -> Callable[[int, dict, Callable[[str], None] | None], None]:
+    """The engine's `on_step`: every step into metrics.jsonl (worker 0); at checkpoint steps the state as a
+    Ray Train checkpoint, written by worker 0 and reported by every worker (a report is a barrier)."""
+    import tempfile
+
+    import ray.train
+
+    def on_step(step: int, metrics: dict, save: Callable[[str], None] | None) -> None:
+        if log is not None:
+            log.add(metrics, checkpoint=save is not None)
+        if save is None:
+            return
+        with tempfile.TemporaryDirectory() as folder:
+            if worker.rank == 0:
+                save(folder)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
+                                 checkpoint_dir_name=f"step-{step:08d}")
+            else:
+                ray.train.report(metrics)
+
+    return on_step
+
+
+class MetricsLog:
+    """metrics.jsonl (one line per step) and the progress line, on worker 0. The file is rewritten whole
+    every PROGRESS_S seconds and at checkpoints, so it is never half a line; lines of steps after the
+    checkpoint a run continues from are dropped first (that run redoes those steps)."""
+
+    def __init__(self, out: OutputDir, total: int, what: str) -> None:
+        self.out = out
+        self.total = total
+        self.what = what
+        self.lines: list[str] | None = None
+        self.started = self.last = time.monotonic()
+        self.first_step = 0
+
+    def add(self, metrics: dict, checkpoint: bool) -> None:
+        if self.lines is None:
+            self.first_step = metrics["step"] - 1
+            self.lines = [line for line in _read_lines(self.out, METRICS_FILE) if json.loads(line)["step"] <= self.first_step]
+        self.lines.append(json.dumps(metrics))
+        now = time.monotonic()
+        if checkpoint or now - self.last >= PROGRESS_S or metrics["step"] == self.total:
+            self.last = now
+            self.flush()
+            done = metrics["step"] - self.first_step
+            rate = done / max(now - self.started, 1e-9)
+            logger.info("%s step %d/%d: loss %.4f, lr %.2e, %.2f steps/s, %s left", self.what, metrics["step"],
+                        self.total, metrics["loss"], metrics["lr"], rate, _duration((self.total - metrics["step"]) / rate))
+
+    def flush(self) -> None:
+        self.out.write_text(METRICS_FILE, "".join(line + "\n" for line in self.lines or []))
+
+    def close(self) -> None:
+        if self.lines is not None:
+            self.flush()
+
+
+def _read_lines(out: OutputDir, name: str) -> list[str]:
+    if not out.exists(out.path(name)):
+        return []
+    with out.fs.open_input_stream(out.path(name)) as stream:
+        return stream.read().decode("utf-8").splitlines()
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def training_figures(out: OutputDir, steps: int, options: TrainOptions, loss: str) -> dict:
+    """The report's training figures: the schedule, and the loss (`loss` says which) at the start and at
+    the end, each the mean over up to 10 steps of metrics.jsonl."""
+    losses = [json.loads(line)["loss"] for line in _read_lines(out, METRICS_FILE)]
+    window = max(1, min(10, len(losses) // 2))
+    return {"steps": steps, "epochs": options.epochs if options.steps is None else None,
+            "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed, "loss": loss,
+            "loss_first": float(np.mean(losses[:window])) if losses else None,
+            "loss_last": float(np.mean(losses[-window:])) if losses else None}

@@ -1,0 +1,128 @@
+"""The training loop and its objectives, without Ray: losses against the naive references, the u-PMLM
+masks, the batch order, resuming from a saved state, and a few steps lowering the loss."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pytest
+import torch
+
+import tiny
+from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.maskless import regressor_for
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.training import (
+    Example, MasklessObjective, PMLMObjective, Schedule, TrainState, batch_rows, fit, upmlm_positions,
+)
+from distributed_scoring.workloads.prepare import Preparer
+from reference import maskless_prediction, upmlm_loss
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny matrices on a shared 2-core machine: a second thread only waits for the first."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def examples_of(mlm) -> list[Example]:
+    """The tiny corpus as training examples; targets like PLLs: about -3 nats a token, plus a wiggle."""
+    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
+    return [Example(np.asarray(p.input_ids, dtype=np.int64), np.asarray(p.targets, dtype=np.int64),
+                    -3.0 * len(p.targets) + 4 * np.sin(i)) for i, p in enumerate(prepared)]
+
+
+def test_upmlm_masks_a_uniform_number_of_scorable_positions():
+    candidates = np.arange(2, 12)  # ten scorable positions
+    generator = torch.Generator().manual_seed(0)
+    counts = Counter()
+    for _ in range(2000):
+        rows, positions = upmlm_positions([candidates], generator)
+        assert (rows == 0).all() and set(positions) <= set(candidates)
+        assert len(set(positions)) == len(positions) and (np.diff(positions) > 0).all()
+        counts[len(positions)] += 1
+    assert set(counts) == set(range(1, 11))
+    assert all(130 <= c <= 270 for c in counts.values()), counts  # 200 each; 5 sigma is about 65
+    again = upmlm_positions([candidates, candidates[:3]], torch.Generator().manual_seed(7))
+    same = upmlm_positions([candidates, candidates[:3]], torch.Generator().manual_seed(7))
+    assert all((a == b).all() for a, b in zip(again, same))
+
+
+def test_batches_cover_each_epoch_once_whatever_the_number_of_workers():
+    schedule = Schedule(steps=6, batch_size=4, lr=1e-3, seed=3, checkpoint_every=10)
+    for world in (1, 2, 4):
+        epoch = [np.concatenate([batch_rows(step, 10, schedule, r, world) for r in range(world)]) for step in (0, 1)]
+        assert all(len(b) == 4 for b in epoch)
+        assert len(set(np.concatenate(epoch))) == 8  # whole batches only: 2 of the 10 sit the epoch out
+        assert sorted(np.concatenate(epoch)) == sorted(np.concatenate(
+            [batch_rows(step, 10, schedule, 0, 1) for step in (0, 1)]))
+    assert not np.array_equal(batch_rows(0, 10, schedule, 0, 1), batch_rows(2, 10, schedule, 0, 1))
+
+
+def test_pmlm_loss_equals_the_naive_reference(tiny_model_dir):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    objective = PMLMObjective(mlm)
+    examples = examples_of(mlm)[:5]
+    got = objective.loss(objective.module.eval(), examples, torch.Generator().manual_seed(11))
+    rows, positions = upmlm_positions([e.positions for e in examples], torch.Generator().manual_seed(11))
+    masked = [positions[rows == b].tolist() for b in range(len(examples))]
+    expected = upmlm_loss(mlm.model, mlm.mask_token_id, [e.input_ids.tolist() for e in examples], masked)
+    assert expected > 1.0
+    assert abs(float(got.detach()) - expected) < 1e-5
+
+
+def test_maskless_loss_is_the_squared_error_of_the_standardised_prediction(tiny_model_dir):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    examples = examples_of(mlm)[:6]
+    regressor = regressor_for(mlm, mean=-40.0, std=12.0).eval()
+    got = MasklessObjective(regressor, mlm).loss(regressor, examples, torch.Generator())
+    head = regressor.head
+    predicted = [maskless_prediction(mlm.encoder, head.weight, head.bias, -40.0, 12.0, e.input_ids.tolist())
+                 for e in examples]
+    expected = np.mean([((p - e.target) / 12.0) ** 2 for p, e in zip(predicted, examples)])
+    assert abs(float(got.detach()) - expected) < 1e-5
+
+
+@pytest.mark.parametrize("objective, drop", [("maskless", 0.3), ("pmlm", 0.05)])
+def test_a_few_steps_lower_the_loss(objective, drop, tiny_model_dir):
+    """Seeded, so not flaky. u-PMLM's loss is noisy (a new masking ratio per sequence) and the random tiny
+    model starts over-confident: it first falls towards log |V|."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    examples = examples_of(mlm)
+    targets = np.array([e.target for e in examples])
+    trained = (MasklessObjective(regressor_for(mlm, targets.mean(), targets.std()), mlm) if objective == "maskless"
+               else PMLMObjective(mlm))
+    losses = []
+    steps = fit(trained, examples, Schedule(60, 4, 1e-3, 0, 1000), lambda step, m, save: losses.append(m["loss"]))
+    assert steps == 60 and len(losses) == 60
+    assert np.mean(losses[-10:]) < (1 - drop) * np.mean(losses[:10]), (losses[:10], losses[-10:])
+
+
+def test_a_run_resumed_from_its_state_ends_where_the_uninterrupted_run_does(tiny_model_dir, tmp_path):
+    """Same batches, masks and dropout after a resume: the weights after 6 steps are the same whether the
+    run stopped at step 3 or not."""
+    examples = examples_of(load_masked_lm(ModelSpec(str(tiny_model_dir("bert")))))
+    schedule = Schedule(6, 4, 1e-3, 5, checkpoint_every=3)
+
+    def run(resume=None, keep_at=None):
+        mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+        objective = PMLMObjective(mlm)
+
+        def on_step(step, metrics, save):
+            if save is not None and step == keep_at:
+                save(str(tmp_path))
+
+        fit(objective, examples, schedule, on_step, resume=resume)
+        return objective.module.state_dict()
+
+    straight = run(keep_at=3)
+    assert TrainState.load(tmp_path).step == 3
+    resumed = run(resume=str(tmp_path))
+    for name, value in straight.items():
+        torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6, msg=name)
+    fresh = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")))).model.state_dict()
+    assert any(not torch.equal(fresh[k.removeprefix("model.")], v) for k, v in straight.items() if k.startswith("model."))

@@ -1,0 +1,178 @@
+"""`dscore train` end to end: bad teachers and corpora refused in one line before any work; on the local Ray,
+a tiny model trained a few steps (the loss falls, checkpoints and metrics.jsonl written, the folder loads
+with `dscore score --maskless` / `--model`, the student's rows in the teacher's schema, rescoring with it)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import rescoring_helpers as H
+import tiny
+from distributed_scoring.cli import main
+from distributed_scoring.io import schema as S
+
+# One local-Ray worker of one CPU: a second torch thread on a shared 2-core machine only waits.
+FAST = ["--cpus-per-worker", "1", "--batch-size", "8", "--lr", "1e-3"]
+
+
+def run(*args: str) -> tuple[int, dict | None]:
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(list(args))
+    return code, json.loads(buffer.getvalue()) if code == 0 else None
+
+
+def write_corpus(path: Path, n: int, seed: int = 0) -> Path:
+    """`n` short sentences of tiny-corpus words, lengths 3 to 14 words (PLLs spread by length)."""
+    rng = random.Random(seed)
+    words = " ".join(tiny.CORPUS).split()
+    path.write_text("".join(" ".join(rng.choice(words) for _ in range(rng.randint(3, 14))) + "\n" for _ in range(n)))
+    return path
+
+
+def error_line(capsys) -> str:
+    """The CLI's one-line error (stderr may hold log lines before it)."""
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and lines[-1].startswith("dscore: error: "), lines
+    return lines[-1]
+
+
+def test_bad_teacher_folders_are_refused_in_one_line(tmp_path, tiny_model_dir, capsys):
+    model, out = str(tiny_model_dir("bert")), tmp_path / "out"
+    ok_rows = {S.ID: ["a", "b"], S.TEXT: ["x y", "y z"], S.STATUS: ["ok", "ok"]}
+    cases = {
+        "missing": (None, "does not exist"),
+        "empty": ({}, "holds no scored rows"),
+        "no pll": ({"rows/part-0.parquet": pa.table(ok_rows)}, "no pll column"),
+        "all errors": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: pa.array([None, None], pa.float64()),
+                                                         S.STATUS: ["error", "error"]})}, "are error rows"),
+        "another workload": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: [-1.0, -2.0]}),
+                              "_run.json": {"workload": "causal"}}, "must be a PLL run"),
+    }
+    for name, (files, message) in cases.items():
+        teacher = tmp_path / name
+        if files is not None:
+            teacher.mkdir()
+        for relative, content in (files or {}).items():
+            (teacher / relative).parent.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, dict):
+                (teacher / relative).write_text(json.dumps(content))
+            else:
+                pq.write_table(content, teacher / relative)
+        code, _ = run("train", "maskless", "--teacher", str(teacher), "--model", model, "--output", str(out))
+        assert code == 2, name
+        assert message in error_line(capsys), name
+        assert not out.exists(), f"{name}: the output folder was touched before the refusal"
+
+
+def test_bad_training_options_and_corpora_are_refused_in_one_line(tmp_path, tiny_model_dir, capsys):
+    model, out = str(tiny_model_dir("bert")), tmp_path / "out"
+    corpus = write_corpus(tmp_path / "c.txt", 30)
+    for args, message in [
+        (["--data", str(corpus), "--heldout", "1.5"], "--heldout"),
+        (["--data", str(corpus), "--batch-size", "64"], "do not fill one batch"),
+        (["--data", str(tmp_path / "none.txt")], "none.txt"),
+        (["--data", str(corpus), "--orders", "0"], "--orders"),
+    ]:
+        code, _ = run("train", "pmlm", "--model", model, "--output", str(out), *args)
+        assert code == 2, args
+        assert message in error_line(capsys), args
+        assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def student(ray_local, tiny_model_dir, tmp_path_factory):
+    """A teacher scored in process, a student trained on it on the local Ray: (corpus, teacher, student, report)."""
+    folder = tmp_path_factory.mktemp("maskless")
+    corpus = write_corpus(folder / "corpus.txt", 48)
+    model = str(tiny_model_dir("bert"))
+    code, _ = run("score", str(corpus), "--model", model, "--output", str(folder / "teacher"))
+    assert code == 0
+    code, report = run("train", "maskless", "--teacher", str(folder / "teacher"), "--model", model, "--output",
+                       str(folder / "student"), "--steps", "24", "--checkpoint-every", "10", "--heldout", "0.25", *FAST)
+    assert code == 0
+    return corpus, folder / "teacher", folder / "student", report
+
+
+@pytest.mark.ray
+def test_a_maskless_student_trains_reports_and_checkpoints(student):
+    _, _, out, report = student
+    assert json.loads((out / "report.json").read_text()) == report
+    assert report["rows"]["train"] + report["rows"]["heldout"] == report["rows"]["usable"] == 48
+    assert report["training"]["steps"] == 24
+    assert report["training"]["loss_last"] < report["training"]["loss_first"]
+    heldout = report["heldout"]
+    assert heldout["rows"] == report["rows"]["heldout"] >= 3
+    assert -1 <= heldout["pearson"] <= 1 and -1 <= heldout["spearman"] <= 1 and heldout["rmse"] > 0
+    assert report["speed"]["student_sentences_per_s"] > 0 and report["speed"]["pll_sentences_per_s"] > 0
+    assert report["speed"]["speedup"] == pytest.approx(
+        report["speed"]["student_sentences_per_s"] / report["speed"]["pll_sentences_per_s"])
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, 25))
+    assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-00000020", "step-00000024"]
+    predictions = pq.read_table(out / "heldout_predictions.parquet")
+    assert predictions.num_rows == heldout["rows"] and predictions.column_names == [S.ID, S.PLL, "predicted"]
+
+
+@pytest.mark.ray
+def test_the_student_scores_in_the_teachers_schema_and_loads_as_a_masked_lm(student, tmp_path):
+    corpus, teacher, out, _ = student
+    code, summary = run("score", str(corpus), "--maskless", str(out), "--output", str(tmp_path / "s"))
+    assert code == 0 and summary["rows"] == summary["ok"] == 48 and summary["variant"] == "maskless"
+    assert json.loads((tmp_path / "s" / "summary.json").read_text())["variant"] == "maskless"
+    rows, teacher_rows = pq.read_table(tmp_path / "s" / "rows"), pq.read_table(teacher / "rows")
+    assert rows.schema.remove_metadata() == teacher_rows.schema.remove_metadata()
+    assert set(rows[S.VARIANT].to_pylist()) == {"maskless"}
+    assert rows[S.N_TOKENS].to_pylist() == teacher_rows[S.N_TOKENS].to_pylist()  # the tokens a PLL would score
+    code, summary = run("score", str(corpus), "--model", str(out), "--output", str(tmp_path / "m"))
+    assert code == 0 and summary["ok"] == 48
+
+
+@pytest.mark.ray
+def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
+    _, _, out, _ = student
+    paths = {}
+    for split, seed in (("dev", 1), ("test", 2)):
+        records, _ = H.synthetic_nbest(5, 3, seed=seed, prefix=split[0])
+        paths[split] = tmp_path / f"{split}.jsonl"
+        paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, printed = run("rescore", "--dev", str(paths["dev"]), "--test", str(paths["test"]), "--maskless", str(out),
+                        "--output", str(tmp_path / "r"))
+    assert code == 0 and {"baseline", "rescored", "oracle"} <= set(printed["test"])
+    assert set(pq.read_table(tmp_path / "r" / "maskless" / "rows")[S.VARIANT].to_pylist()) == {"maskless"}
+    assert not (tmp_path / "r" / "mlm").exists()
+
+
+@pytest.mark.ray
+def test_another_command_in_a_training_folder_is_refused_unless_overwritten(student, capsys):
+    _, teacher, out, _ = student
+    args = ["train", "maskless", "--teacher", str(teacher), "--model", str(out), "--output", str(out), "--steps", "24",
+            "--checkpoint-every", "10", "--heldout", "0.25", *FAST]
+    code, _ = run(*args)
+    assert code == 2 and "holds a different training run (it differs in: model)" in error_line(capsys)
+    code, _ = run("score", str(teacher / "rows"), "--model", str(out), "--output", str(out))
+    assert code == 2 and "different run" in error_line(capsys)
+
+
+@pytest.mark.ray
+def test_pmlm_trains_and_reports_random_order_perplexity_before_and_after(ray_local, tiny_model_dir, tmp_path):
+    corpus, out = write_corpus(tmp_path / "c.txt", 40), tmp_path / "pmlm"
+    code, report = run("train", "pmlm", "--model", str(tiny_model_dir("bert")), "--data", str(corpus), "--output",
+                       str(out), "--steps", "16", "--orders", "2", "--heldout", "0.2", *FAST)
+    assert code == 0
+    before, after = report["heldout"]["before"], report["heldout"]["after"]
+    for figures in (before, after):
+        assert figures["sentences"] == report["rows"]["heldout"] and len(figures["ppl_random_each_order"]) == 2
+        assert figures["ppl_l2r"] > 1 and figures["ppl_random"] > 1
+    assert after["ppl_random"] < before["ppl_random"]  # a random tiny model: much to gain from any training
+    assert report["training"]["loss_last"] < report["training"]["loss_first"]
+    code, summary = run("score", str(corpus), "--model", str(out), "--output", str(tmp_path / "s"))
+    assert code == 0 and summary["ok"] == 40
