@@ -12,7 +12,7 @@ short u-PMLM fine-tune.
 
 Every step is a resumable `dscore` command into a folder under --output: a rerun skips what is done.
 
-    python jobs/train_demo.py --output out/train-demo [--chains 240] [--epochs 3] [--pmlm-steps 60]
+    python jobs/train_demo.py --output out/train-demo [--chains 240] [--epochs 8] [--pmlm-steps 60]
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", default="out/train-demo", help="folder of every step's run")
     parser.add_argument("--chains", type=int, default=240, help="germline chains scored by the teacher")
-    parser.add_argument("--epochs", type=int, default=3, help="maskless training epochs")
+    parser.add_argument("--epochs", type=int, default=8, help="maskless training epochs")
     parser.add_argument("--lr", type=float, default=1e-4, help="maskless peak learning rate (encoder)")
     parser.add_argument("--pmlm-steps", type=int, default=60, help="u-PMLM steps")
     parser.add_argument("--utterances", type=int, default=6, help="N-best utterances per split (dev, test)")

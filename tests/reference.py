@@ -608,4 +608,4 @@ def maskless_prediction(encoder, head_weight: torch.Tensor, head_bias: torch.Ten
     encoder = copy.deepcopy(encoder).to(torch.float64).eval()
     with torch.no_grad():
         first = encoder(input_ids=torch.tensor([ids]))[0][0, 0].double()  # (H,)
-    return mean + std * float(first @ head_weight.double().reshape(-1) + head_bias.double().reshape(()))
+    return mean + std * float(first @ head_weight.detach().double().reshape(-1) + head_bias.detach().double().reshape(()))

@@ -34,11 +34,11 @@ from .packing import Piece, TokenBudget, pack, run_fitting
 class MasklessRegressor(nn.Module):
     """Encoder + linear head over the first token: (B, T) ids -> (B,) standardised PLL z."""
 
-    def __init__(self, encoder: nn.Module, hidden_size: int, mean: float = 0.0, std: float = 1.0) -> None:
+    def __init__(self, encoder: nn.Module, hidden_size: int, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = nn.Linear(hidden_size, 1)
-        nn.init.normal_(self.head.weight, std=0.02)
+        nn.init.normal_(self.head.weight, std=0.02, generator=torch.Generator().manual_seed(seed))
         nn.init.zeros_(self.head.bias)
         self.register_buffer("mean", torch.tensor(float(mean), dtype=torch.float64))
         self.register_buffer("std", torch.tensor(float(std), dtype=torch.float64))
@@ -56,10 +56,10 @@ class MasklessRegressor(nn.Module):
         return ((pll.double() - self.mean) / self.std).float()
 
 
-def regressor_for(mlm: MaskedLM, mean: float, std: float) -> MasklessRegressor:
-    """A fresh student initialised from the masked LM's encoder (shared, not copied); its head in the
-    LM head's dtype (float32, float64 for a model loaded in float64)."""
-    regressor = MasklessRegressor(mlm.encoder, mlm.model.config.hidden_size, mean, std).to(mlm.device)
+def regressor_for(mlm: MaskedLM, mean: float, std: float, seed: int = 0) -> MasklessRegressor:
+    """A fresh student initialised from the masked LM's encoder (shared, not copied) and a head drawn with
+    `seed`; the head in the LM head's dtype (float32, float64 for a model loaded in float64)."""
+    regressor = MasklessRegressor(mlm.encoder, mlm.model.config.hidden_size, mean, std, seed).to(mlm.device)
     regressor.head.to(mlm.head_dtype)
     return regressor
 

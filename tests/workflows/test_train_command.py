@@ -88,6 +88,19 @@ def test_bad_training_options_and_corpora_are_refused_in_one_line(tmp_path, tiny
         assert not out.exists()
 
 
+def test_score_takes_either_a_model_or_a_student_folder(tmp_path, tiny_model_dir, capsys):
+    corpus, model = write_corpus(tmp_path / "c.txt", 3), str(tiny_model_dir("bert"))
+    for args, message in [
+        (["--model", model, "--maskless", model], "either --model"),
+        ([], "either --model"),
+        (["--maskless", model], "not a maskless scorer folder"),
+        (["--maskless", model, "--method", "chain"], "does not go with --method chain"),
+    ]:
+        code, _ = run("score", str(corpus), "--output", str(tmp_path / "out"), *args)
+        assert code == 2 and message in error_line(capsys), args
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.fixture(scope="module")
 def student(ray_local, tiny_model_dir, tmp_path_factory):
     """A teacher scored in process, a student trained on it on the local Ray: (corpus, teacher, student, report)."""

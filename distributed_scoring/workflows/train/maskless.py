@@ -187,7 +187,7 @@ def maskless_worker(config: dict) -> None:
     job: MasklessJob = config["job"]
     worker = start_worker(config)
     mlm = load_masked_lm(replace(job.model, device=worker.device))
-    objective = MasklessObjective(regressor_for(mlm, job.mean, job.std), mlm)
+    objective = MasklessObjective(regressor_for(mlm, job.mean, job.std, job.options.seed), mlm)
     train(objective, read_examples(join(job.location, DATA_TRAIN)), job, worker, "maskless")
     if worker.rank == 0:
         save_student(objective.module, mlm, job.location, job.meta)
