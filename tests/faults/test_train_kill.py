@@ -1,5 +1,6 @@
 """A training run killed mid-way (the driver and the embedded Ray it started) continues from its latest
-checkpoint when the same command runs again: no step is lost or done twice in metrics.jsonl."""
+checkpoint when the same command runs again: no step is lost or done twice in metrics.jsonl, and the
+rerun says where it continued from."""
 
 from __future__ import annotations
 
@@ -59,6 +60,8 @@ def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, ti
                     if "continuing from checkpoint" in line]
     # the latest checkpoint Ray Train had registered: the newest folder may have been cut off mid-copy
     assert resumed_from and resumed_from[0] in saved and resumed_from[0] >= EVERY, rerun.stderr[-3000:]
+    # the workers' lines reach the driver's terminal although Ray keeps its workers' output off it
+    assert f"maskless step {STEPS}/{STEPS}: loss" in rerun.stderr, rerun.stderr[-3000:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, STEPS + 1))  # the steps after the checkpoint were done again, once
     assert checkpoints(out)[-1] == STEPS

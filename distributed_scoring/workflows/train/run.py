@@ -13,7 +13,9 @@ snapshot in checkpoints/); a finished run redoes only its evaluation.
 
 The driver never imports torch: `ray.train.torch` does, so the TorchTrainer is built and fitted inside a
 Ray task (no CPUs of its own: the trainer's workers hold them), and the training loop runs on the
-trainer's workers.
+trainer's workers. Ray keeps its workers' output off the user's terminal (unless --verbose), so the
+workers' own log lines (progress, the checkpoint a run continues from, warnings) reach the driver through
+a `Relay` actor, and the driver logs them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ METRICS_FILE = "metrics.jsonl"
 REPORT_FILE = "report.json"
 CHECKPOINTS_KEPT = 2
 PROGRESS_S = 10.0  # seconds between progress lines (and rewrites of metrics.jsonl) on worker 0
+RELAY_S = 1.0  # seconds between the driver's collections of the workers' log lines
 
 # Columns of the tokenised split (the prepare stage's names where they exist).
 TARGET = "target"
@@ -184,16 +187,56 @@ def on_ray(resources: TrainResources) -> Iterator[None]:
         yield
 
 
+class Relay:
+    """A small actor (no CPU) where training workers post their log lines for the driver to collect and
+    log: the one way they reach the user's terminal when Ray keeps its workers' output off it."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, str]] = []
+
+    def post(self, level: int, message: str) -> None:
+        self.records.append((level, message))
+
+    def collect(self) -> list[tuple[int, str]]:
+        """The (level, message) of every line posted since the last collection, in order."""
+        records, self.records = self.records, []
+        return records
+
+
+class RelayHandler(logging.Handler):
+    """A worker's logging handler that posts each record to the driver's `Relay` (without waiting)."""
+
+    def __init__(self, relay: Any) -> None:
+        super().__init__()
+        self.relay = relay
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.relay.post.remote(record.levelno, record.getMessage())
+        except Exception:  # noqa: BLE001 - a line lost is not worth a training run
+            self.handleError(record)
+
+
 def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources, out: OutputDir) -> None:
     """Run `loop(config)` on the trainer's workers (`config["job"]` is `job`) until it returns, checkpoints in
-    DIR/checkpoints (continued from there when a snapshot is found). Inside `on_ray`."""
+    DIR/checkpoints (continued from there when a snapshot is found), logging the workers' lines here as
+    they come. Inside `on_ray`."""
     import ray
 
+    relay = ray.remote(num_cpus=0)(Relay).remote()
     task = ray.remote(num_cpus=0, max_retries=0)(_fit)
-    ray.get(task.remote(loop, job, resources, out.location, cluster_address(resources.address) is None))
+    done = task.remote(loop, job, resources, out.location, cluster_address(resources.address) is None, relay)
+    while True:
+        finished, _ = ray.wait([done], timeout=RELAY_S)
+        for level, message in ray.get(relay.collect.remote()):
+            logger.log(level, "%s", message)
+        if finished:
+            break
+    ray.get(done)
 
 
-def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool) -> None:
+def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool,
+         relay: Any) -> None:
     """Build and fit the TorchTrainer (runs as a Ray task: this imports torch)."""
     from ray.train import CheckpointConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -210,7 +253,7 @@ def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, stor
 
     trainer = (EmbeddedTrainer if embedded else TorchTrainer)(
         loop,
-        train_loop_config={"job": job, "resources": resources},
+        train_loop_config={"job": job, "resources": resources, "relay": relay},
         scaling_config=ScalingConfig(num_workers=resources.num_workers, use_gpu=resources.use_gpu,
                                      resources_per_worker={"CPU": resources.cpus_per_worker}),
         run_config=RunConfig(name=CHECKPOINTS, storage_path=storage,
@@ -246,22 +289,29 @@ def start_worker(config: dict) -> Worker:
     import ray.train
     import ray.train.torch
 
-    set_threads(config["resources"].cpus_per_worker)
+    set_threads(config["resources"].cpus_per_worker, config["relay"])
     context = ray.train.get_context()
     return Worker(context.get_world_rank(), context.get_world_size(), str(ray.train.torch.get_device()),
                   OutputDir(config["job"].location))
 
 
-def set_threads(cpus: float) -> None:
+def set_threads(cpus: float, relay: Any = None) -> None:
     """torch's CPU threads to the worker's CPUs, never beyond the node's cores; transformers quiet; our
-    INFO lines (the progress) shown, Ray Train's per-report INFO lines not."""
+    INFO lines (the progress) shown, Ray Train's per-report INFO lines not. With a `relay`, our lines go
+    to the driver through it instead of to this worker's output."""
     import torch
 
     torch.set_num_threads(max(1, min(int(cpus), os.cpu_count() or 1)))
     quiet_transformers()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.WARNING)
-    logging.getLogger("distributed_scoring").setLevel(logging.INFO)
+    ours = logging.getLogger("distributed_scoring")
+    ours.setLevel(logging.INFO)
+    for handler in [h for h in ours.handlers if isinstance(h, RelayHandler)]:  # a previous run's, in a reused process
+        ours.removeHandler(handler)
+    if relay is not None:
+        ours.addHandler(RelayHandler(relay))
+    ours.propagate = relay is None
 
 
 def train(objective: Objective, examples: list[Example], job: Any, worker: Worker, what: str) -> None:
