@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
+from typing import Callable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -20,6 +21,8 @@ from ..io.sources import Shard
 from .stats import STAT_COLUMNS, CorpusStats
 
 logger = logging.getLogger(__name__)
+
+Stats = TypeVar("Stats")  # a summable record of rows' figures (`a + b`), as `CorpusStats`
 
 MOSTLY_UNKNOWN = 0.5  # a row is "mostly unknown" when more than this share of its scored tokens are unknown
 SUMMARY_VERSION = 1  # of summary.json
@@ -60,20 +63,20 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
         counted = columns + ([S.N_UNKNOWN] if S.N_UNKNOWN in part.schema_arrow.names else [])
         for batch in part.iter_batches(columns=counted):
-            unknown, mostly = _unknown_tokens(batch)
+            unknown, mostly = unknown_tokens(batch)
             n_unknown, mostly_unknown = n_unknown + unknown, mostly_unknown + mostly
             batch_stats = CorpusStats.of_table(batch)
             stats += batch_stats
             by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + batch_stats
             if config.inputs.partitioned:
-                _add_by_partition(by_partition, pa.Table.from_batches([batch]))
+                add_by_partition(by_partition, pa.Table.from_batches([batch]), CorpusStats.of_table)
     expected = sum(s.rows for s in plan)
     if stats.rows != expected:
         raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
     summary = Summary(
         stats=stats, rows_expected=expected, model=config.model.name, variant=config.scoring.variant,
-        inputs=list(config.inputs.paths), shards=len(plan), signature=_one_or_all(signatures), by_input=by_input,
-        n_unknown=n_unknown, mostly_unknown_rows=mostly_unknown, warnings=_unknown_warnings(mostly_unknown, stats.ok),
+        inputs=list(config.inputs.paths), shards=len(plan), signature=one_or_all(signatures), by_input=by_input,
+        n_unknown=n_unknown, mostly_unknown_rows=mostly_unknown, warnings=unknown_warnings(mostly_unknown, stats.ok),
         by_partition={str(name): s for name, s in sorted(by_partition.items(), key=str)}
         if config.inputs.partitioned else None,
     )
@@ -131,7 +134,7 @@ def _stats(data: dict) -> CorpusStats:
     return CorpusStats(**{f.name: data[f.name] for f in fields(CorpusStats)})
 
 
-def _unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
+def unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
     """(unknown tokens, rows mostly unknown) over the ok rows of a batch; (0, 0) for shards written
     before the `n_unknown` column existed."""
     if S.N_UNKNOWN not in batch.schema.names:
@@ -142,7 +145,7 @@ def _unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
     return int(pc.sum(unknown).as_py() or 0), int(pc.sum(mostly.cast(pa.int64())).as_py() or 0)
 
 
-def _unknown_warnings(mostly_unknown: int, ok_rows: int) -> list[str]:
+def unknown_warnings(mostly_unknown: int, ok_rows: int) -> list[str]:
     """The warning for a corpus the tokenizer cannot read, with what to do; none for a readable one."""
     if not ok_rows or mostly_unknown <= UNKNOWN_ROWS_WARNING * ok_rows:
         return []
@@ -155,14 +158,16 @@ def _unknown_warnings(mostly_unknown: int, ok_rows: int) -> list[str]:
     ]
 
 
-def _add_by_partition(totals: dict[str | None, CorpusStats], table: pa.Table) -> None:
-    """Add a batch's statistics per partition value (a row without a value counts under None)."""
+def add_by_partition(totals: dict[str | None, Stats], table: pa.Table, of_table: Callable[[pa.Table], Stats]) -> None:
+    """Add a batch's statistics (`of_table` of its rows: any summable record) per partition value (a row
+    without a value counts under None)."""
     for value in pc.unique(table[S.PARTITION]).to_pylist():
         mask = pc.is_null(table[S.PARTITION]) if value is None else pc.equal(table[S.PARTITION], value)
-        totals[value] = totals.get(value, CorpusStats()) + CorpusStats.of_table(table.filter(mask))
+        stats = of_table(table.filter(mask))
+        totals[value] = totals[value] + stats if value in totals else stats
 
 
-def _one_or_all(signatures: list[dict]) -> dict | list[dict] | None:
+def one_or_all(signatures: list[dict]) -> dict | list[dict] | None:
     """The run's signature; a list when shards were scored under different ones (mixed devices)."""
     if not signatures:
         return None

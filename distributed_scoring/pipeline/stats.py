@@ -22,7 +22,9 @@ STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
 
 @dataclass(frozen=True)
 class CorpusStats:
-    """Counts and sums over scored rows; `a + b` merges shards. Only ok rows enter the sums."""
+    """Counts and sums over scored rows; `a + b` merges shards. Only ok rows enter the sums. `sum_pll`
+    sums the rows' log-likelihood score: the PLL, or another score in its place (`of_table(score=...)`,
+    the chain rule's log-likelihood)."""
 
     rows: int = 0
     ok: int = 0
@@ -49,8 +51,8 @@ class CorpusStats:
         return {**asdict(self), "pppl_token": self.pppl_token, "pppl_word": self.pppl_word}
 
     @classmethod
-    def of_table(cls, table: pa.Table) -> "CorpusStats":
-        """Statistics of a table of scored rows (only the status, pll and count columns are read)."""
+    def of_table(cls, table: pa.Table, score: str = S.PLL) -> "CorpusStats":
+        """Statistics of a table of scored rows (only the status, `score` and count columns are read)."""
         ok = pc.equal(table[S.STATUS], S.STATUS_OK)
         n_ok = pc.sum(ok.cast(pa.int64())).as_py() or 0
 
@@ -61,7 +63,7 @@ class CorpusStats:
             rows=table.num_rows,
             ok=n_ok,
             errors=table.num_rows - n_ok,
-            sum_pll=float(total(S.PLL)),
+            sum_pll=float(total(score)),
             n_tokens=int(total(S.N_TOKENS)),
             n_words=int(total(S.N_WORDS)),
         )

@@ -11,6 +11,7 @@ likelihood; for any other MLM it is an approximation (its conditionals need not 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,13 +25,18 @@ from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
 from ..io.sources import Shard
 from ..measures import pppl
-from ..pipeline.aggregate import check_complete
+from ..pipeline.aggregate import (
+    SUMMARY_VERSION, add_by_partition, check_complete, one_or_all, unknown_tokens, unknown_warnings,
+)
 from ..pipeline.runner import claimed, execute
+from ..pipeline.stats import CorpusStats
 from ..workloads.chain import (  # ORDERS and ChainOptions: what the CLI builds a run from
-    LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload,
+    CHAIN, LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload,
 )
 
 __all__ = ["ORDERS", "ChainOptions", "score_chain"]
+
+logger = logging.getLogger(__name__)
 
 LIKELIHOOD_NOTE = ("the likelihood of a u-PMLM (Liao et al., 2020) in this order; for other masked LMs an "
                    "approximation, since their conditionals need not form one joint distribution")
@@ -62,50 +68,45 @@ def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None
 
 @dataclass(frozen=True)
 class ChainStats:
-    """Counts and sums over chain rows; `a + b` merges shards. Only ok rows enter the sums.
-    `by_order[k]` sums the k-th order's log-likelihood of every row (rows of one run have K each)."""
+    """The corpus statistics of chain rows (`CorpusStats` summing `log_likelihood` in place of the PLL),
+    their unknown tokens and the orders' spread; `a + b` merges shards. `by_order[k]` sums the k-th
+    order's log-likelihood of every ok row (rows of one run have K each)."""
 
-    rows: int = 0
-    ok: int = 0
-    errors: int = 0
-    sum_log_likelihood: float = 0.0
-    n_tokens: int = 0
-    n_words: int = 0
+    corpus: CorpusStats = CorpusStats()
     n_unknown: int = 0
+    mostly_unknown_rows: int = 0
     sum_order_std: float = 0.0
     by_order: tuple[float, ...] = ()
 
     def __add__(self, other: "ChainStats") -> "ChainStats":
         by_order = tuple(a + b for a, b in zip(self.by_order, other.by_order)) or self.by_order or other.by_order
-        return ChainStats(self.rows + other.rows, self.ok + other.ok, self.errors + other.errors,
-                          self.sum_log_likelihood + other.sum_log_likelihood, self.n_tokens + other.n_tokens,
-                          self.n_words + other.n_words, self.n_unknown + other.n_unknown,
+        return ChainStats(self.corpus + other.corpus, self.n_unknown + other.n_unknown,
+                          self.mostly_unknown_rows + other.mostly_unknown_rows,
                           self.sum_order_std + other.sum_order_std, by_order)
 
     @classmethod
     def of_table(cls, table: pa.Table) -> "ChainStats":
         ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
         per_order = np.array(ok[LOG_LIKELIHOODS].to_pylist(), dtype=np.float64)  # (ok rows, K)
-        return cls(table.num_rows, ok.num_rows, table.num_rows - ok.num_rows,
-                   float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0),
-                   int(pc.sum(ok[S.N_WORDS]).as_py() or 0), int(pc.sum(ok[S.N_UNKNOWN]).as_py() or 0),
+        return cls(CorpusStats.of_table(table, score=LOG_LIKELIHOOD), *unknown_tokens(table),
                    float(pc.sum(ok[LOG_LIKELIHOOD_STD]).as_py() or 0.0),
                    tuple(per_order.sum(axis=0).tolist()) if ok.num_rows else ())
 
     def to_dict(self) -> dict:
-        return {"rows": self.rows, "ok": self.ok, "errors": self.errors,
-                "sum_log_likelihood": self.sum_log_likelihood, "n_tokens": self.n_tokens, "n_words": self.n_words,
-                "n_unknown": self.n_unknown, "ppl_token": pppl(self.sum_log_likelihood, self.n_tokens),
-                "ppl_word": pppl(self.sum_log_likelihood, self.n_words)}
+        """The PLL summary's figures under the chain's names: `sum_log_likelihood`, `ppl_token`, `ppl_word`."""
+        c = self.corpus
+        return {"rows": c.rows, "ok": c.ok, "errors": c.errors, "sum_log_likelihood": c.sum_pll,
+                "n_tokens": c.n_tokens, "n_words": c.n_words, "n_unknown": self.n_unknown,
+                "mostly_unknown_rows": self.mostly_unknown_rows, "ppl_token": c.pppl_token, "ppl_word": c.pppl_word}
 
     def spread(self) -> dict:
         """The corpus PPL of each order index, their range and standard deviation, and the mean
         per-sentence standard deviation of the orders' log-likelihoods."""
-        ppls = [pppl(total, self.n_tokens) for total in self.by_order]
+        ppls = [pppl(total, self.corpus.n_tokens) for total in self.by_order]
         known = [p for p in ppls if p is not None]
         return {"ppl_token": ppls, "min": min(known, default=None), "max": max(known, default=None),
                 "std": float(np.std(known)) if known else None,
-                "mean_log_likelihood_std": self.sum_order_std / self.ok if self.ok else None}
+                "mean_log_likelihood_std": self.sum_order_std / self.corpus.ok if self.corpus.ok else None}
 
 
 def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: ChainOptions) -> dict:
@@ -122,17 +123,19 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: Cha
         stats += shard_stats
         by_input[shard.file.name] = by_input.get(shard.file.name, ChainStats()) + shard_stats
         if partitioned:
-            for value in pc.unique(table[S.PARTITION]).to_pylist():
-                rows = pc.is_null(table[S.PARTITION]) if value is None else pc.equal(table[S.PARTITION], value)
-                by_partition[value] = by_partition.get(value, ChainStats()) + ChainStats.of_table(table.filter(rows))
+            add_by_partition(by_partition, table, ChainStats.of_table)
     expected = sum(s.rows for s in plan)
-    if stats.rows != expected:
-        raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
+    if stats.corpus.rows != expected:
+        raise DataLossError(f"{expected} rows in, {stats.corpus.rows} rows out; rerun the same command")
+    warnings = unknown_warnings(stats.mostly_unknown_rows, stats.corpus.ok)
+    for warning in warnings:
+        logger.warning(warning)
     summary = {
-        **stats.to_dict(), "method": "chain", "order": options.order, "orders": options.orders,
+        **stats.to_dict(), "version": SUMMARY_VERSION, "variant": CHAIN, "warnings": warnings,
+        "method": CHAIN, "order": options.order, "orders": options.orders,
         "seed": options.seed, "likelihood": LIKELIHOOD_NOTE, "by_order": stats.spread(),
         "rows_expected": expected, "model": config.model.name, "inputs": list(config.inputs.paths),
-        "shards": len(plan), "signature": signatures[0] if len(signatures) == 1 else signatures or None,
+        "shards": len(plan), "signature": one_or_all(signatures),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
     }
     if partitioned:

@@ -78,6 +78,10 @@ def test_rows_are_the_naive_chain_in_the_pll_schema(order, corpus, tmp_path, mod
     assert summary["ppl_token"] == pytest.approx(math.exp(-total / tokens), rel=1e-9)
     assert summary["by_order"]["ppl_token"] == pytest.approx([summary["ppl_token"]], rel=1e-9)
     assert "u-PMLM" in summary["likelihood"]
+    mostly_unknown = sum(1 for r in rows.values() if r["status"] == "ok" and 2 * r["n_unknown"] > r["n_tokens"])
+    assert (summary["version"], summary["variant"], summary["mostly_unknown_rows"]) == (1, "chain", mostly_unknown)
+    assert bool(summary["warnings"]) == (mostly_unknown > 0.1 * 3)
+    assert summary["by_input"]["in.txt"]["mostly_unknown_rows"] == mostly_unknown
 
 
 def test_random_orders_are_seeded_and_averaged_in_probability_space(corpus, tmp_path, model, naive, capsys):
