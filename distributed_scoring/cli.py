@@ -157,6 +157,9 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--metric", choices=METRICS, default=t.metric, help=f"PPPL compared with the baseline (default {t.metric})")
     g.add_argument("--max-pppl-increase", type=float, default=t.max_pppl_increase,
                    help=f"relative PPPL rise that counts as a regression (default {t.max_pppl_increase})")
+    g.add_argument("--max-pppl-decrease", type=float, default=t.max_pppl_decrease,
+                   help="relative PPPL fall that also counts as a regression, a corpus that got suspiciously easy "
+                        "(default: none; a fall is an improvement)")
     g.add_argument("--max-error-rate-increase", type=float, default=t.max_error_rate_increase,
                    help=f"absolute error-rate rise that counts as a regression (default {t.max_error_rate_increase})")
     g.add_argument("--min-rows", type=int, default=t.min_rows,
@@ -182,6 +185,7 @@ def _audit(args: argparse.Namespace) -> int:
     config = AuditConfig(
         outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
         thresholds=Thresholds(metric=args.metric, max_pppl_increase=args.max_pppl_increase,
+                              max_pppl_decrease=args.max_pppl_decrease,
                               max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows,
                               confidence=args.confidence, seed=args.seed,
                               accept_insufficient=args.accept_insufficient),
@@ -536,7 +540,7 @@ def build_parser() -> argparse.ArgumentParser:
     sample = commands.add_parser(
         "sample", help="sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
         description="Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
-        "energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, n_sampled, "
+        "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, n_sampled, "
         "status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
     _add_sample_arguments(sample)
     sample.set_defaults(func=_sample)
@@ -571,7 +575,8 @@ def build_parser() -> argparse.ArgumentParser:
         "maskless", help="distil a PLL run into a student that predicts each PLL in one forward pass",
         description="Salazar et al. (2020), sec. 2.2: the MLM's encoder plus a linear head over [CLS], regressed "
         "on the teacher's PLLs. DIR/report.json: held-out Pearson/Spearman against the teacher, speed-up over "
-        "the PLL. Score with `dscore score --maskless DIR`. Exit codes: 0 done, 2 bad input or options.")
+        "the PLL. Score with `dscore score --maskless DIR`. Exit codes: 0 done, 1 the run failed (rerun the "
+        "command to continue from its latest checkpoint), 2 bad input or options.")
     maskless.add_argument("--teacher", required=True, metavar="SCORES_DIR",
                           help="the --output folder of a `dscore score` run: its rows' PLLs are the targets")
     _add_train_arguments(maskless, lr=MASKLESS_LR)
@@ -581,7 +586,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Liao et al. (2020): per sequence a masking ratio r ~ U(0, 1], that share of its tokens masked, "
         "cross-entropy on them. DIR is a model folder (`dscore score --model DIR`); DIR/report.json: held-out "
         "chain-rule perplexity, left-to-right and in random orders, before and after. Exit codes: 0 done, "
-        "2 bad input or options.")
+        "1 the run failed (rerun the command to continue from its latest checkpoint), 2 bad input or options.")
     pmlm.add_argument("--data", required=True, nargs="+", metavar="CORPUS",
                       help="training texts: files, folders or globs as `dscore score` reads them")
     pmlm.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")

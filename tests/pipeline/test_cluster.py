@@ -1,6 +1,6 @@
 """`ray job submit` of every jobs/ entry point to the local multi-process cluster of cluster/local_cluster.sh.
 
-One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: the README's
+One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: docs/ray.md's
 recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; the fixture
 stops it and checks that only its own processes were ended.
 """

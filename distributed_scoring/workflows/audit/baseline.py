@@ -104,6 +104,8 @@ class Thresholds:
         limits = [self.max_pppl_increase, self.max_error_rate_increase, self.max_pppl_decrease or 0.0]
         if min(limits) < 0 or self.min_rows < 2:
             raise UserError(f"regression thresholds must not be negative and min_rows must be at least 2: {self}")
+        if self.max_pppl_decrease is not None and self.max_pppl_decrease >= 1:
+            raise UserError(f"--max-pppl-decrease is a relative fall below 1 (0.2 = -20 %), got {self.max_pppl_decrease}")
         if not 0.5 <= self.confidence < 1:
             raise UserError(f"confidence must be in [0.5, 1), got {self.confidence}")
 

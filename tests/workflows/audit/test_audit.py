@@ -285,6 +285,29 @@ def test_the_same_corpus_scored_again_slightly_worse_is_judged_paired(tmp_path):
     assert result.exit_code == EXIT_OK  # an improvement passes
 
 
+def test_a_fall_beyond_max_pppl_decrease_is_a_regression(tmp_path, tiny_model_dir):
+    """A corpus 20 % easier than last night (duplicated or leaked text) fails when a fall is bounded
+    (`--max-pppl-decrease 0.1`); the flag reaches the audit's thresholds from the command line."""
+    from distributed_scoring.cli import main
+
+    audit_rows(tmp_path, "base", night(0))
+    table = night(0)
+    easier = table.set_column(table.schema.get_field_index(S.PLL), S.PLL,
+                              pa.array(np.asarray(table[S.PLL]) - math.log(0.8) * np.asarray(table[S.N_TOKENS])))
+    result = audit_rows(tmp_path, "easier", easier, str(tmp_path / "base"), Thresholds(max_pppl_decrease=0.1))
+    assert result.exit_code == EXIT_REGRESSION and result.comparison.overall.status == REGRESSION
+    assert "lies below the allowed -10.0%" in result.comparison.overall.reasons[0]
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("the quick fox\njumps over the dog\n")
+    out = tmp_path / "cli"
+    assert main(["audit", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
+                 "--max-pppl-decrease", "0.1"]) == EXIT_OK
+    assert json.loads((out / "audit.json").read_text())["config"]["thresholds"]["max_pppl_decrease"] == 0.1
+    assert main(["audit", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "bad"),
+                 "--max-pppl-decrease", "1.5"]) == 2
+
+
 def test_five_rows_are_insufficient_data_and_never_a_pass(tmp_path):
     audit_rows(tmp_path, "base", night(0, sizes=(5, 5)))
     result = audit_rows(tmp_path, "now", night(1, prefix="new-", sizes=(5, 5)), str(tmp_path / "base"))
