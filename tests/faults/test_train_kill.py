@@ -28,6 +28,13 @@ def checkpoints(out: Path) -> list[int]:
         if (out / "checkpoints").exists() else []
 
 
+def registered(out: Path) -> bool:
+    """Ray Train has registered a checkpoint: its checkpoint manager's snapshot, what a rerun restores from,
+    is written. A checkpoint folder alone is not enough: the controller registers reports on its poll, so a
+    run killed before it did starts over (a fast tiny run writes two folders within one poll)."""
+    return (out / "checkpoints" / "checkpoint_manager_snapshot.json").exists()
+
+
 def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, tiny_model_dir):
     corpus, model = make_corpus(tmp_path / "in", 40), str(tiny_model_dir("bert"))
     assert main(["score", corpus, "--model", model, "--output", str(tmp_path / "teacher")]) == 0
@@ -40,7 +47,7 @@ def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, ti
     family: list[psutil.Process] = []
     try:
         deadline = time.time() + 300
-        while len(checkpoints(out)) < 2 and driver.poll() is None and time.time() < deadline:
+        while not (len(checkpoints(out)) >= 2 and registered(out)) and driver.poll() is None and time.time() < deadline:
             time.sleep(0.05)
         family = [psutil.Process(driver.pid), *psutil.Process(driver.pid).children(recursive=True)]
         os.killpg(driver.pid, signal.SIGKILL)
