@@ -126,11 +126,6 @@ class OutputDir:
         """
         if overwrite and self.exists(self.root):
             self._clear_own()
-        with self.writing():
-            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
-            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
-            for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
-                self.fs.delete_file(stale)
         try:
             previous = self.read_json(RUN_FILE)
         except ValueError as exc:
@@ -138,13 +133,24 @@ class OutputDir:
                 f"{self.uri}/{RUN_FILE} is damaged ({exc}), so this folder's run cannot be identified; pass "
                 "--overwrite to replace its results, or use another --output"
             ) from exc
+        if previous is not None:
+            self._refuse_another(previous, run)
+        elif self.files(ROWS_DIR, suffix=".parquet"):
+            raise OutputError(
+                f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
+            )
+        with self.writing():  # only once the folder is ours: a refused run leaves it as it was
+            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+            for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
+                self.fs.delete_file(stale)
         if previous is None:
-            if self.files(ROWS_DIR, suffix=".parquet"):
-                raise OutputError(
-                    f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
-                )
             self.write_json(RUN_FILE, run)
             return set()
+        return self.done_keys()
+
+    def _refuse_another(self, previous: dict, run: dict) -> None:
+        """Refuse a folder whose `_run.json` (`previous`) is another run's than `run`, saying how they differ."""
         changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
         if changed:
             edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
@@ -156,7 +162,6 @@ class OutputDir:
                    "workload or an older dscore" if unknown else "")
                 + "); use another --output, or pass --overwrite to replace them"
             )
-        return self.done_keys()
 
     def _clear_own(self) -> None:
         """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours.

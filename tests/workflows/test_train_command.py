@@ -173,6 +173,7 @@ def test_another_command_in_a_training_folder_is_refused_unless_overwritten(stud
     assert code == 2 and "holds a different training run (it differs in: model)" in error_line(capsys)
     code, _ = run("score", str(teacher / "rows"), "--model", str(out), "--output", str(out))
     assert code == 2 and "different run" in error_line(capsys)
+    assert not (out / "rows").exists() and not (out / "_done").exists()  # refused before it wrote anything
 
 
 @pytest.mark.ray
