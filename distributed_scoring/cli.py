@@ -31,7 +31,8 @@ def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, var
                        help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
     p.add_argument("--batch-tokens", type=int, default=None,
                    help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)")
-    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--device", type=_device, default="auto",
+                   help="auto (CUDA when torch sees a GPU), cpu, cuda, or cuda:N for one GPU of this machine")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
     p.add_argument("--revision", default=None, help="model revision (Hub models)")
@@ -50,6 +51,13 @@ def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, var
     ray.add_argument("--stall-timeout", type=float, default=1800.0,
                      help="fail when no shard finishes for this many seconds (default 1800)")
     _add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
+
+
+def _device(value: str) -> str:
+    """`--device`: one of DEVICES or cuda:N."""
+    if value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(DEVICES)} or cuda:N")
 
 
 def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: object = False) -> None:

@@ -268,3 +268,15 @@ def test_audit_scores_in_process_without_ray_and_on_ray_with_it(corpus, tmp_path
     monkeypatch.setattr(run, "score", asked)
     assert main(["audit", *common, "--output", str(tmp_path / "ray"), "--ray", "--num-actors", "2"]) == 2
     assert seen[1] == RayOptions(num_actors=2)
+
+
+def test_device_takes_one_gpu_by_number_and_refuses_other_names(capsys):
+    from distributed_scoring.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert parse(["score", "x.txt", "--model", "m", "--output", "o", "--device", "cuda:1"]).device == "cuda:1"
+    assert parse(["score", "x.txt", "--model", "m", "--output", "o"]).device == "auto"
+    for bad in ("gpu", "cuda:", "cuda:x"):
+        with pytest.raises(SystemExit) as exit_:
+            parse(["score", "x.txt", "--model", "m", "--output", "o", "--device", bad])
+        assert exit_.value.code == 2 and "or cuda:N" in capsys.readouterr().err

@@ -130,6 +130,9 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     total = sum(cpus)
     gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive", True))
     use_gpus = device in ("auto", "cuda") and gpus >= 1
+    if device.startswith("cuda:"):
+        raise UserError(f"--device {device} picks one GPU of this machine; on Ray every scoring actor is given a "
+                        "GPU of its own: use --device cuda")
     if device.startswith("cuda") and gpus < 1:
         raise UserError("--device cuda was asked for, but the Ray cluster has no GPUs")
     if not cpus:

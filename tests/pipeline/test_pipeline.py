@@ -87,6 +87,8 @@ def test_resources_leave_cpus_for_the_other_stages(cluster, options, device, exp
 def test_resource_requests_that_cannot_work_are_refused():
     with pytest.raises(UserError, match="do not fit"):
         plan_resources(nodes(4), RayOptions(num_actors=2, cpus_per_actor=2), "cpu")
+    with pytest.raises(UserError, match="--device cuda:1 picks one GPU.*use --device cuda"):
+        plan_resources(nodes(2, gpus=2), RayOptions(), "cuda:1")
     with pytest.raises(UserError, match="no node can hold a scoring actor of 4 CPUs"):
         plan_resources(nodes(2, 2, 2), RayOptions(cpus_per_actor=4), "cpu")
     with pytest.raises(UserError, match="no scoring actor fits.*add CPUs"):
