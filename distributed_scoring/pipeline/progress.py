@@ -52,6 +52,7 @@ class Progress:
         self._in_flight: dict[str, int] = {}
         self._finished: set[str] = set()
         self.started = self.last_log = time.monotonic()
+        self.first_moved: tuple[float, int] | None = None  # (when, rows shown) at the first rows done
         show_bar = sys.stderr.isatty() if bar is None else bar
         self.bar = tqdm(total=total, unit=what, dynamic_ncols=True, smoothing=0.1) if show_bar else None
 
@@ -79,6 +80,8 @@ class Progress:
     def _show(self) -> None:
         value = min(self.total, max(self.shown, self.finished_rows + sum(self._in_flight.values())))
         moved, self.shown = value - self.shown, value
+        if moved and self.first_moved is None:
+            self.first_moved = (time.monotonic(), value)
         if self.bar is not None:
             if moved:
                 self.bar.update(moved)
@@ -98,7 +101,12 @@ class Progress:
                 + (f"ETA {eta}" if left else f"in {tqdm.format_interval(time.monotonic() - self.started)}"))
 
     def rate(self) -> float:
-        return self.shown / max(time.monotonic() - self.started, 1e-9)
+        """Rows per second since the first rows were done, so that start-up (loading models, starting
+        actors) does not weigh on the ETA; since the start until rows have moved twice."""
+        now = time.monotonic()
+        if self.first_moved is not None and self.shown > self.first_moved[1] and now > self.first_moved[0]:
+            return (self.shown - self.first_moved[1]) / (now - self.first_moved[0])
+        return self.shown / max(now - self.started, 1e-9)
 
     def close(self) -> None:
         if self.bar is not None:

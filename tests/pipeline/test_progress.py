@@ -6,13 +6,14 @@ import logging
 import sys
 import time
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 import pyarrow as pa
 import pytest
 
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.io import schema as S
-from distributed_scoring.pipeline import on_ray, runner
+from distributed_scoring.pipeline import on_ray, progress, runner
 from distributed_scoring.pipeline.progress import Progress, part, rows_done
 from distributed_scoring.io.sources import plan_shards
 from distributed_scoring.pipeline.runner import claimed, execute
@@ -47,6 +48,20 @@ def test_the_display_adds_shards_in_flight_and_never_goes_back(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("50/300 rows (16%), ") and "rows/s, ETA " in lines[0]
     assert lines[-1].startswith("300/300 rows (100%), ") and " in 00:0" in lines[-1]
+
+
+def test_the_rate_leaves_start_up_out(monkeypatch):
+    """100 s of start-up (model loading), then 10 rows/s: the rate is 10 rows/s and the ETA follows it."""
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    display = Progress(1000, every_s=0, bar=False)
+    clock[0] = 100.0
+    display.partial("a", 10)
+    assert display.rate() == pytest.approx(0.1)  # one movement: only the rate since the start is known
+    clock[0] = 110.0
+    display.partial("a", 110)
+    assert display.rate() == pytest.approx(10.0)
+    assert "10 rows/s, ETA 01:29" in display.line()
 
 
 class RecordingProgress(Progress):
