@@ -139,6 +139,24 @@ def test_rescore_pll_gives_each_written_fill_its_pll(tmp_path, tiny_model_dir):
         assert pll == pytest.approx(float(engine.token_logprobs([s])[0].sum()), abs=1e-5)
 
 
+def test_rescore_pll_reports_progress_through_both_passes(tiny_model_dir):
+    """The search moves the first half of the shard's progress, the PLL pass over its fills the second."""
+    import pyarrow as pa
+
+    from distributed_scoring.workloads.infill import infill_workload
+
+    options = InfillOptions(beam=2, rescore_pll=True, vocab_restrict=WORDS)
+    workload = infill_workload(ModelSpec(str(tiny_model_dir("bert"))), options)
+    read = pa.table({"id": list(TEXTS), "text": list(TEXTS.values()), "status": ["ok"] * len(TEXTS),
+                     "error": pa.array([None] * len(TEXTS), pa.string())})  # as the read stage writes them
+    prepared = workload.make_preparer()(read)
+    reports: list[float] = []
+    rows = workload.make_scorer()(prepared, lambda done, total: reports.append(done / total)).to_pylist()
+    assert all(r["status"] == "ok" and len(r["pll"]) == 2 for r in rows)
+    assert reports == sorted(reports) and reports[-1] == 1.0
+    assert any(0 < f < 0.5 for f in reports) and sum(f > 0.5 for f in reports) == len(TEXTS)
+
+
 @pytest.mark.ray
 def test_on_ray_the_rows_equal_in_process_and_a_rerun_resumes(tmp_path, tiny_model_dir, ray_local):
     corpus = tmp_path / "in.txt"
