@@ -101,3 +101,34 @@ def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):
            "--examples", "3", "--scheme", "contiguous")
     report = json.loads((tmp_path / "joints" / "report.json").read_text())
     assert set(report) == {"contiguous"} and set(report["contiguous"]) == {"MLM", "MRF", "MRF-L", "HCB", "AG"}
+
+
+def test_infill_sample_generate_and_train_jobs(cluster, tmp_path, tiny_model_dir):
+    """The other entry points: masked spans filled and sampled, sequences generated, and a maskless student
+    trained on the cluster's Ray Train workers (one per worker node) from a teacher scored in a job."""
+    model = str(tiny_model_dir("bert"))
+    masked = tmp_path / "masked.jsonl"
+    masked.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in
+                              (("a", "the quick [MASK] fox [MASK] over the lazy dog"), ("b", "she sells [MASK] by the sea"))))
+    submit(cluster, "infill.py", "--input", str(masked), "--id-column", "id", "--model", model, "--beam", "2",
+           "--output", str(tmp_path / "infill"))
+    assert {r[S.ID]: r[S.STATUS] for r in pq.read_table(tmp_path / "infill" / "rows").to_pylist()} == \
+        {"a": "ok", "b": "ok"}
+    submit(cluster, "sample.py", "--input", str(masked), "--id-column", "id", "--model", model, "--epochs", "2",
+           "--chains", "2", "--output", str(tmp_path / "sample"))
+    assert pq.read_table(tmp_path / "sample" / "rows").num_rows == 2 * 2 * 2  # rows x chains x epochs
+    submit(cluster, "generate.py", "--model", model, "--length", "5", "--num-sequences", "3",
+           "--output", str(tmp_path / "generate"))
+    generated = pq.read_table(tmp_path / "generate" / "rows").to_pylist()
+    assert len(generated) == 3 and all(r[S.STATUS] == "ok" and r["n_tokens"] == 5 for r in generated)
+
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS * 3) + "\n")
+    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--output", str(tmp_path / "teacher"))
+    done = submit(cluster, "train.py", "maskless", "--teacher", str(tmp_path / "teacher"), "--model", model,
+                  "--output", str(tmp_path / "student"), "--steps", "6", "--checkpoint-every", "3", "--batch-size", "4",
+                  "--num-workers", "2", "--cpus-per-worker", "1", "--heldout", "0.25")
+    report = json.loads((tmp_path / "student" / "report.json").read_text())
+    assert report["training"]["steps"] == 6 and "maskless step 6/6" in done.stdout + done.stderr
+    assert sorted(p.name for p in (tmp_path / "student" / "checkpoints").glob("step-*")) == \
+        ["step-00000003", "step-00000006"]
