@@ -134,8 +134,8 @@ def _stats(data: dict) -> CorpusStats:
     return CorpusStats(**{f.name: data[f.name] for f in fields(CorpusStats)})
 
 
-def unknown_tokens(batch: pa.RecordBatch) -> tuple[int, int]:
-    """(unknown tokens, rows mostly unknown) over the ok rows of a batch; (0, 0) for shards written
+def unknown_tokens(batch: pa.RecordBatch | pa.Table) -> tuple[int, int]:
+    """(unknown tokens, rows mostly unknown) over the ok rows of a batch or table; (0, 0) for shards written
     before the `n_unknown` column existed."""
     if S.N_UNKNOWN not in batch.schema.names:
         return 0, 0

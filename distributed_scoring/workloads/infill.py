@@ -24,7 +24,7 @@ import pyarrow as pa
 from ..config import ModelSpec
 from ..errors import UserError
 from ..io import schema as S
-from ..pipeline.progress import part
+from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 
@@ -232,13 +232,12 @@ class InfillScorer(Stage):
                 fillable.append(row)
         examples = [InfillExample(np.array(r[S.INPUT_IDS], dtype=np.int64), np.array(r[MASKS], dtype=np.int64),
                                   example_seed(self.options.seed, r[S.ID])) for r in fillable]
-        if self.pll is None:
-            fills = dict(zip((r[S.ID] for r in fillable), self.engine.search(examples, self.settings, self.report)))
-            return [self._row(row, fills.get(row[S.ID])) for row in rows]
-        # The search is the first half of the shard's progress, the PLL pass over its fills the second.
-        searched = self.engine.search(examples, self.settings, part(self.report, 0, 2))
+        # With --rescore-pll the search is the first half of the shard's progress, the PLL pass over its fills
+        # (in `_row`) the second.
+        searched = self.engine.search(examples, self.settings,
+                                      self.report if self.pll is None else part(self.report, 0, 2))
         fills = dict(zip((r[S.ID] for r in fillable), searched))
-        rescored = part(self.report, 1, 2)
+        rescored = ignore if self.pll is None else part(self.report, 1, 2)
         out = []
         for done, row in enumerate(rows, start=1):
             out.append(self._row(row, fills.get(row[S.ID])))
