@@ -59,6 +59,12 @@ def cli(corpus: str, model: str, out: Path) -> list[str]:
             "--ray", "--shard-rows", "2", "--stall-timeout", str(STALL_S)]
 
 
+def why(stderr: str) -> str:
+    """A failed run's first error lines, then the end of its stderr (which may be only Ray's shutdown)."""
+    errors = [line for line in stderr.splitlines() if "dscore: " in line or " ERROR " in line or "Error" in line]
+    return "\n".join(errors[:10]) + "\n...\n" + stderr[-2000:]
+
+
 def embedded_env() -> dict:
     """A driver that starts its own Ray: never the test session's, nor a cluster left in the shell."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DSCORE_RAY_ADDRESS")}
@@ -112,7 +118,7 @@ def test_a_rerun_after_a_killed_driver_scores_only_unfinished_shards(tmp_path, t
     assert 3 <= len(finished) < 80, f"{len(finished)} of 80 shards done when the driver was killed"
 
     rerun = subprocess.run(command, env=embedded_env(), capture_output=True, text=True, timeout=300)
-    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert rerun.returncode == 0, why(rerun.stderr)
     assert json.loads(rerun.stdout)["rows"] == 160
     after = markers(out)
     assert len(after) == 80 and {name: after[name] for name in finished} == finished  # finished shards not redone
@@ -158,7 +164,7 @@ def test_a_killed_worker_node_loses_no_row_and_doubles_none(tmp_path, tiny_model
                 driver.kill()
         if first != 0:
             rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-            assert rerun.returncode == 0, rerun.stderr[-3000:]
+            assert rerun.returncode == 0, why(rerun.stderr)
         after = markers(out)
         assert len(after) == 60 and {name: after[name] for name in finished} == finished
         check_each_id_once(out, 120)
