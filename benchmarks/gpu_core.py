@@ -35,6 +35,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -235,13 +236,15 @@ def measure(mlm: MaskedLM, data: Corpus, budget: int, shape: dict, args: argpars
     return row, scores
 
 
-def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float) -> list[dict]:
-    """Every (compile, lengths, budget) row of one model shape; stops if bf16 drifts beyond --atol."""
+def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float,
+              done: Callable[[dict], None]) -> None:
+    """Every (compile, lengths, budget) row of one model shape, each handed to `done` as it is measured
+    (so a run stopped by a time limit keeps what it measured); stops if bf16 drifts beyond --atol."""
     folder = synthetic.model_folder(shape_name, args.models_dir)
     mlm = load_masked_lm(ModelSpec(str(folder), device=args.device, dtype="bfloat16"))
     shape = shape_of(mlm.model)
     corpora = [corpus(mlm, lengths, args) for lengths in args.lengths]
-    rows, eager = [], {}
+    eager = {}
     for compiled in args.compile:
         if compiled:
             mlm.encoder.compile(dynamic=True)
@@ -258,11 +261,10 @@ def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float) -> 
                     raise SystemExit(f"{shape_name} {data.lengths} budget {budget} compile={compiled}: bf16 scores "
                                      f"differ by {row['max_diff_vs_fp32']:.3f} from float32 and {vs_eager} from "
                                      f"eager (tolerance {args.atol})")
-                rows.append(row)
+                done(row)
                 logger.info("%s %s compile=%s budget %d: %.1f sentences/s, %.1f TFLOP/s, MFU %.1f%%", shape_name,
                             data.lengths, compiled, budget, row["sentences_per_s"], row["achieved_tflops"],
                             100 * row["mfu"])
-    return rows
 
 
 def markdown(result: dict) -> str:
@@ -329,15 +331,20 @@ def main() -> None:
     device = torch.device(args.device)
     peak = matmul_tflops(device, args.matmul_size, dtype)
     logger.info("peak bf16 matmul: %.1f TFLOP/s", peak)
-    rows = [row for shape in args.shapes for row in run_shape(shape, args, peak)]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     result = {"settings": settings, "machine": machine.describe(), "matmul_tflops": peak,
-              "matmul_dtype": str(dtype).removeprefix("torch."), "rows": rows}
-    table = markdown(result)
+              "matmul_dtype": str(dtype).removeprefix("torch."), "rows": []}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "gpu-core" if device.type == "cuda" else "gpu-core-cpu-smoke"
-    (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (args.out / f"{stem}.md").write_text(table)
+
+    def save(row: dict) -> None:
+        result["rows"].append(row)
+        (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+        (args.out / f"{stem}.md").write_text(markdown(result))
+
+    for shape in args.shapes:
+        run_shape(shape, args, peak, save)
+    table = markdown(result)
     if args.update_results:
         update_section(args.update_results, "gpu-core", table, "benchmarks/gpu_core.py")
     print(table)
