@@ -106,7 +106,7 @@ class Claim:
         self.run: dict | None = None  # its `_run.json`, once begun
         self.found: set[str] = set()  # the folder's entries when the run was admitted
 
-    def previous(self) -> dict | None:
+    def _previous(self) -> dict | None:
         """The folder's `_run.json`, or None; a damaged one is refused with what to do."""
         try:
             return self.out.read_json(RUN_FILE)
@@ -123,7 +123,7 @@ class Claim:
         keys of `run` (a run whose plan is not known yet). `earlier`: the names of an earlier dscore's folder
         of this command that held no `_run.json` of its own but its sub-runs'."""
         try:
-            previous = self.previous()
+            previous = self._previous()
         except OutputError:
             if not overwrite:
                 raise

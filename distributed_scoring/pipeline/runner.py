@@ -37,10 +37,13 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
                SHARDS: {s.key: s.rows for s in plan}, ROWS_PER_INPUT: workload.rows_per_input}
         previous = folder.admit(run, overwrite)
         out = folder.out
-        done = out.open_shards()
-        if previous is not None:
+        if previous is None:  # _run.json first: a folder with rows/ but no _run.json would be no run's
+            folder.begin(run, previous, outputs)
+            done = out.open_shards()
+        else:  # the inputs are checked against what the folder recorded, before _run.json is rewritten
+            done = out.open_shards()
             _check_inputs(out, plan, done, config.inputs, previous.get(INPUT_FILES), identities)
-        folder.begin(run, previous, outputs)
+            folder.begin(run, previous, outputs)
         todo = [shard for shard in plan if shard.key not in done]
         if done:
             logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))

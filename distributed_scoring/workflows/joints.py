@@ -55,9 +55,9 @@ logger = logging.getLogger(__name__)
 JOINTS = "joints"  # the workload of DIR/_run.json
 EXAMPLES_FILE = "examples/examples.parquet"
 SCORES_DIR = "scores"  # the scoring run's sub-folder
-# What an earlier dscore's joints folder held, without a _run.json of its own (its scoring run had one).
-EARLIER_LAYOUT = ("examples", SCORES_DIR, "report.json", "summary.json", "report.md")
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
+# What an earlier dscore's joints folder held, without a _run.json of its own (its scoring run had one).
+EARLIER_LAYOUT = ("examples", SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD)
 METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 
 

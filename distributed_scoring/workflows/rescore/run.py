@@ -38,8 +38,7 @@ TEXTS = "texts/texts.parquet"
 RESCORE = "rescore"  # the workload of DIR/_run.json
 MLM, MASKLESS, CAUSAL = "mlm", "maskless", "causal"  # the LM runs' sub-folders
 # What an earlier dscore's rescore folder held, without a _run.json of its own (its LM runs had theirs).
-EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, "hypotheses.parquet", "best.parquet", "dev.best.txt",
-                  "test.best.txt", "report.json", "report.md")
+EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, *OUTPUT_FILES)
 
 
 class MixedRowsError(UserError):

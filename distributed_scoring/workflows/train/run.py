@@ -38,7 +38,7 @@ from ...config import ModelSpec, RayOptions
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim
-from ...io.output import OutputDir, OutputError
+from ...io.output import RUN_FILE, OutputDir, OutputError
 from ...io.storage import scheme
 from ...pipeline.on_ray import cluster_address, ray_session
 from ...quiet import quiet_transformers
@@ -133,7 +133,10 @@ def claimed(output: str, run: dict, overwrite: bool = False, inputs: Sequence[st
         raise UserError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
                         "writes to a local or shared-filesystem path, not an object store")
     with claim(output, inputs, models) as folder:
-        previous = folder.previous()
+        try:
+            previous = folder.out.read_json(RUN_FILE)
+        except ValueError as exc:  # --overwrite could not tell which files were the run's: its checkpoints
+            raise OutputError(f"{folder.out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
         if previous is not None and not str(previous.get("workload", "")).startswith(WORKLOAD_PREFIX):
             raise OutputError(f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use "
                               "another --output")
