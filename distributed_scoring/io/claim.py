@@ -104,7 +104,7 @@ class Claim:
         self.outputs: list[str] = []  # what the run wrote (or will write) beside its shards
         self.written: set[str] = set()  # what it wrote before it was admitted (generated inputs)
         self.run: dict | None = None  # its `_run.json`, once begun
-        self.found: set[str] = set()  # the folder's entries when the run was admitted
+        self._found: set[str] = set()  # the folder's entries when the run was admitted
 
     def _previous(self) -> dict | None:
         """The folder's `_run.json`, or None; a damaged one is refused with what to do."""
@@ -144,7 +144,7 @@ class Claim:
             previous = None
         else:
             self.out.refuse_another(previous, run, run.keys() if partial else None)
-        self.found = self._entries()
+        self._found = self._entries()
         return previous
 
     def begin(self, run: dict, previous: dict | None, outputs: Iterable[str] = ()) -> None:
@@ -175,7 +175,7 @@ class Claim:
     def record_new(self) -> None:
         """Record every entry that appeared since the run was admitted (files its workers wrote: a model)."""
         known = {RUN_FILE, ROWS_DIR, DONE_DIR, *(name.split("/")[0] for name in self.outputs)}
-        self.record(*sorted(self._entries() - self.found - known))
+        self.record(*sorted(self._entries() - self._found - known))
 
     def subfolder(self, name: str) -> str:
         """The URI of a sub-run's folder `name`, recorded before the sub-run writes."""
@@ -188,10 +188,6 @@ class Claim:
 
     def write_text(self, name: str, text: str) -> None:
         self.out.write_text(name, text)
-        self.record(name)
-
-    def write_bytes(self, name: str, data: bytes) -> None:
-        self.out.write_bytes(name, data)
         self.record(name)
 
     def write_table(self, name: str, table: pa.Table) -> str:

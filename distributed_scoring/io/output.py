@@ -164,10 +164,11 @@ class OutputDir:
         """The Parquet files of the marked shards, in key order: the run's rows. A Parquet file in `rows/`
         without a marker (a copied shard, one of a run killed before its marker) is left out, with a warning."""
         parts = [self.part_path(key) for key in self.marker_keys()]
-        for path in sorted(set(self.files(ROWS_DIR, suffix=".parquet")) - set(parts)):
+        present = set(self.files(ROWS_DIR, suffix=".parquet"))
+        for path in sorted(present - set(parts)):
             logger.warning("%s/%s has no completion marker, so it is no row of this run: left out (dscore verify "
                            "names it; delete it if it is a copy)", self.uri, posixpath.relpath(path, self.root))
-        return [p for p in parts if self.exists(p)]
+        return [p for p in parts if p in present]
 
     def row_parts(self) -> list[str]:
         """The Parquet files of the rows: of a run folder (it has `_done/`) the marked shards, of a folder of
