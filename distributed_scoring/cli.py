@@ -571,11 +571,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_audit_arguments(audit)
     audit.set_defaults(func=_audit)
     verify = commands.add_parser(
-        "verify", help="check a finished output folder: markers against files, ids once, no leftovers",
-        description="Prints one line per problem, then OK or FAILED. Exit codes: 0 sound, 1 some problem, "
+        "verify", help="check an output folder: every planned shard done, markers against files, ids once, "
+        "summary there and agreeing, no leftovers",
+        description="Prints one line per problem, per missing part and per thing it could not check, then OK, "
+        "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
+        "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
         "2 not a dscore output folder.",
     )
-    verify.add_argument("folder", metavar="DIR", help="the run's --output folder (local path or URI)")
+    verify.add_argument("folder", metavar="DIR", help="the command's --output folder (local path or URI)")
     verify.set_defaults(func=_verify)
     train = commands.add_parser("train", help="training jobs on Ray Train: u-PMLM, maskless scorers")
     trainers = train.add_subparsers(dest="trainer", required=True)

@@ -255,13 +255,14 @@ def test_audit_scores_in_process_without_ray_and_on_ray_with_it(corpus, tmp_path
     from distributed_scoring.workflows.audit import run
 
     seen, real = [], run.score
-    monkeypatch.setattr(run, "score", lambda config, ray, overwrite: seen.append(ray) or real(config, ray, overwrite))
+    monkeypatch.setattr(run, "score", lambda config, ray, overwrite, **held: seen.append(ray) or real(config, ray, overwrite,
+                                                                                                     **held))
     common = [str(corpus), "--model", str(tiny_model_dir("bert"))]
     assert main(["audit", *common, "--output", str(tmp_path / "local")]) == 0
     assert seen == [None] and json.loads(capsys.readouterr().out)["rows"] == 9
     assert (tmp_path / "local" / "report.html").exists()
 
-    def asked(config, ray, overwrite):
+    def asked(config, ray, overwrite, **held):
         seen.append(ray)
         raise UserError("stopped before scoring")
 

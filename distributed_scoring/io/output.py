@@ -8,8 +8,10 @@ A shard's file is written under a hidden temporary name (which dataset readers s
 place; its marker is written only after that, so a marker always means a complete file. Temporary files
 left by a killed run are removed when the next run starts. A rerun on the same folder skips marked shards (resume),
 and `_run.json` makes sure the folder belongs to the same run (same inputs, model and options); input files
-that changed under a resumed run are caught by `provenance.py`. While a run works, `DIR/_lock.json` keeps
-a second run out (`lock.py`); `verify.py` checks a finished folder.
+that changed under a resumed run are caught by `provenance.py`. The rows of a run are its marked shards:
+a Parquet file in `rows/` without a marker (a copied shard) is no row of it, and every reader here leaves
+it out with a warning. `claim.py` takes the folder for a run (lock, admission, --overwrite), `lock.py`
+keeps a second run out, and `verify.py` checks a folder.
 Local paths and object-store URIs (`s3://`, `gs://`, `file://`) go through pyarrow filesystems.
 """
 
@@ -41,8 +43,13 @@ RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
 LOCK_FILE = "_lock.json"
-# A run's own entries: what --overwrite may delete (all but the lock, which by then is the new run's).
-OWN_ENTRIES = (ROWS_DIR, DONE_DIR, RUN_FILE, SUMMARY_FILE, LOCK_FILE)
+# What `_run.json` records beside the fingerprint, for `dscore verify` and --overwrite (never compared
+# between runs, so folders written before a key existed still resume): the planned shards (key -> input
+# rows), the rows each input row gives, and what the run wrote beside its shards (`claim.Claim.record`).
+SHARDS = "shards"
+ROWS_PER_INPUT = "rows_per_input"
+OUTPUTS = "outputs"
+BOOKKEEPING = (INPUT_FILES, SHARDS, ROWS_PER_INPUT, OUTPUTS)
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 
@@ -65,10 +72,14 @@ def option_values(options: Any) -> dict:
     return {k: v for k, v in dataclasses.asdict(options).items() if not (k in later and v == later[k])}
 
 
+def plan_digest(plan: Iterable[Shard]) -> str:
+    """The digest of a shard plan (its keys and row counts) that `_run.json` records as `plan`."""
+    return hashlib.sha256("\n".join(f"{s.key} {s.rows}" for s in plan).encode()).hexdigest()
+
+
 def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[Shard]) -> dict:
     """What must match for a rerun to resume into the same folder: the workload's name and options, the
     model and the input's identity (not batch size or device, which do not change the results)."""
-    plan_digest = hashlib.sha256("\n".join(f"{s.key} {s.rows}" for s in plan).encode()).hexdigest()
     run = {
         "workload": workload,
         "inputs": list(config.inputs.paths),
@@ -80,12 +91,13 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
         "model": config.model.name,
         "revision": config.model.revision,
         "dtype": config.model.dtype,
-        "plan": plan_digest,
+        "plan": plan_digest(plan),
     }
     if config.inputs.extra_columns:  # added later: enters only when set, so earlier folders still resume
         run["extra_columns"] = list(config.inputs.extra_columns)
     values = option_values(options)
-    assert not set(values) & set(run), f"options of {workload} shadow the run's own keys: {set(values) & set(run)}"
+    shadowed = set(values) & (set(run) | set(BOOKKEEPING))
+    assert not shadowed, f"options of {workload} shadow the run's own keys: {shadowed}"
     return {**run, **values}
 
 
@@ -117,41 +129,22 @@ class OutputDir:
     def part_path(self, key: str) -> str:
         return self.path(ROWS_DIR, part_name(key))
 
-    def start(self, run: dict, overwrite: bool = False) -> set[str]:
-        """Claim the folder for this run and return the keys of shards already done.
-
-        A folder left by the same run resumes; one left by another run is refused unless `overwrite`,
-        which deletes only that run's own entries (`OWN_ENTRIES`); files the workflows wrote beside them
-        are rewritten by the new run, and anything else in the folder is left alone.
-        """
-        if overwrite and self.exists(self.root):
-            self._clear_own()
-        try:
-            previous = self.read_json(RUN_FILE)
-        except ValueError as exc:
-            raise OutputError(
-                f"{self.uri}/{RUN_FILE} is damaged ({exc}), so this folder's run cannot be identified; pass "
-                "--overwrite to replace its results, or use another --output"
-            ) from exc
-        if previous is not None:
-            self._refuse_another(previous, run)
-        elif self.files(ROWS_DIR, suffix=".parquet"):
-            raise OutputError(
-                f"{self.uri} already holds Parquet files but no {RUN_FILE}; use an empty folder or --overwrite"
-            )
-        with self.writing():  # only once the folder is ours: a refused run leaves it as it was
+    def open_shards(self) -> set[str]:
+        """Make `rows/` and `_done/` ready for an admitted run (`claim.Claim.admit`): temporary files of a
+        killed run removed; returns the keys of the shards already done."""
+        with self.writing():
             self.fs.create_dir(self.path(DONE_DIR), recursive=True)
             self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
             for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
                 self.fs.delete_file(stale)
-        if previous is None:
-            self.write_json(RUN_FILE, run)
-            return set()
         return self.done_keys()
 
-    def _refuse_another(self, previous: dict, run: dict) -> None:
-        """Refuse a folder whose `_run.json` (`previous`) is another run's than `run`, saying how they differ."""
-        changed = sorted(k for k in set(run) | set(previous) if k != INPUT_FILES and run.get(k) != previous.get(k))
+    def refuse_another(self, previous: dict, run: dict, keys: Iterable[str] | None = None) -> None:
+        """Refuse a folder whose `_run.json` (`previous`) is another run's than `run`, saying how they differ;
+        `keys`: compare only these (default: every key of either but the bookkeeping)."""
+        keys = set(run) | set(previous) if keys is None else set(keys)
+        run = json.loads(json.dumps(run))  # as `_run.json` holds it: tuples are lists
+        changed = sorted(k for k in keys if k not in BOOKKEEPING and run.get(k) != previous.get(k))
         if changed:
             edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
             unknown = [k for k in changed if k not in run]
@@ -163,25 +156,33 @@ class OutputDir:
                 + "); use another --output, or pass --overwrite to replace them"
             )
 
-    def _clear_own(self) -> None:
-        """Delete a previous run's own entries; refuse a non-empty folder that holds no run of ours.
-        The lock is this run's own by now (taken before), so it stays."""
-        entries = self.fs.get_file_info(pafs.FileSelector(self.root, allow_not_found=True))
-        if all(posixpath.basename(i.path) == LOCK_FILE for i in entries):
-            return
-        if not self.exists(self.path(RUN_FILE)):
-            raise OutputError(
-                f"{self.uri} is not empty and holds no {RUN_FILE} of a dscore run: --overwrite deletes only a run's "
-                "own files, so nothing was deleted; use an empty or a new --output"
-            )
-        for name in OWN_ENTRIES:
-            if name == LOCK_FILE:
-                continue
-            info = self.fs.get_file_info(self.path(name))
-            if info.type == pafs.FileType.Directory:
-                self.fs.delete_dir(info.path)
-            elif info.type == pafs.FileType.File:
-                self.fs.delete_file(info.path)
+    def marker_keys(self) -> list[str]:
+        """Keys of the shards with a completion marker, sorted (the marker itself is not checked here)."""
+        return sorted(posixpath.basename(m).removesuffix(".json") for m in self.files(DONE_DIR, suffix=".json"))
+
+    def marked_parts(self) -> list[str]:
+        """The Parquet files of the marked shards, in key order: the run's rows. A Parquet file in `rows/`
+        without a marker (a copied shard, one of a run killed before its marker) is left out, with a warning."""
+        parts = [self.part_path(key) for key in self.marker_keys()]
+        present = set(self.files(ROWS_DIR, suffix=".parquet"))
+        for path in sorted(present - set(parts)):
+            logger.warning("%s/%s has no completion marker, so it is no row of this run: left out (dscore verify "
+                           "names it; delete it if it is a copy)", self.uri, posixpath.relpath(path, self.root))
+        return [p for p in parts if p in present]
+
+    def row_parts(self) -> list[str]:
+        """The Parquet files of the rows: of a run folder (it has `_done/`) the marked shards, of a folder of
+        Parquet files written elsewhere every one in `rows/`."""
+        if self.exists(self.path(DONE_DIR)):
+            return self.marked_parts()
+        return sorted(self.files(ROWS_DIR, suffix=".parquet"))
+
+    def read_rows(self, columns: list[str] | None = None) -> pa.Table:
+        """The marked shards' rows (`columns` of them), as one table."""
+        parts = self.marked_parts()
+        if not parts:
+            raise OutputError(f"{self.uri} holds no finished shard: rerun the command that wrote it")
+        return pq.ParquetDataset(parts, filesystem=self.fs).read(columns=columns)
 
     def done_keys(self) -> set[str]:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts

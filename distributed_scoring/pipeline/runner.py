@@ -12,8 +12,8 @@ from typing import Iterator
 
 from .aggregate import check_complete
 from ..config import InputSpec, RayOptions, RunConfig
-from ..io.lock import FolderLock
-from ..io.output import RUN_FILE, OutputDir, fingerprint
+from ..io.claim import Claim, check_paths, claim
+from ..io.output import ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
 from .progress import Progress
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
@@ -23,33 +23,50 @@ logger = logging.getLogger(__name__)
 
 
 @contextlib.contextmanager
-def claimed(config: RunConfig, workload: Workload,
-            overwrite: bool = False) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
+def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outputs: tuple[str, ...] = (),
+            folder: Claim | None = None) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
     """Plan the shards and hold the output folder (locked) while the body runs: (plan, folder, shards
-    still to do). The lock is released when the body ends, also on error."""
+    still to do). The lock is released when the body ends, also on error. `outputs`: the files the body
+    writes beside the shards (recorded for --overwrite and `dscore verify`). `folder`: the output folder
+    when the command holds it already (it writes there before or after the run)."""
     plan = plan_shards(config.inputs)
-    out = OutputDir(config.output)
-    identities = file_identities(plan)
-    with FolderLock(out):
-        run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities}
-        done = out.start(run, overwrite)
-        _check_inputs(out, plan, done, config.inputs, identities)
+    inputs = [*config.inputs.paths, *dict.fromkeys(s.file.path for s in plan)]
+    with _holding(config, inputs, folder) as folder:
+        identities = file_identities(plan)
+        run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities,
+               SHARDS: {s.key: s.rows for s in plan}, ROWS_PER_INPUT: workload.rows_per_input}
+        previous = folder.admit(run, overwrite)
+        out = folder.out
+        if previous is None:  # _run.json first: a folder with rows/ but no _run.json would be no run's
+            folder.begin(run, previous, outputs)
+            done = out.open_shards()
+        else:  # the inputs are checked against what the folder recorded, before _run.json is rewritten
+            done = out.open_shards()
+            _check_inputs(out, plan, done, config.inputs, previous.get(INPUT_FILES), identities)
+            folder.begin(run, previous, outputs)
         todo = [shard for shard in plan if shard.key not in done]
         if done:
             logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
         yield plan, out, todo
 
 
-def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, identities: dict) -> None:
-    """On resume, read again the done shards of every input whose size or mtime changed and refuse the
-    run if their content did; a file only touched resumes, with its new identity recorded."""
-    recorded = out.read_json(RUN_FILE)
-    changed = changed_files(recorded.get(INPUT_FILES), identities)
-    for path in changed:
+def _holding(config: RunConfig, inputs: list[str], folder: Claim | None) -> contextlib.AbstractContextManager[Claim]:
+    """The claim of the run's output folder: a new one, or `folder` (held by the command already, whose
+    own files among the inputs, generated prompts, are no mistake)."""
+    if folder is None:
+        return claim(config.output, inputs, [config.model.name])
+    check_paths(config.output, inputs, [config.model.name], own=folder.written)
+    return contextlib.nullcontext(folder)
+
+
+def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, recorded: dict | None,
+                  identities: dict) -> None:
+    """On resume, read again the done shards of every input whose size or mtime differs from what the
+    folder `recorded` and refuse the run if their content did; a file only touched resumes (its new
+    identity is recorded with the run)."""
+    for path in changed_files(recorded, identities):
         shards = [s for s in plan if s.file.path == path and s.key in done]
         check_unchanged(path, shards, {s.key: out.read_marker(s.key) for s in shards}, spec)
-    if changed:
-        out.write_json(RUN_FILE, {**recorded, INPUT_FILES: identities})
 
 
 def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,

@@ -59,7 +59,7 @@ def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it has no masked conditionals to chain")
     workload = chain_workload(config.model, options, scoring.batch_tokens)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,)) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = summarize(out, plan, config, options)
         out.write_json(SUMMARY_FILE, summary)

@@ -16,16 +16,17 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
+from ..io.claim import Claim, claim
+from ..io.output import SUMMARY_FILE, OutputDir, fingerprint
 from ..io.storage import join
 from ..measures import pppl
 from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
+from ..pipeline.workload import Workload
 from ..workloads.generate import (  # ORDERS and GenerateOptions: what the CLI builds a run from
     LOG_LIKELIHOOD, ORDERS, GenerateOptions, generate_workload,
 )
@@ -67,46 +68,54 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
     if options.length is not None and len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length:
         raise UserError(f"--length {options.length} with the special tokens is over the model's maximum of "
                         f"{max_length} tokens")
-    if options.length is None:
-        paths, id_column = inputs.paths, inputs.id_column
-    else:
-        paths, id_column = (_write_prompts(inputs.output, tokenizer.mask_token, options),), S.ID
-        # --overwrite of a folder that holds no run yet would see the prompts as another run's files
-        overwrite = overwrite and OutputDir(inputs.output).exists(OutputDir(inputs.output).path(RUN_FILE))
     extra = (options.order_column,) if options.order == "given" else ()
-    config = RunConfig(InputSpec(paths, inputs.text_column, id_column, inputs.shard_rows, extra_columns=extra), model,
-                       ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
     workload = generate_workload(model, options, inputs.batch_tokens)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
-        start = time.perf_counter()
-        execute(workload, config, todo, out, ray)
-        seconds = time.perf_counter() - start
-        check_complete(out, plan, workload.rows_per_input)
-        summary = summarize(inputs.output, options, sum(s.rows for s in todo) * workload.rows_per_input, seconds)
-        summary["model"] = model.name
-        out.write_json(SUMMARY_FILE, summary)
+    with claim(inputs.output, inputs.paths, [model.name]) as folder:
+        prompts = None if options.length is None else _prompts(tokenizer.mask_token, options)
+        paths = inputs.paths if prompts is None else (join(folder.out.location, prompts[0]),)
+        config = RunConfig(InputSpec(paths, inputs.text_column, inputs.id_column if prompts is None else S.ID,
+                                     inputs.shard_rows, extra_columns=extra),
+                           model, ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
+        if prompts is not None:
+            _write_prompts(folder, *prompts, config, workload, overwrite)
+        with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
+            start = time.perf_counter()
+            execute(workload, config, todo, out, ray)
+            seconds = time.perf_counter() - start
+            check_complete(out, plan, workload.rows_per_input)
+            summary = summarize(inputs.output, options, sum(s.rows for s in todo) * workload.rows_per_input, seconds)
+            summary["model"] = model.name
+            out.write_json(SUMMARY_FILE, summary)
     return summary
 
 
-def _write_prompts(output: str, mask_token: str, options: GenerateOptions) -> str:
-    """`options.sequences` prompts of `options.length` mask tokens (joined without spaces: every family's
-    tokenizer reads them as that many masks) as a Parquet corpus with ids; named by its content, and
-    written only when absent, so a rerun finds the same file unchanged."""
+def _prompts(mask_token: str, options: GenerateOptions) -> tuple[str, pa.Table]:
+    """(file name in the folder, table): `options.sequences` prompts of `options.length` mask tokens (joined
+    without spaces: every family's tokenizer reads them as that many masks) with ids, named by content."""
     width = len(str(options.sequences - 1))
     table = pa.table({S.ID: [f"{i:0{width}d}" for i in range(options.sequences)],
                       S.TEXT: [mask_token * options.length] * options.sequences})
     digest = hashlib.sha256(f"{options.length}/{options.sequences}/{mask_token}".encode()).hexdigest()[:16]
-    name = f"{PROMPTS_DIR}/{digest}.parquet"
-    out = OutputDir(output)
-    with out.writing():
-        if not out.exists(out.path(name)):
-            out.write_table(name, table)
-    return join(out.location, name)
+    return f"{PROMPTS_DIR}/{digest}.parquet", table
+
+
+def _write_prompts(folder: Claim, name: str, table: pa.Table, config: RunConfig, workload: Workload,
+                   overwrite: bool) -> None:
+    """Write the prompts into the folder once (a rerun finds the same file unchanged), after the folder has
+    admitted the run on all it records but the shard plan, which needs the file: a folder of another run
+    gets no prompts."""
+    known = fingerprint(workload.name, workload.options, config, ())
+    folder.admit({k: v for k, v in known.items() if k != "plan"}, overwrite, partial=True)
+    if folder.out.exists(folder.out.path(name)):
+        folder.record(name)
+        return
+    with folder.out.writing():
+        folder.write_table(name, table)
 
 
 def summarize(folder: str, options: GenerateOptions, generated_now: int, seconds: float) -> dict:
     """The figures of `summary.json` from the written rows (see the module docstring)."""
-    table = pq.read_table(join(folder, ROWS_DIR), columns=[S.STATUS, S.TEXT, LOG_LIKELIHOOD, S.N_TOKENS])
+    table = OutputDir(folder).read_rows([S.STATUS, S.TEXT, LOG_LIKELIHOOD, S.N_TOKENS])
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     total, tokens = float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0)
     return {

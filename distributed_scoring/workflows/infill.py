@@ -16,13 +16,11 @@ import time
 from dataclasses import replace
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..config import RayOptions, RunConfig
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import ROWS_DIR, SUMMARY_FILE
-from ..io.storage import join
+from ..io.output import SUMMARY_FILE, OutputDir
 from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
@@ -52,7 +50,7 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
     pivot_id(tokenizer, options.pivot)
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD)) as (plan, out, todo):
         start = time.perf_counter()
         execute(workload, config, todo, out, ray)
         seconds = time.perf_counter() - start
@@ -70,7 +68,7 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
     columns = [S.STATUS, N_MASKS, RANK, CORRECT_TOKENS, BEAMS, "answer"]
     if options.decoder == "exact":
         columns += [RANK_HCB] + ([RANK_PLL] if options.rescore_pll else [])
-    table = pq.read_table(join(folder, ROWS_DIR), columns=columns)
+    table = OutputDir(folder).read_rows(columns)
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     judged = ok.filter(pc.is_valid(ok["answer"])).to_pylist()
     summary = {

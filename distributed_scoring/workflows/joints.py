@@ -4,7 +4,8 @@ or given, conditionals and the five constructions on the scoring actors, a Table
 The driver picks the examples: `examples` sentences sampled uniformly (reservoir sampling, seeded, so
 memory stays at the sample's size), or every record of a JSONL of given pairs (`text`, `positions: [a,
 b]`, optional `id`). They are written to `DIR/examples/examples.parquet` and scored through the same
-shard pipeline as `dscore score`: the prepare stage tokenises and, for the random-pairs and
+shard pipeline as `dscore score` (in DIR/scores, the folder held from before the examples are written
+until the reports are): the prepare stage tokenises and, for the random-pairs and
 contiguous-pairs schemes, draws the two token indices from the sentence's own tokens with a generator
 seeded by (seed, id), so results do not depend on sharding. The score stage writes one row per example
 and construction; the driver sums `joints.JointStats` per construction into `report.json` / `report.md`.
@@ -17,22 +18,22 @@ import json
 import logging
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..io import schema as S
 from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
 from ..io.inputs import InputError
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
-from ..io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from ..io.claim import claim
+from ..io.output import SUMMARY_FILE, OutputDir
 from ..workloads.prepare import Preparer
-from ..pipeline.runner import run
+from ..pipeline import runner
 from ..io.sources import plan_shards, read_unit, read_units
-from ..io.storage import join, open_binary
+from ..io.storage import open_binary
 from ..workloads.joints import (
     A,
     AG_CHANGE,
@@ -51,8 +52,12 @@ from ..workloads.joints import (
 
 logger = logging.getLogger(__name__)
 
+JOINTS = "joints"  # the workload of DIR/_run.json
 EXAMPLES_FILE = "examples/examples.parquet"
+SCORES_DIR = "scores"  # the scoring run's sub-folder
 REPORT_JSON, REPORT_MD = "report.json", "report.md"
+# What an earlier dscore's joints folder held, without a _run.json of its own (its scoring run had one).
+EARLIER_LAYOUT = ("examples", SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD)
 METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 
 
@@ -82,13 +87,20 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     given = _is_given(inputs.paths)
     scheme = "given" if given else inputs.scheme
     examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs, model)
-    examples_file = _write_examples(inputs.output, examples)
-    config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
-                       ScoringOptions(batch_tokens=batch_tokens), join(inputs.output, "scores"))
-    workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
-    run(config, workload, ray, overwrite)
-    summary = _summary(config.output, scheme, model, options, top_k)
-    _write_reports(inputs.output, summary)
+    run = {"workload": JOINTS, **{k: v for k, v in asdict(inputs).items() if k != "output"}, "scheme": scheme,
+           "paths": list(inputs.paths), "model": model.name, "revision": model.revision}
+    with claim(inputs.output, inputs.paths, [model.name]) as folder:
+        folder.begin(run, folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
+                     [EXAMPLES_FILE, SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD])
+        examples_file = folder.write_table(EXAMPLES_FILE, pa.Table.from_pylist(examples, schema=EXAMPLES_SCHEMA))
+        config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
+                           ScoringOptions(batch_tokens=batch_tokens), folder.subfolder(SCORES_DIR))
+        workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
+        runner.run(config, workload, ray, overwrite)
+        summary = _summary(config.output, scheme, model, options, top_k)
+        folder.write_json(REPORT_JSON, summary["report"])
+        folder.write_json(SUMMARY_FILE, summary)
+        folder.write_text(REPORT_MD, render_markdown(summary))
     return summary
 
 
@@ -159,15 +171,11 @@ def _pairable(rows: pa.Table, preparer: Preparer) -> list[dict]:
     return [row for row, p in zip(ok, prepared) if p.error is None and len(p.targets) >= 2]
 
 
-def _write_examples(output: str, rows: list[dict]) -> str:
-    return OutputDir(output).write_table(EXAMPLES_FILE, pa.Table.from_pylist(rows, schema=EXAMPLES_SCHEMA))
-
-
 # Driver: the report.
 
 
 def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptions, top_k: int | None) -> dict:
-    table = pq.read_table(join(scores_dir, ROWS_DIR), columns=[
+    table = OutputDir(scores_dir).read_rows([
         CONSTRUCTION, S.STATUS, LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE])
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     totals = corpus_stats(
@@ -213,8 +221,3 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def _write_reports(output: str, summary: dict) -> None:
-    folder = OutputDir(output)
-    folder.write_json(REPORT_JSON, summary["report"])
-    folder.write_json(SUMMARY_FILE, summary)
-    folder.write_text(REPORT_MD, render_markdown(summary))

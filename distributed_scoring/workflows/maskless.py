@@ -31,7 +31,7 @@ def score_maskless(config: RunConfig, ray: RayOptions | None = None, overwrite: 
                        "with" if config.scoring.split_chars else "without")
     load_tokenizer(config.model)
     workload = maskless_workload(config.model, config.scoring)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,)) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = {**summarize(out, plan, config), "variant": VARIANT}
         out.write_json(SUMMARY_FILE, summary)

@@ -15,13 +15,11 @@ import logging
 from dataclasses import replace
 
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..config import RayOptions, RunConfig
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
-from ..io.storage import join
+from ..io.output import SUMMARY_FILE, OutputDir
 from ..pipeline.aggregate import check_complete
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
@@ -48,7 +46,7 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
     allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = sample_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE, PLOT)) as (plan, out, todo):
         execute(workload, config, todo, out, ray)
         check_complete(out, plan, workload.rows_per_input)
         summary = summarize(config.output, options)
@@ -60,7 +58,7 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
 
 def summarize(folder: str, options: SampleOptions) -> dict:
     """The figures of `summary.json` from the written rows (see the module docstring)."""
-    table = pq.read_table(join(folder, ROWS_DIR))
+    table = OutputDir(folder).read_rows()
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     rows = ok.select([S.ID, CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
                       "n_sampled", SAMPLED, ANSWER]).to_pylist()

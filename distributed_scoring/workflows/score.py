@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from ..pipeline.aggregate import summarize
 from ..config import RayOptions, RunConfig
+from ..io.claim import Claim
+from ..io.output import SUMMARY_FILE
 from ..workloads.pll import pll_workload
 from ..pipeline.runner import claimed, execute
 
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
-          progress: bool | None = None) -> dict:
-    """PLL of every input row; returns the summary (also written to summary.json).
+          progress: bool | None = None, folder: Claim | None = None) -> dict:
+    """PLL of every input row; returns the summary (also written to summary.json). `folder`: the output
+    folder, when the caller holds it (to write its own files there after the run, as the audit does).
 
     The model's configuration and tokenizer are loaded here first, so a model that cannot be used
     stops the run before any file is written (on Ray, actors would only fail later, one by one).
@@ -19,6 +22,6 @@ def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = Fa
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)
-    with claimed(config, workload, overwrite) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         return summarize(out, plan, config)

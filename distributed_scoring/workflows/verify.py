@@ -1,9 +1,17 @@
-"""`dscore verify`: check that a finished output folder holds what its bookkeeping says.
+"""`dscore verify`: whether an output folder is complete, incomplete or damaged, for every command's layout.
 
-Resume trusts markers cheaply (row counts from Parquet metadata); this reads everything once: every
-marker against its file (rows and the file's digest), the rows as one dataset with the required columns
-and each id once, `summary.json` against the files, and no leftovers (temporary files, a file without a
-marker, a marker without a file, a lock). Reads only the id column's values, so memory grows with the
+Resume trusts markers cheaply (row counts from Parquet metadata); this reads everything once. A folder of
+a scoring run (score, audit, infill, sample, generate, and the runs inside rescore, joints and train
+folders) is complete when every shard of its plan (`_run.json` records their keys and rows) is marked
+done, each marker agrees with its file (rows and the file's digest) and with the plan, the rows read as
+one dataset with the required columns and each id once, and `summary.json` (for the runs that write one)
+is there and counts those rows; an audit's `audit.json` and `row_stats.parquet` count them too. A
+missing shard or summary makes it incomplete (rerunning the same command finishes it); anything that
+disagrees with the bookkeeping, or is left over (temporary files, a Parquet file without a marker, a
+marker without its file, a lock), makes it damaged. Folders of `rescore` and `joints` are verified
+through their runs (`mlm/`, `causal/`, `scores/`, ...) and their reports, training folders through their
+report and evaluation runs. An older folder's plan, recorded only as a digest, is made again from its
+inputs; what cannot be checked is said. Reads only the id column's values, so memory grows with the
 number of rows' ids, not with their scores.
 """
 
@@ -18,61 +26,137 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ..io import schema as S
+from ..config import InputSpec
 from ..errors import UserError
-from ..io.output import DONE_DIR, FILE_DIGEST, LOCK_FILE, ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir, part_name
+from ..io import schema as S
+from ..io.output import (
+    DONE_DIR, FILE_DIGEST, LOCK_FILE, OUTPUTS, ROWS_DIR, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE, OutputDir,
+    part_name, plan_digest,
+)
+from ..io.sources import plan_shards
+from ..io.storage import join
+from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
+from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT, JOINTS
+from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT, RESCORE
+from .train.run import CHECKPOINTS, REPORT_FILE, WORKLOAD_PREFIX
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
 # Workloads writing several rows per id (joints, generate, sample) tell them apart by these.
 ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch")
+# Runs that write no summary.json of their own (their command summarises in the folder above).
+WITHOUT_SUMMARY = ("causal", "joints-")
 
 
 class NotARunFolderError(UserError):
-    """The folder holds no `_run.json`: nothing to verify."""
+    """The folder holds no `_run.json`, nor any run's folder: nothing to verify."""
 
 
 @dataclass(frozen=True)
 class Verification:
-    """What `verify_folder` found: one line per problem (empty when the folder is sound)."""
+    """What `verify_folder` found: problems (damage), what is missing (an unfinished run), what could
+    not be checked, and the verifications of the runs inside it."""
 
     folder: str
     shards: int = 0
     rows: int = 0
+    planned: int | None = None  # shards in the plan, when known
     problems: tuple[str, ...] = ()
+    missing: tuple[str, ...] = ()
+    unchecked: tuple[str, ...] = ()
+    parts: tuple["Verification", ...] = ()
+    what: str | None = None  # the verdict's description, for folders that are not one scoring run
+
+    @property
+    def damaged(self) -> bool:
+        return bool(self.problems) or any(p.damaged for p in self.parts)
+
+    @property
+    def complete(self) -> bool:
+        return not self.missing and all(p.complete for p in self.parts)
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return self.complete and not self.damaged
 
 
 def verify_folder(uri: str) -> Verification:
-    """Check the run folder at `uri`; raises `NotARunFolderError` when it is not one."""
+    """Check the folder at `uri`: a run's, or one holding runs (rescore, joints, older ones without a
+    `_run.json` of their own); raises `NotARunFolderError` when it is neither."""
     out = OutputDir(uri)
-    if not out.exists(out.path(RUN_FILE)):
-        raise NotARunFolderError(f"{uri} holds no {RUN_FILE}: it is not a dscore output folder")
-    problems: list[str] = []
     try:
-        out.read_json(RUN_FILE)
+        run = out.read_json(RUN_FILE)
     except ValueError as exc:
-        problems.append(f"{RUN_FILE} is not valid JSON ({exc})")
+        return _verify_shards(out, {}, [f"{RUN_FILE} is not valid JSON ({exc})"])
+    if run is None:
+        runs = _sub_runs(out)
+        earlier = [name for name in runs if name in (*RESCORE_LAYOUT, *JOINTS_LAYOUT)]
+        if not earlier:
+            inside = f" (it holds run folders: {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})" if runs else ""
+            raise NotARunFolderError(f"{uri} holds no {RUN_FILE}: it is not a dscore output folder{inside}")
+        parts = tuple(verify_folder(join(uri, name)) for name in earlier)
+        return Verification(uri, parts=parts, problems=tuple(_lock(out)), what=f"{len(parts)} run(s)", unchecked=(
+            f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",))
+    workload = str(run.get("workload", ""))
+    if workload.startswith(WORKLOAD_PREFIX):
+        return _verify_training(out, run)
+    if workload in (RESCORE, JOINTS):
+        return _verify_parent(out, run)
+    return _verify_shards(out, run, [])
+
+
+def _sub_runs(out: OutputDir) -> list[str]:
+    """Folders below `out` (two levels at most, not a run's rows) holding a `_run.json`, relative to it:
+    the runs inside a rescore, joints or training folder."""
+    found = []
+    for info in out.fs.get_file_info(pafs.FileSelector(out.root, recursive=True, allow_not_found=True)):
+        name = posixpath.relpath(info.path, out.root)
+        parts = name.split("/")
+        if parts[-1] == RUN_FILE and 2 <= len(parts) <= 3 and not {ROWS_DIR, DONE_DIR} & set(parts):
+            found.append(posixpath.dirname(name))
+    return sorted(found)
+
+
+def _lock(out: OutputDir) -> list[str]:
     if out.exists(out.path(LOCK_FILE)):
-        problems.append(f"{LOCK_FILE} is present: a run holds the folder (or was killed and left it)")
+        return [f"{LOCK_FILE} is present: a run holds the folder (or was killed and left it)"]
+    return []
+
+
+# A scoring run's folder.
+
+
+def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verification:
+    missing: list[str] = []
+    unchecked: list[str] = []
+    problems += _lock(out)
     keys = _check_markers(out, problems)
-    problems += _strays(out, keys)
+    plan = run.get(SHARDS)
+    if plan is None and run:
+        plan, reason = _earlier_plan(run)
+        if reason:
+            unchecked.append(f"the shard plan: {reason}")
+    problems += _strays(out, keys | set(plan or ()))
+    if plan is not None:
+        _check_plan(out, run, plan, keys, problems, missing)
+        keys &= set(plan)
     rows = _check_rows(out, keys, problems)
-    return Verification(uri, len(keys), rows, tuple(problems))
+    _check_summary(out, run, plan, rows, problems, missing)
+    if AUDIT_FILE in run.get(OUTPUTS, ()) or out.exists(out.path(AUDIT_FILE)):
+        _check_audit(out, rows, problems, missing)
+    return Verification(out.uri, len(keys), rows, len(plan) if plan is not None else None, tuple(problems),
+                        tuple(missing), tuple(unchecked))
 
 
 def _check_markers(out: OutputDir, problems: list[str]) -> set[str]:
-    """Keys of the markers; each checked against its Parquet file (rows, and its digest when recorded)."""
+    """Keys of the sound markers; each checked against its Parquet file (rows, and its digest when recorded)."""
     keys = set()
-    for path in out.files(DONE_DIR, suffix=".json"):
-        key = posixpath.basename(path).removesuffix(".json")
-        keys.add(key)
+    for key in out.marker_keys():
         problem = out.shard_problem(key)
         if problem is None:
             problem = _digest_problem(out, key)
-        if problem is not None:
+        if problem is None:
+            keys.add(key)
+        else:
             problems.append(f"shard {key}: {problem}")
     return keys
 
@@ -86,8 +170,43 @@ def _digest_problem(out: OutputDir, key: str) -> str | None:
     return None if digest == recorded else "its Parquet file's bytes differ from those its marker recorded"
 
 
+def _earlier_plan(run: dict) -> tuple[dict | None, str | None]:
+    """The plan of a folder whose `_run.json` records it only as a digest (an earlier dscore): made again
+    from its inputs and checked against the digest; else None and why."""
+    try:
+        spec = InputSpec(tuple(run["inputs"]), run["text_column"], run["id_column"], run["shard_rows"],
+                         run.get("partition_column"), run.get("partition_by_file", False),
+                         tuple(run.get("extra_columns", ())))
+        plan = plan_shards(spec)
+    except (KeyError, TypeError, UserError, OSError) as exc:
+        return None, (f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and its inputs cannot "
+                      f"be planned again ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): missing "
+                      "shards cannot be told")
+    if plan_digest(plan) != run.get("plan"):
+        return None, (f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and the inputs now give "
+                      "another plan: missing shards cannot be told")
+    return {s.key: s.rows for s in plan}, None
+
+
+def _check_plan(out: OutputDir, run: dict, plan: dict, keys: set[str], problems: list[str],
+                missing: list[str]) -> None:
+    """Every planned shard marked and holding its rows (input rows x rows per input, when recorded); no
+    marked shard outside the plan."""
+    per_input = run.get(ROWS_PER_INPUT)
+    for key in sorted(keys - set(plan)):
+        problems.append(f"shard {key} is marked done but is not in the run's plan")
+    for key, rows in sorted(plan.items()):
+        if key not in keys:
+            written = " (its file is there without a marker: the run stopped while writing it)" if out.exists(
+                out.part_path(key)) and not out.exists(out.path(DONE_DIR, f"{key}.json")) else ""
+            missing.append(f"shard {key} ({rows} input rows) is not done{written}")
+        elif per_input is not None and (marked := out.read_marker(key)["rows"]) != rows * per_input:
+            problems.append(f"shard {key} holds {marked} rows, its plan {rows * per_input}")
+
+
 def _strays(out: OutputDir, keys: set[str]) -> list[str]:
-    """Temporary files anywhere, and files under rows/ that are not a marked shard's."""
+    """Temporary files anywhere, and files under rows/ that are not a shard's of `keys` (the marked and
+    the planned ones: a planned shard's file without a marker is an unfinished shard, not a stray)."""
     wanted = {posixpath.join(ROWS_DIR, part_name(k)) for k in keys}
     problems = []
     infos = out.fs.get_file_info(pafs.FileSelector(out.root, recursive=True))
@@ -98,13 +217,13 @@ def _strays(out: OutputDir, keys: set[str]) -> list[str]:
         if name.endswith(".tmp"):
             problems.append(f"{name}: a temporary file left by a run that did not finish")
         elif name.startswith(f"{ROWS_DIR}/") and name not in wanted:
-            problems.append(f"{name}: a file without a completion marker")
+            problems.append(f"{name}: a file without a completion marker (no row of the run: readers leave it out)")
     return problems
 
 
 def _check_rows(out: OutputDir, keys: set[str], problems: list[str]) -> int:
-    """Read the marked shard files as one dataset: required columns, unique ids, rows as in the summary."""
-    paths = [out.part_path(k) for k in sorted(keys) if out.exists(out.part_path(k))]
+    """Read the marked shard files as one dataset: required columns, unique ids; returns the rows counted."""
+    paths = [out.part_path(k) for k in sorted(keys)]
     if not paths:
         return 0
     try:
@@ -119,7 +238,6 @@ def _check_rows(out: OutputDir, keys: set[str], problems: list[str]) -> int:
         problems.append(f"{ROWS_DIR}/ cannot be read as one dataset ({exc})")
         return 0
     problems += _duplicates(table)
-    problems += _summary_problem(out, table.num_rows)
     return table.num_rows
 
 
@@ -132,18 +250,94 @@ def _duplicates(table: pa.Table) -> list[str]:
     return [f"{repeated.num_rows} id(s) appear more than once (e.g. {examples})"]
 
 
-def _summary_problem(out: OutputDir, rows: int) -> list[str]:
+def _check_summary(out: OutputDir, run: dict, plan: dict | None, rows: int, problems: list[str],
+                   missing: list[str]) -> None:
+    """summary.json there (for the runs that write one) and counting the rows read (and, for PLL runs, the
+    rows planned)."""
     try:
         summary = out.read_json(SUMMARY_FILE)
     except ValueError as exc:
-        return [f"{SUMMARY_FILE} is not valid JSON ({exc})"]
-    if summary is None or "rows" not in summary or summary["rows"] == rows:
-        return []
-    return [f"{SUMMARY_FILE} counts {summary['rows']} rows, the files hold {rows}"]
+        problems.append(f"{SUMMARY_FILE} is not valid JSON ({exc})")
+        return
+    if summary is None:
+        writes = SUMMARY_FILE in run[OUTPUTS] if OUTPUTS in run else not str(run.get("workload")).startswith(WITHOUT_SUMMARY)
+        if writes:
+            missing.append(f"{SUMMARY_FILE} is missing: the run did not finish")
+        return
+    if "rows" in summary and summary["rows"] != rows:
+        problems.append(f"{SUMMARY_FILE} counts {summary['rows']} rows, the files hold {rows}")
+    expected = summary.get("rows_expected")
+    if plan is not None and expected is not None and expected != sum(plan.values()):
+        problems.append(f"{SUMMARY_FILE} expects {expected} rows, the plan has {sum(plan.values())}")
+
+
+def _check_audit(out: OutputDir, rows: int, problems: list[str], missing: list[str]) -> None:
+    """An audit's audit.json and row_stats.parquet there and counting the rows read."""
+    try:
+        audit = out.read_json(AUDIT_FILE)
+    except ValueError as exc:
+        problems.append(f"{AUDIT_FILE} is not valid JSON ({exc})")
+        audit = {}
+    if audit is None:
+        missing.append(f"{AUDIT_FILE} is missing: the audit did not finish")
+    elif audit and audit.get("overall", {}).get("rows") != rows:
+        problems.append(f"{AUDIT_FILE} counts {audit.get('overall', {}).get('rows')} rows, the files hold {rows}")
+    if not out.exists(out.path(ROW_STATS_FILE)):
+        missing.append(f"{ROW_STATS_FILE} is missing: the audit did not finish")
+        return
+    try:
+        stats = pq.read_metadata(out.path(ROW_STATS_FILE), filesystem=out.fs).num_rows
+    except (OSError, pa.ArrowInvalid) as exc:
+        problems.append(f"{ROW_STATS_FILE} cannot be read ({exc})")
+        return
+    if stats != rows:
+        problems.append(f"{ROW_STATS_FILE} holds {stats} rows, the files {rows}")
+
+
+# Folders that hold runs.
+
+
+def _verify_parent(out: OutputDir, run: dict) -> Verification:
+    """A rescore or joints folder: each run inside it, then the files the command writes once they are done."""
+    outputs = run.get(OUTPUTS, [])
+    parts = tuple(verify_folder(join(out.uri, name)) for name in outputs if out.exists(out.path(name, RUN_FILE)))
+    missing = [f"{name} is missing: the run did not finish" for name in outputs if not out.exists(out.path(name))]
+    return Verification(out.uri, problems=tuple(_lock(out)), missing=tuple(missing), parts=parts,
+                        what=f"{run['workload']} run with {len(parts)} run(s)")
+
+
+def _verify_training(out: OutputDir, run: dict) -> Verification:
+    """A training folder: its report (written last), the model, and the evaluation runs inside it."""
+    parts = tuple(verify_folder(join(out.uri, name)) for name in _sub_runs(out))
+    missing, problems = [], _lock(out)
+    if not out.exists(out.path(REPORT_FILE)):
+        steps = sorted(posixpath.basename(p) for p in out.files(CHECKPOINTS, suffix="")
+                       if posixpath.basename(p).startswith("step-"))
+        latest = steps[-1] if steps else None
+        missing.append(f"{REPORT_FILE} is missing: the training did not finish (" + (
+            f"a rerun continues from {CHECKPOINTS}/{latest})" if latest else "no checkpoint yet)"))
+    elif not out.exists(out.path("config.json")):
+        problems.append("config.json is missing: the trained model is not in the folder")
+    return Verification(out.uri, problems=tuple(problems), missing=tuple(missing), parts=parts,
+                        what=f"{run['workload']} run with {len(parts)} evaluation run(s)")
 
 
 def report(result: Verification) -> str:
-    """The lines `dscore verify` prints: one per problem, then the verdict."""
-    verdict = (f"OK: {result.folder}: {result.shards} shards, {result.rows} rows" if result.ok
-               else f"FAILED: {result.folder}: {len(result.problems)} problem(s)")
-    return "\n".join([*result.problems, verdict])
+    """The lines `dscore verify` prints: the runs inside the folder first, then one per problem, per
+    missing part and per thing not checked, then the verdict."""
+    lines = [report(part) for part in result.parts]
+    lines += [*result.problems, *result.missing, *(f"not checked: {u}" for u in result.unchecked)]
+    what = result.what or f"{result.shards} shards, {result.rows} rows"
+    if result.damaged:
+        count = len(result.problems) + sum(_problems(p) for p in result.parts)
+        verdict = f"FAILED: {result.folder}: {count} problem(s)"
+    elif not result.complete:
+        done = f"{result.shards} of {result.planned} shards done, {result.rows} rows" if result.planned is not None else what
+        verdict = f"INCOMPLETE: {result.folder}: {done}; rerun the same command to finish"
+    else:
+        verdict = f"OK: {result.folder}: {what}"
+    return "\n".join([*lines, verdict])
+
+
+def _problems(result: Verification) -> int:
+    return len(result.problems) + sum(_problems(p) for p in result.parts)

@@ -23,7 +23,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring.workflows import score as score_workflow
 from distributed_scoring.io.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
-from distributed_scoring.io.output import OutputDir, OutputError
+from distributed_scoring.io.output import BOOKKEEPING, OutputDir, OutputError
 from distributed_scoring.io.provenance import InputChangedError
 from distributed_scoring.workflows.score import score
 
@@ -98,10 +98,14 @@ def test_overwrite_refuses_a_folder_that_holds_no_run(tmp_path, tiny_model_dir):
     corpus = tmp_path / "data" / "corpus.txt"
     corpus.parent.mkdir()
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    config = RunConfig(InputSpec((str(corpus),)), ModelSpec(str(tiny_model_dir("bert"))), output=str(corpus.parent))
-    with pytest.raises(OutputError, match="holds no _run.json.*nothing was deleted"):
-        score(config, overwrite=True)
-    assert corpus.exists()
+    mine = tmp_path / "mine" / "notes.txt"
+    mine.parent.mkdir()
+    mine.write_text("keep")
+    config = RunConfig(InputSpec((str(corpus),)), ModelSpec(str(tiny_model_dir("bert"))), output=str(mine.parent))
+    for overwrite in (False, True):
+        with pytest.raises(OutputError, match="holds no _run.json.*nothing was changed"):
+            score(config, overwrite=overwrite)
+    assert sorted(p.name for p in mine.parent.iterdir()) == ["notes.txt"] and mine.read_text() == "keep"
 
 
 def edit_in_place(corpus: Path, line: int, text: str) -> None:
@@ -249,7 +253,19 @@ def test_a_pll_folder_records_what_earlier_versions_did(run):
     """Folders written before the options dataclasses keep resuming: same keys, split_chars only when set."""
     _, out = run
     recorded = json.loads((out / "_run.json").read_text())
-    assert set(recorded) == PLL_RUN_KEYS and recorded["workload"] == "pll" and recorded["variant"] == "original"
+    assert set(recorded) - set(BOOKKEEPING) == PLL_RUN_KEYS - set(BOOKKEEPING)
+    assert recorded["workload"] == "pll" and recorded["variant"] == "original"
+
+
+def test_a_folder_written_before_the_bookkeeping_keys_resumes_and_records_them(run):
+    """The planned shards, rows per input and outputs entered _run.json later: never compared between runs."""
+    config, out = run
+    recorded = json.loads((out / "_run.json").read_text())
+    earlier = {k: v for k, v in recorded.items() if k not in ("shards", "rows_per_input", "outputs")}
+    (out / "_run.json").write_text(json.dumps(earlier))
+    (out / "summary.json").unlink()
+    check_whole(out, score(config))
+    assert json.loads((out / "_run.json").read_text()) == recorded
 
 
 def test_each_workload_fingerprints_its_own_options_only(tmp_path):

@@ -93,3 +93,78 @@ def test_damage_is_named_and_fails(out, how, capsys):
 def test_a_folder_that_is_not_a_run_folder_is_exit_2(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 2
     assert "holds no _run.json" in capsys.readouterr().err
+
+
+# Issue 25, item 3: verify used to say "OK: 0 shards, 0 rows" of a run that stalled before its first shard,
+# and "OK: 3 shards, 12 rows" of a finished folder whose last shard and summary.json were deleted.
+
+
+def drop_shards(out: Path, which: slice) -> list[str]:
+    keys = []
+    for marker in sorted((out / "_done").glob("*.json"))[which]:
+        (out / "rows" / f"part-{marker.stem}.parquet").unlink()
+        marker.unlink()
+        keys.append(marker.stem)
+    return keys
+
+
+INCOMPLETE = {
+    "stalled before its first shard": lambda out: (drop_shards(out, slice(None)), (out / "summary.json").unlink()),
+    "last shard and summary deleted": lambda out: (drop_shards(out, slice(-1, None)), (out / "summary.json").unlink()),
+    "summary deleted": lambda out: (out / "summary.json").unlink(),
+    "killed between a shard's file and its marker": lambda out: (
+        sorted((out / "_done").glob("*.json"))[-1].unlink(), (out / "summary.json").unlink()),
+}
+
+
+@pytest.mark.parametrize("how", sorted(INCOMPLETE))
+def test_an_incomplete_folder_names_what_is_missing(out, how, capsys):
+    INCOMPLETE[how](out)
+    assert main(["verify", str(out)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith(f"INCOMPLETE: {out}") and "rerun the same command" in lines[-1], lines
+    planned = json.loads((out / "_run.json").read_text())["shards"]
+    done = {p.stem for p in (out / "_done").glob("*.json")}
+    for key in sorted(set(planned) - done):
+        assert any(key in line and "not done" in line for line in lines), lines
+    assert any("summary.json" in line for line in lines[:-1]), lines
+
+
+def test_an_older_folder_is_verified_as_well_as_it_can_be(out, capsys):
+    """A folder written before _run.json recorded its shards: the plan is made again from its inputs (and
+    their digest checked against the recorded one); without its inputs, verify says what it could not check."""
+    run = json.loads((out / "_run.json").read_text())
+    for key in ("shards", "rows_per_input", "outputs", "command"):
+        run.pop(key, None)
+    (out / "_run.json").write_text(json.dumps(run))
+    assert main(["verify", str(out)]) == 0
+    capsys.readouterr()
+    missing = drop_shards(out, slice(-1, None))[0]
+    assert main(["verify", str(out)]) == 1
+    assert f"shard {missing}" in capsys.readouterr().out
+    for name in run["inputs"]:
+        Path(name).rename(Path(name).with_suffix(".moved"))
+    try:
+        assert main(["verify", str(out)]) == 1
+        lines = capsys.readouterr().out.strip().splitlines()
+        assert any(line.startswith("not checked: the shard plan") for line in lines), lines
+        assert any("summary.json counts" in line or "rows_expected" in line for line in lines), lines
+    finally:
+        for name in run["inputs"]:
+            Path(name).with_suffix(".moved").rename(name)
+
+
+def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(tmp_path, tiny_model_dir, capsys):
+    """verify of a `dscore joints` folder used to say "not a run folder" (exit 2): its run is DIR/scores."""
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    out = tmp_path / "joints"
+    assert main(["joints", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
+                 "--examples", "4", "--shard-rows", "2"]) == 0
+    capsys.readouterr()
+    assert main(["verify", str(out)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith(f"OK: {out}") and any(f"{out}/scores" in line for line in lines), lines
+    drop_shards(out / "scores", slice(-1, None))
+    assert main(["verify", str(out)]) == 1
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"INCOMPLETE: {out}")

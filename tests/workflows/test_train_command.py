@@ -165,14 +165,18 @@ def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
 
 
 @pytest.mark.ray
-def test_another_command_in_a_training_folder_is_refused_unless_overwritten(student, capsys):
+def test_another_command_in_a_training_folder_is_refused_unless_overwritten(student, tiny_model_dir, capsys):
     _, teacher, out, _ = student
-    args = ["train", "maskless", "--teacher", str(teacher), "--model", str(out), "--output", str(out), "--steps", "24",
-            "--checkpoint-every", "10", "--heldout", "0.25", *FAST]
+    args = ["train", "maskless", "--teacher", str(teacher), "--model", str(tiny_model_dir("bert")), "--output",
+            str(out), "--steps", "25", "--checkpoint-every", "10", "--heldout", "0.25", *FAST]
     code, _ = run(*args)
-    assert code == 2 and "holds a different training run (it differs in: model)" in error_line(capsys)
-    code, _ = run("score", str(teacher / "rows"), "--model", str(out), "--output", str(out))
+    assert code == 2 and "holds results of a different run (it differs in: steps)" in error_line(capsys)
+    code, _ = run("score", str(teacher / "rows"), "--model", str(tiny_model_dir("bert")), "--output", str(out))
     assert code == 2 and "different run" in error_line(capsys)
+    for command in ([*args[:4], "--model", str(out), "--output", str(out), *args[8:]],
+                    ["score", str(teacher / "rows"), "--model", str(out), "--output", str(out), "--overwrite"]):
+        code, _ = run(*command)  # the student's own folder as the model: --overwrite would delete it
+        assert code == 2 and "is the model's folder" in error_line(capsys)
     assert not (out / "rows").exists() and not (out / "_done").exists()  # refused before it wrote anything
 
 

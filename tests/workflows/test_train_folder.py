@@ -1,5 +1,5 @@
 """The training folder (`workflows/train/run.claimed`) and the held-out split, without Ray: the same run
-continues, another is refused unless --overwrite (which empties the folder, checkpoints included), a
+continues, another is refused unless --overwrite (which deletes what it wrote, checkpoints included), a
 folder of something else is never emptied."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def test_the_same_run_continues_and_another_is_refused_unless_overwritten(tmp_pa
         (out / "checkpoints" / "step-00000010").mkdir(parents=True)
     with claimed(str(out), run_of(1e-4)):
         assert (out / "checkpoints" / "step-00000010").exists()  # continued: its checkpoints are kept
-    with pytest.raises(OutputError, match=r"different training run \(it differs in: lr\)"):
+    with pytest.raises(OutputError, match=r"different run \(it differs in: lr\)"):
         with claimed(str(out), run_of(2e-4)):
             pass
     with claimed(str(out), run_of(2e-4), overwrite=True):
@@ -39,7 +39,7 @@ def test_folders_of_something_else_are_never_emptied(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep")
     (tmp_path / "scores").mkdir()
     (tmp_path / "scores" / "_run.json").write_text(json.dumps({"workload": "pll"}))
-    for folder, message in (("mine", "holds no dscore training run"), ("scores", "not a training run")):
+    for folder, message in (("mine", "holds no _run.json of a dscore run"), ("scores", "not a training run")):
         for overwrite in (False, True):
             with pytest.raises(OutputError, match=message):
                 with claimed(str(tmp_path / folder), run_of(1e-4), overwrite=overwrite):

@@ -43,6 +43,7 @@ from .baseline import (
 )
 from ...errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
+from ...io.claim import Claim, claim
 from ...io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
 from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
 from ...pipeline.stats import STAT_COLUMNS, CorpusStats
@@ -54,6 +55,7 @@ __all__ = ["AuditConfig", "AuditResult", "LogBins", "PositionCurves", "run_audit
 logger = logging.getLogger(__name__)
 
 REPORT_FILE = "report.html"
+AUDIT_OUTPUTS = (AUDIT_FILE, ROW_STATS_FILE, OUTLIERS_FILE, REPORT_FILE)  # what an audit writes beside the rows
 NO_PARTITION = "(none)"  # the partition of rows whose partition value is null
 
 _REQUIRED = [S.ID, S.TEXT, *STAT_COLUMNS, S.MODEL, S.VARIANT]
@@ -212,32 +214,38 @@ class AuditResult:
 
 
 def run_audit(
-    rows_dir: str, output_dir: str, baseline: str | None = None, config: AuditConfig = AuditConfig()
+    rows_dir: str, output_dir: str, baseline: str | None = None, config: AuditConfig = AuditConfig(),
+    folder: Claim | None = None,
 ) -> AuditResult:
     """Audit the scored rows in `rows_dir` (a scoring output folder or its rows/ folder).
 
-    Writes audit.json, outliers.parquet and report.html into `output_dir` (local path or URI);
-    `baseline` is a previous audit.json, or the folder holding it.
+    Writes audit.json, row_stats.parquet, outliers.parquet and report.html into `output_dir` (local path or
+    URI), holding it (`folder`, when the caller holds it already); `baseline` is a previous audit.json, or
+    the folder holding it.
     """
     from .report import render_report
 
     base, base_uri = load_baseline(baseline) if baseline else (None, None)
     fs, files, root = _scored_files(rows_dir)
+    if folder is None:
+        with claim(output_dir, [rows_dir, *([baseline] if baseline else [])]) as held:
+            return run_audit(rows_dir, output_dir, baseline, config, held)
     logger.info("auditing %d Parquet files under %s", len(files), root)
-    out = OutputDir(output_dir)
-    out.fs.create_dir(out.root, recursive=True)
+    out = folder.out
     with pq.ParquetWriter(out.path(ROW_STATS_FILE), ROW_STATS_SCHEMA, filesystem=out.fs) as row_stats:
         scan = _scan(fs, files, config, row_stats)
+    folder.record(ROW_STATS_FILE)
     outliers = write_outliers(
         scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
     )
+    folder.record(OUTLIERS_FILE)
     audit = _audit_record(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
     if base is not None:
         current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs)
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
         audit = replace(audit, baseline=comparison)
-    out.write_json(AUDIT_FILE, audit.to_json())
-    out.write_text(REPORT_FILE, render_report(audit, base))
+    folder.write_json(AUDIT_FILE, audit.to_json())
+    folder.write_text(REPORT_FILE, render_report(audit, base))
     result = AuditResult(audit, output_dir)
     logger.info(
         "audit: %d rows, pppl_token %s, %d outliers, verdict %s (exit %d)",
@@ -248,18 +256,22 @@ def run_audit(
 
 
 def _scored_files(rows_dir: str) -> tuple[pafs.FileSystem, list[str], str]:
-    """The visible Parquet files of the scored rows, in a stable order (both passes rely on it)."""
+    """The Parquet files of the scored rows, in a stable order (both passes rely on it), and the folder
+    holding them: of a folder with `rows/`, its rows' files (`OutputDir.row_parts`: in a run folder, its marked
+    shards); of any other folder, its visible Parquet files."""
     fs, root = filesystem(rows_dir)
     if fs is None:
         raise UserError(f"cannot list {rows_dir!r}: use a local path or an s3://, gs:// or file:// URI")
-    if fs.get_file_info(posixpath.join(root, ROWS_DIR)).type == pafs.FileType.Directory:
-        root = posixpath.join(root, ROWS_DIR)
-    infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
-    files = sorted(
-        i.path for i in infos
-        if i.type == pafs.FileType.File and i.path.endswith(".parquet")
-        and not posixpath.basename(i.path).startswith((".", "_"))
-    )
+    run = OutputDir(rows_dir.rstrip("/").removesuffix("/" + ROWS_DIR))
+    if run.exists(run.path(ROWS_DIR)):
+        root, files = run.path(ROWS_DIR), run.row_parts()
+    else:
+        infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        files = sorted(
+            i.path for i in infos
+            if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+            and not posixpath.basename(i.path).startswith((".", "_"))
+        )
     if not files:
         raise UserError(f"no scored rows in {rows_dir!r}: expected {ROWS_DIR}/*.parquet from `dscore score`")
     return fs, files, root.removesuffix("/" + ROWS_DIR)

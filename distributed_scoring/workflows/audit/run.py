@@ -2,16 +2,18 @@
 
 Scoring keeps per-token log-probabilities (for positionwise cross-entropy and outliers' hardest tokens)
 and a partition per row: the value of `--partition-column`, else the input file's name. The audit then
-streams over `DIR/rows` and writes `audit.json`, `outliers.parquet` and `report.html` beside them.
+streams over the rows of `DIR/rows` and writes `audit.json`, `row_stats.parquet`, `outliers.parquet` and
+`report.html` beside them, all under the lock the scoring run took (they are the run's own outputs).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .figures import AuditConfig, AuditResult, run_audit
+from .figures import AUDIT_OUTPUTS, AuditConfig, AuditResult, run_audit
 from .baseline import load_baseline
 from ...config import RayOptions, RunConfig
+from ...io.claim import claim
 from ..score import score
 
 
@@ -26,5 +28,7 @@ def audit_snapshot(config: RunConfig, ray: RayOptions | None = None, baseline: s
         load_baseline(baseline)  # a bad baseline fails before the snapshot is scored, not after
     scoring = replace(config.scoring, per_token=True)
     scored = replace(config, inputs=inputs, scoring=scoring)
-    score(scored, ray, overwrite=overwrite)
-    return run_audit(scored.output, scored.output, baseline, audit)
+    with claim(scored.output, [*inputs.paths, *([baseline] if baseline else [])], [config.model.name]) as folder:
+        folder.declare(*AUDIT_OUTPUTS)
+        score(scored, ray, overwrite=overwrite, folder=folder)
+        return run_audit(scored.output, scored.output, baseline, audit, folder)

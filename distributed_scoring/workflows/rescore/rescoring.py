@@ -42,6 +42,7 @@ import pyarrow as pa
 
 from ...io import schema as S
 from ...errors import UserError
+from ...io.claim import Claim
 from .metrics import Metric, metric_for
 from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, SEQ_LEN, TEXT, UTT_ID, NBestError, require_references
 
@@ -107,6 +108,10 @@ REPORT_MD = "report.md"
 
 def best_text_file(split: str) -> str:
     return f"{split}.best.txt"
+
+
+# What `write_outputs` writes into the output folder.
+OUTPUT_FILES = (HYPOTHESES_FILE, BEST_FILE, *(best_text_file(split) for split in SPLITS), REPORT_JSON, REPORT_MD)
 
 
 class TextScore(NamedTuple):
@@ -277,26 +282,18 @@ def rescore(
     )
 
 
-def write_outputs(result: Rescored, folder: str) -> list[str]:
-    """Write the hypotheses and 1-best tables, one 1-best text file per split, report.json and report.md.
-
-    `folder` is a local path or an s3://, gs://, file:// URI. Returns the paths written.
-    """
-    from ...io.output import OutputDir
-
-    out = OutputDir(folder)
-    out.write_table(HYPOTHESES_FILE, result.hypotheses)
-    out.write_table(BEST_FILE, result.best)
-    written = [HYPOTHESES_FILE, BEST_FILE]
+def write_outputs(result: Rescored, folder: Claim) -> list[str]:
+    """Write the hypotheses and 1-best tables, one 1-best text file per split, report.json and report.md
+    into the claimed output folder (local path or s3://, gs://, file:// URI). Returns the paths written."""
+    folder.write_table(HYPOTHESES_FILE, result.hypotheses)
+    folder.write_table(BEST_FILE, result.best)
     splits = result.best.column(SPLIT).to_pylist()
     texts = result.best.column(TEXT).to_pylist()
     for split in SPLITS:
-        lines = "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split)
-        out.write_text(best_text_file(split), lines)
-        written.append(best_text_file(split))
-    out.write_json(REPORT_JSON, result.report)
-    out.write_text(REPORT_MD, render_markdown(result.report))
-    return [out.path(name) for name in written + [REPORT_JSON, REPORT_MD]]
+        folder.write_text(best_text_file(split), "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split))
+    folder.write_json(REPORT_JSON, result.report)
+    folder.write_text(REPORT_MD, render_markdown(result.report))
+    return [folder.out.path(name) for name in OUTPUT_FILES]
 
 
 def render_markdown(report: dict) -> str:

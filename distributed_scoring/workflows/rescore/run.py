@@ -1,39 +1,48 @@
 """Bulk N-best rescoring end to end (`dscore rescore`): each unique hypothesis text is scored once, through
 the same sharded pipeline as `dscore score` (in this process or on Ray), then combined and tuned.
 
-Layout of the output folder DIR:
+Layout of the output folder DIR (held, locked, from the first byte to the last):
+    DIR/_run.json                what the run is (its inputs and models), and what it wrote
     DIR/texts/texts.parquet      the unique hypothesis texts to score (sorted; id = their position)
     DIR/mlm/                     the masked LM's scoring run over them (rows/, summary.json, resumable)
     DIR/maskless/                instead, with `maskless`: a maskless student's predicted PLLs
     DIR/causal/                  the causal LM's run, when one is given
     DIR/hypotheses.parquet, DIR/best.parquet, DIR/{dev,test}.best.txt, DIR/report.json, DIR/report.md
-Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination.
+Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination. Scores
+are joined to the hypotheses by id, and each row's text is checked against its hypothesis.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from ...io import schema as S
 from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ...errors import UserError
+from ...io.claim import claim
 from ...io.nbest import read_nbest, require_references, unique_texts
 from ...io.output import OutputDir
-from .rescoring import RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
-from ...io.output import ROWS_DIR
-from ...pipeline.runner import run
+from .rescoring import OUTPUT_FILES, RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
+from ...pipeline import runner
 from ..maskless import score_maskless
 from ..score import score
-from ...io.storage import join
 from ...workloads.causal import causal_workload
 
 logger = logging.getLogger(__name__)
 
 TEXTS = "texts/texts.parquet"
+RESCORE = "rescore"  # the workload of DIR/_run.json
+MLM, MASKLESS, CAUSAL = "mlm", "maskless", "causal"  # the LM runs' sub-folders
+# What an earlier dscore's rescore folder held, without a _run.json of its own (its LM runs had theirs).
+EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, *OUTPUT_FILES)
+
+
+class MixedRowsError(UserError):
+    """An LM run's folder holds rows whose text is not the hypothesis their id names."""
 
 
 @dataclass(frozen=True)
@@ -58,35 +67,45 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
                   overwrite: bool = False, maskless: bool = False) -> Rescored:
     """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
     write the outputs. With `maskless`, `model` is a maskless student folder whose predicted PLLs stand in
-    for the masked LM's (`dscore train maskless`)."""
+    for the masked LM's (`dscore train maskless`). The folder is held from before the texts are written
+    until the reports are, its LM runs claiming their sub-folders inside it."""
     check_models(model, causal_model)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
     texts = unique_texts(dev, test)
     logger.info("%d + %d hypotheses, %d unique texts", dev.num_rows, test.num_rows, len(texts))
-    started = time.monotonic()
-    texts_file = _write_texts(inputs.output, [t + inputs.append for t in texts])
-    corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
-    mlm = causal = None
-    if model is not None:
-        config = RunConfig(corpus, model, scoring, join(inputs.output, "maskless" if maskless else "mlm"))
-        (score_maskless if maskless else score)(config, ray, overwrite)
-        mlm = _scores(config.output, texts, S.PLL, "masked LM")
-    if causal_model is not None:
-        config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))
-        run(config, causal_workload(causal_model, scoring.batch_tokens), ray, overwrite)
-        causal = _scores(config.output, texts, S.LOGP, "causal LM")
-    seconds = time.monotonic() - started
-    result = rescore(dev, test, mlm, causal, options)
-    result.report["scoring"] = {
-        "hypotheses": dev.num_rows + test.num_rows,
-        "unique_texts": len(texts),
-        "seconds": round(seconds, 3),
-        "hypotheses_per_s": round((dev.num_rows + test.num_rows) / max(seconds, 1e-9), 2),
-        "unique_texts_per_s": round(len(texts) / max(seconds, 1e-9), 2),
-        "note": "each distinct hypothesis text is scored once per LM; a resumed run counts only what it scored",
-    }
-    write_outputs(result, inputs.output)
+    scored = [t + inputs.append for t in texts]
+    sources = [p for p in (inputs.dev, inputs.test, inputs.dev_refs, inputs.test_refs) if p]
+    lm_folder = MASKLESS if maskless else MLM
+    run = {"workload": RESCORE, **{k: v for k, v in asdict(inputs).items() if k != "output"},
+           "model": model.name if model else None, "causal_model": causal_model.name if causal_model else None,
+           "maskless": maskless}
+    with claim(inputs.output, sources, [m.name for m in (model, causal_model) if m]) as folder:
+        folder.begin(run, folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
+                     [TEXTS, *([lm_folder] if model else []), *([CAUSAL] if causal_model else []), *OUTPUT_FILES])
+        started = time.monotonic()
+        texts_file = folder.write_table(TEXTS, pa.table({S.ID: [f"{i:09d}" for i in range(len(texts))], S.TEXT: scored}))
+        corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
+        mlm = causal = None
+        if model is not None:
+            config = RunConfig(corpus, model, scoring, folder.subfolder(lm_folder))
+            (score_maskless if maskless else score)(config, ray, overwrite)
+            mlm = _scores(config.output, texts, scored, S.PLL, "masked LM")
+        if causal_model is not None:
+            config = RunConfig(corpus, causal_model, scoring, folder.subfolder(CAUSAL))
+            runner.run(config, causal_workload(causal_model, scoring.batch_tokens), ray, overwrite)
+            causal = _scores(config.output, texts, scored, S.LOGP, "causal LM")
+        seconds = time.monotonic() - started
+        result = rescore(dev, test, mlm, causal, options)
+        result.report["scoring"] = {
+            "hypotheses": dev.num_rows + test.num_rows,
+            "unique_texts": len(texts),
+            "seconds": round(seconds, 3),
+            "hypotheses_per_s": round((dev.num_rows + test.num_rows) / max(seconds, 1e-9), 2),
+            "unique_texts_per_s": round(len(texts) / max(seconds, 1e-9), 2),
+            "note": "each distinct hypothesis text is scored once per LM; a resumed run counts only what it scored",
+        }
+        write_outputs(result, folder)
     return result
 
 
@@ -108,14 +127,20 @@ def _read(uri: str, refs: str | None, name: str) -> pa.Table:
     return table
 
 
-def _write_texts(output: str, texts: list[str]) -> str:
-    """The texts as a Parquet corpus with ids; the same texts give the same file (and shard plan)."""
-    ids = [f"{i:09d}" for i in range(len(texts))]
-    return OutputDir(output).write_table(TEXTS, pa.table({S.ID: ids, S.TEXT: texts}))
-
-
-def _scores(output: str, texts: list[str], column: str, name: str) -> dict[str, TextScore]:
-    """The LM's scores keyed by the original hypothesis texts (ids are positions in `texts`)."""
-    rows = pq.read_table(join(output, ROWS_DIR), columns=[S.ID, S.TEXT, column, S.N_TOKENS, S.STATUS, S.ERROR])
-    original = pa.array([texts[int(i)] for i in rows[S.ID].to_pylist()], pa.string())
+def _scores(output: str, texts: list[str], scored: list[str], column: str, name: str) -> dict[str, TextScore]:
+    """The LM's scores keyed by the original hypothesis texts, joined by key: a row's id is the position
+    of its text in `texts`, and the text it holds must be the one scored for it (`scored`, the text with
+    --append), or the folder holds another run's rows and nothing is assigned."""
+    rows = OutputDir(output).read_rows([S.ID, S.TEXT, column, S.N_TOKENS, S.STATUS, S.ERROR])
+    ids, held = rows[S.ID].to_pylist(), rows[S.TEXT].to_pylist()
+    keys = [int(i) if isinstance(i, str) and i.isdigit() and int(i) < len(texts) else None for i in ids]
+    wrong = [(i, h, None if k is None else scored[k]) for i, k, h in zip(ids, keys, held) if k is None or scored[k] != h]
+    if wrong:
+        row_id, text, want = wrong[0]
+        raise MixedRowsError(
+            f"{output} holds {len(wrong)} row(s) of the {name} that are not this run's (e.g. id {row_id!r} scored "
+            f"{text!r}, " + (f"its hypothesis is {want!r}" if want is not None else "no hypothesis has that id")
+            + "): another run wrote into the folder; pass --overwrite to score the hypotheses afresh"
+        )
+    original = pa.array([texts[k] for k in keys], pa.string())
     return text_scores(rows.set_column(rows.schema.get_field_index(S.TEXT), S.TEXT, original), column, name)

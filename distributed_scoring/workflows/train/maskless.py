@@ -66,7 +66,7 @@ def read_teacher(folder: str) -> Teacher:
     out = OutputDir(folder)
     if not out.exists(out.root):
         raise UserError(f"teacher folder {folder!r} does not exist: pass the --output folder of a `dscore score` run")
-    files = sorted(out.files(ROWS_DIR, suffix=".parquet"))
+    files = out.row_parts()
     if not files:
         raise UserError(f"teacher folder {folder!r} holds no scored rows ({ROWS_DIR}/*.parquet): pass the --output "
                         "folder of a finished `dscore score` run")
@@ -130,7 +130,8 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
                         "workers: lower --batch-size, raise --max-length or score more rows")
     targets = np.asarray(train_table[TARGET].to_pylist())
     run = fingerprint("maskless", model, options, {"teacher": teacher_folder, "teacher_rows": teacher.digest})
-    with claimed(output, run, overwrite) as out:
+    with claimed(output, run, overwrite, [teacher_folder], [model.name]) as folder:
+        out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         steps = options.total_steps(train_table.num_rows)
@@ -141,9 +142,10 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
                           teacher.variant, batch_tokens)
         with on_ray(resources):
             fit_on_ray(maskless_worker, job, resources, out)
+            folder.record_new()  # the student worker 0 saved
             evaluation = run_task(evaluate_student, resources, job, heldout_path, resources.cpus_per_worker)
         predicted = np.asarray(evaluation.pop("predicted"))
-        out.write_table(PREDICTIONS_FILE, heldout_table.select([S.ID, S.PLL]).append_column(PREDICTED, pa.array(predicted)))
+        folder.write_table(PREDICTIONS_FILE, heldout_table.select([S.ID, S.PLL]).append_column(PREDICTED, pa.array(predicted)))
         report = {
             "command": "train maskless", "teacher": teacher_folder, "teacher_model": teacher.model, "model": model.name,
             "output": output,

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ...errors import UserError
 from ...io import schema as S
-from ...io.output import OutputDir
+from ...io.claim import Claim
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import Preparer
@@ -100,15 +100,17 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     run = fingerprint("pmlm", model, options, {"data": list(corpus.paths), "text_column": corpus.text_column,
                                                "id_column": corpus.id_column, "split_chars": corpus.split_chars,
                                                "data_rows": corpus.digest})
-    with claimed(output, run, overwrite) as out:
+    with claimed(output, run, overwrite, corpus.paths, [model.name]) as folder:
+        out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         steps = options.total_steps(train_table.num_rows)
         job = PMLMJob(model, out.location, options, steps, resources.checkpoint_every, orders, batch_tokens)
         with on_ray(resources):
-            before = perplexities(out, "before", model, heldout_path, job, corpus.split_chars, resources)
+            before = perplexities(folder, "before", model, heldout_path, job, corpus.split_chars, resources)
             fit_on_ray(pmlm_worker, job, resources, out)
-            after = perplexities(out, "after", replace(model, name=out.location, revision=None), heldout_path, job,
+            folder.record_new()  # the model and tokenizer files worker 0 saved
+            after = perplexities(folder, "after", replace(model, name=out.location, revision=None), heldout_path, job,
                                  corpus.split_chars, resources)
         report = {
             "command": "train pmlm", "data": list(corpus.paths), "model": model.name, "output": output,
@@ -150,7 +152,7 @@ def pmlm_worker(config: dict) -> None:
         mlm.tokenizer.save_pretrained(job.location)
 
 
-def perplexities(out: OutputDir, name: str, model: ModelSpec, heldout_path: str, job: PMLMJob, split_chars: bool,
+def perplexities(folder: Claim, name: str, model: ModelSpec, heldout_path: str, job: PMLMJob, split_chars: bool,
                  resources: TrainResources) -> dict:
     """Chain-rule perplexities of `model` on the held-out rows, left to right and in `job.orders` seeded
     random orders: `dscore score --method chain` runs into DIR/evaluation/<name>-<order> (resumable),
@@ -161,7 +163,7 @@ def perplexities(out: OutputDir, name: str, model: ModelSpec, heldout_path: str,
     figures = {}
     for order, k in (("l2r", 1), ("random", job.orders)):
         config = RunConfig(InputSpec((heldout_path,), id_column=S.ID), model, ScoringOptions(batch_tokens=job.batch_tokens),
-                           join(out.location, f"{EVALUATION_DIR}/{name}-{order}"))
+                           folder.subfolder(f"{EVALUATION_DIR}/{name}-{order}"))
         figures[order] = score_chain(config, ChainOptions(order, k, job.options.seed, split_chars), ray)
     random = figures["random"]
     return {"sentences": random["ok"], "tokens": random["n_tokens"], "ppl_l2r": figures["l2r"]["ppl_token"],

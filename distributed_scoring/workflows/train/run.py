@@ -2,7 +2,8 @@
 and what each training worker does around the engine's loop (resume, report, checkpoint, metrics, progress).
 
 A training folder DIR holds:
-    _run.json, _lock.json            what the run is (another command is refused), who holds the folder
+    _run.json, _lock.json            what the run is (another command is refused) and what it wrote (for
+                                     --overwrite), who holds the folder
     data/train.parquet, heldout.parquet   the split, tokenised (seeded by row id, so stable on reruns)
     checkpoints/                     Ray Train's storage: step-<n>/training_state.pt and its snapshot
     metrics.jsonl                    one line per optimiser step (the batch loss, lr, ...)
@@ -31,14 +32,13 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
-import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ...config import ModelSpec, RayOptions
 from ...errors import UserError
 from ...io import schema as S
-from ...io.lock import FolderLock
-from ...io.output import LOCK_FILE, RUN_FILE, OutputDir, OutputError
+from ...io.claim import Claim, claim
+from ...io.output import RUN_FILE, OutputDir, OutputError
 from ...io.storage import scheme
 from ...pipeline.on_ray import cluster_address, ray_session
 from ...quiet import quiet_transformers
@@ -123,41 +123,28 @@ def fingerprint(command: str, model: ModelSpec, options: TrainOptions, data: dic
 
 
 @contextlib.contextmanager
-def claimed(output: str, run: dict, overwrite: bool = False) -> Iterator[OutputDir]:
-    """Hold the training folder (locked) while the body runs. A folder of the same run is continued; one
-    of another training run is refused unless `overwrite`, which empties it first (its checkpoints
-    would otherwise be resumed); a folder with anything else in it is never emptied."""
+def claimed(output: str, run: dict, overwrite: bool = False, inputs: Sequence[str] = (),
+            models: Sequence[str] = ()) -> Iterator[Claim]:
+    """Hold the training folder (`io.claim`, as every command does) while the body runs. A folder of the
+    same run is continued; one of another training run is refused unless `overwrite`, which deletes what
+    that run wrote first (its checkpoints would otherwise be resumed); a folder of a run of another command,
+    or with anything else in it, is never emptied."""
     if scheme(output) not in (None, "file"):
         raise UserError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
                         "writes to a local or shared-filesystem path, not an object store")
-    out = OutputDir(output)
-    with FolderLock(out):
+    with claim(output, inputs, models) as folder:
         try:
-            previous = out.read_json(RUN_FILE)
-        except ValueError as exc:
-            raise OutputError(f"{out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
-        if previous is None and _entries(out):
-            raise OutputError(f"{out.uri} is not empty and holds no dscore training run; use an empty or a new --output")
+            previous = folder.out.read_json(RUN_FILE)
+        except ValueError as exc:  # --overwrite could not tell which files were the run's: its checkpoints
+            raise OutputError(f"{folder.out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
         if previous is not None and not str(previous.get("workload", "")).startswith(WORKLOAD_PREFIX):
-            raise OutputError(f"{out.uri} holds a {previous.get('workload')!r} run, not a training run; use another "
-                              "--output")
-        if previous is not None and previous != run and not overwrite:
-            changed = sorted(k for k in set(run) | set(previous) if run.get(k) != previous.get(k))
-            raise OutputError(f"{out.uri} holds a different training run (it differs in: {', '.join(changed)}); use "
-                              "another --output, or pass --overwrite to replace it")
-        if previous is not None and (overwrite or previous != run):
-            for entry in _entries(out):
-                (out.fs.delete_dir if entry.type == pafs.FileType.Directory else out.fs.delete_file)(entry.path)
-        elif previous is not None:
-            logger.info("continuing the training run in %s", out.uri)
-        out.write_json(RUN_FILE, run)
-        yield out
-
-
-def _entries(out: OutputDir) -> list[pafs.FileInfo]:
-    """Everything in the folder but this run's lock."""
-    infos = out.fs.get_file_info(pafs.FileSelector(out.root, allow_not_found=True))
-    return [i for i in infos if posixpath.basename(i.path) != LOCK_FILE]
+            raise OutputError(f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use "
+                              "another --output")
+        previous = folder.admit(run, overwrite)
+        if previous is not None:
+            logger.info("continuing the training run in %s", folder.out.uri)
+        folder.begin(run, previous, [DATA_TRAIN, DATA_HELDOUT, CHECKPOINTS, METRICS_FILE, REPORT_FILE])
+        yield folder
 
 
 def heldout_rows(ids: Sequence[str], seed: int, share: float) -> np.ndarray:

@@ -16,6 +16,7 @@ import sacrebleu
 
 import rescoring_helpers as H
 from distributed_scoring.io import nbest
+from distributed_scoring.io.claim import claim
 from distributed_scoring.workflows.rescore import rescoring as R
 from distributed_scoring.io import schema as S
 from distributed_scoring.errors import UserError
@@ -245,7 +246,8 @@ def test_write_outputs(tmp_path):
     dev, test, lm = known_answer_lists(3)
     causal = {t: TextScore(s.logprob * 0.5, s.n_tokens + 1) for t, s in lm.items()}
     result = rescore(dev, test, mlm=lm, causal=causal, options=RescoreOptions(**NO_PENALTY))
-    written = R.write_outputs(result, str(tmp_path / "out"))
+    with claim(str(tmp_path / "out")) as folder:
+        written = R.write_outputs(result, folder)
     assert sorted(p.rsplit("/", 1)[1] for p in written) == sorted(
         [R.HYPOTHESES_FILE, R.BEST_FILE, "dev.best.txt", "test.best.txt", R.REPORT_JSON, R.REPORT_MD])
     hypotheses = pq.read_table(tmp_path / "out" / R.HYPOTHESES_FILE)
