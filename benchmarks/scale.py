@@ -56,8 +56,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from harness import append_journal, duration, is_finished, kill_tree, last_line, load_journal, spawn, wait_child
+
+SCRIPT = Path(__file__).resolve()
 
 SIZES = (10**3, 10**4, 10**5, 10**6)
 QUICK_SIZES = (10**3, 10**4)
@@ -71,7 +72,6 @@ ROWS_PER_SMALL_FILE = 10
 LARGE_LINE_BYTES = 512  # newline included
 MIN_SHARDS_TO_RESUME = 4  # fewer shards leave no half way to kill at
 POLL_S = 0.02  # how often markers are counted to kill a run at half way
-HEARTBEAT_S = 60.0  # how often a long measurement prints its last progress line
 
 # Rough cost model for the estimate printed at the start, (seconds fixed, microseconds per row), from the
 # --quick run on the shared 2-core development machine; measured rates replace them once a measurement
@@ -154,40 +154,6 @@ def large_file_rows(gigabytes: float) -> int:
 
 
 # ---------------------------------------------------------------------------------------------------
-# The journal: one JSON line per finished measurement.
-
-
-def load_journal(path: Path) -> dict[str, dict]:
-    """The last record of every measurement key in the journal (a cut-off last line is ignored)."""
-    records: dict[str, dict] = {}
-    if path.exists():
-        for line in path.read_text().splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            records[record["key"]] = record
-    return records
-
-
-def is_finished(record: dict | None, timeout_s: float) -> bool:
-    """Whether a measurement needs no rerun: it succeeded, or timed out under a timeout at least as long as
-    this one (a skipped one is tried again: the disk may have room now)."""
-    if record is None:
-        return False
-    if record["status"] == "ok":
-        return True
-    return record["status"] == "timeout" and record["timeout_s"] >= timeout_s
-
-
-def append_journal(path: Path, record: dict) -> None:
-    with path.open("a") as f:
-        f.write(json.dumps(record) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-# ---------------------------------------------------------------------------------------------------
 # Time estimate.
 
 
@@ -210,95 +176,6 @@ def estimate_s(spec: Spec, journal: dict[str, dict], corpora: Path) -> float:
     elif not any(corpora.glob(f"*-{spec.n if spec.files == 1 else spec.files}*")):
         seconds += spec.n * CORPUS_US_PER_ROW / 1e6
     return seconds
-
-
-def duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min {seconds % 60:02d} s"
-    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
-
-
-# ---------------------------------------------------------------------------------------------------
-# Processes: children with a timeout, and killing a run with everything it started.
-
-
-def child_environment() -> dict[str, str]:
-    """This environment with the repository and benchmarks/ first on PYTHONPATH: a child, and the Ray
-    workers it starts (they inherit Ray's environment), import `scale_stages` by name."""
-    env = dict(os.environ)
-    paths = [str(HERE), str(ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
-    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    return env
-
-
-def spawn(argv: list[str], log_path: Path) -> subprocess.Popen:
-    """A Python child of this script in a session of its own, its output appended to `log_path`."""
-    log = log_path.open("a")
-    try:
-        return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *argv], stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True, env=child_environment(), cwd=ROOT)
-    finally:
-        log.close()
-
-
-def kill_tree(pid: int) -> None:
-    """SIGKILL a process, its process group and every process descended from it (an embedded Ray's GCS,
-    raylet and workers put themselves in other groups), then wait until they are gone."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        processes = []
-    with_group = [p for p in psutil.process_iter() if _group(p) == pid]
-    for process in {p.pid: p for p in processes + with_group}.values():
-        try:
-            process.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(processes + with_group, timeout=30)
-
-
-def _group(process) -> int | None:
-    try:
-        return os.getpgid(process.pid)
-    except (ProcessLookupError, PermissionError):
-        return None
-
-
-def last_line(path: Path) -> str:
-    """The log's last non-empty line (a progress line, usually), shortened."""
-    try:
-        with path.open("rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-            lines = [line for line in f.read().decode("utf-8", "replace").splitlines() if line.strip()]
-    except OSError:
-        return ""
-    return lines[-1][-160:] if lines else ""
-
-
-def wait_child(process: subprocess.Popen, timeout_s: float, log_path: Path, label: str) -> str:
-    """'ok', 'failed' or 'timeout' (the child's tree killed); prints the child's last log line every
-    HEARTBEAT_S meanwhile."""
-    started = time.monotonic()
-    beat = started + HEARTBEAT_S
-    while True:
-        try:
-            return "ok" if process.wait(timeout=1.0) == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            now = time.monotonic()
-            if now - started > timeout_s:
-                kill_tree(process.pid)
-                return "timeout"
-            if now >= beat:
-                beat = now + HEARTBEAT_S
-                print(f"      ... {label}: {duration(now - started)}: {last_line(log_path)}", flush=True)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -579,7 +456,7 @@ def _job(spec: Spec, settings: Settings, scratch: Path, paths: tuple[str, ...], 
 def run_in_child(job: RunJob, scratch: Path, name: str) -> tuple[subprocess.Popen, Path]:
     """Start `job` in a child process (its own session); returns it and where it writes its result."""
     result = scratch / f"{name}.json"
-    process = spawn(["--run-job", json.dumps(asdict(job)), "--result", str(result)], scratch / f"{name}.log")
+    process = spawn(SCRIPT, ["--run-job", json.dumps(asdict(job)), "--result", str(result)], scratch / f"{name}.log")
     return process, result
 
 
@@ -701,7 +578,7 @@ def run_measurement(spec: Spec, settings: Settings, work: Path, timeout_s: float
     load_start, started = os.getloadavg(), time.perf_counter()
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if skip is None:
-        process = spawn(["--measure", json.dumps(asdict(spec)), "--settings", json.dumps(asdict(settings)),
+        process = spawn(SCRIPT, ["--measure", json.dumps(asdict(spec)), "--settings", json.dumps(asdict(settings)),
                          "--scratch", str(scratch), "--result", str(result_file)], log)
         status = wait_child(process, timeout_s, log, spec.label)
     else:
@@ -870,7 +747,7 @@ def parse_args() -> argparse.Namespace:
                         help="torch threads of in-process model runs (Ray actors get their CPUs' worth)")
     parser.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds per measurement")
     parser.add_argument("--models-dir", type=Path, help="where the tiny model is saved (default: the cache's bench-models)")
-    parser.add_argument("--out", type=Path, default=HERE / "results", help="scale.jsonl/.json/.md/.png go here")
+    parser.add_argument("--out", type=Path, default=SCRIPT.parent / "results", help="scale.jsonl/.json/.md/.png go here")
     parser.add_argument("--work", type=Path,
                         help="corpora (kept), logs and scratch folders (default: the cache's bench-scale)")
     parser.add_argument("--update-results", type=Path, help="also write the tables into this RESULTS.md")
