@@ -89,22 +89,25 @@ def spawn(script: Path, argv: list[str], log_path: Path, env: dict[str, str] | N
 
 
 def kill_tree(pid: int) -> None:
-    """SIGKILL a process, its process group and every process descended from it (an embedded Ray's GCS,
-    raylet and workers put themselves in other groups), then wait until they are gone."""
+    """SIGKILL a process, every process descended from it and its process group (an embedded Ray's GCS,
+    raylet and workers put themselves in other groups), then wait until they are gone. The process
+    itself is killed first, as soon as its descendants are known: a run must stop where it stands."""
     import psutil
 
     try:
         root = psutil.Process(pid)
-        processes = [root, *root.children(recursive=True)]
+        descendants = root.children(recursive=True)
+        root.kill()
     except psutil.NoSuchProcess:
-        processes = []
-    with_group = [p for p in psutil.process_iter() if _group(p) == pid]
-    for process in {p.pid: p for p in processes + with_group}.values():
+        root, descendants = None, []
+    group = [p for p in psutil.process_iter() if _group(p) == pid]
+    everyone = list({p.pid: p for p in [*descendants, *group]}.values())
+    for process in everyone:
         try:
             process.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(processes + with_group, timeout=30)
+    psutil.wait_procs(everyone + ([root] if root else []), timeout=30)
 
 
 def _group(process) -> int | None:
@@ -127,17 +130,22 @@ def last_line(path: Path) -> str:
 
 def wait_child(process: subprocess.Popen, timeout_s: float, log_path: Path, label: str) -> str:
     """'ok', 'failed' or 'timeout' (the child's tree killed); prints the child's last log line every
-    HEARTBEAT_S meanwhile."""
+    HEARTBEAT_S meanwhile. Interrupted (Ctrl-C reaches only this process: the child has its own
+    session), it kills the child's tree before giving up."""
     started = time.monotonic()
     beat = started + HEARTBEAT_S
-    while True:
-        try:
-            return "ok" if process.wait(timeout=1.0) == 0 else "failed"
-        except subprocess.TimeoutExpired:
-            now = time.monotonic()
-            if now - started > timeout_s:
-                kill_tree(process.pid)
-                return "timeout"
-            if now >= beat:
-                beat = now + HEARTBEAT_S
-                print(f"      ... {label}: {duration(now - started)}: {last_line(log_path)}", flush=True)
+    try:
+        while True:
+            try:
+                return "ok" if process.wait(timeout=1.0) == 0 else "failed"
+            except subprocess.TimeoutExpired:
+                now = time.monotonic()
+                if now - started > timeout_s:
+                    kill_tree(process.pid)
+                    return "timeout"
+                if now >= beat:
+                    beat = now + HEARTBEAT_S
+                    print(f"      ... {label}: {duration(now - started)}: {last_line(log_path)}", flush=True)
+    except BaseException:
+        kill_tree(process.pid)
+        raise

@@ -573,7 +573,10 @@ def run_measurement(spec: Spec, settings: Settings, work: Path, timeout_s: float
     log.write_text("")
     result_file = scratch / "result.json"
     prepared_at = time.perf_counter()
-    skip = prepare(spec, Path(settings.corpora), scratch)
+    try:
+        skip = prepare(spec, Path(settings.corpora), scratch)
+    except OSError as exc:  # a full disk, say: this measurement fails, the others go on
+        skip = f"its input could not be written: {exc}"
     prepare_s = time.perf_counter() - prepared_at
     load_start, started = os.getloadavg(), time.perf_counter()
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
@@ -735,7 +738,8 @@ def parse_args() -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="rows (1e3,1e4,...; default 10^3-10^6)")
     parser.add_argument("--quick", action="store_true",
-                        help="10^3 and 10^4 rows, 1,000 small files, a 50 MB large file (checks every path)")
+                        help="10^3 and 10^4 rows (the tiny model 10^3 only), 1,000 small files, a 50 MB large "
+                             "file: checks every path")
     parser.add_argument("--kinds", type=_names(KINDS), default=list(KINDS), help=f"comma-separated, of {KINDS}")
     parser.add_argument("--scorers", type=_names(SCORERS), default=list(SCORERS), help="noop, tiny")
     parser.add_argument("--modes", type=_names(MODES), default=list(MODES), help=f"comma-separated, of {MODES}")
@@ -759,6 +763,7 @@ def parse_args() -> argparse.Namespace:
     args = parser.parse_args()
     if args.quick:
         args.sizes = list(QUICK_SIZES)
+        args.model_max = min(args.model_max, QUICK_SIZES[0])
         args.many_files = min(args.many_files, 1000)
         args.large_gb = min(args.large_gb, 0.05)
     return args

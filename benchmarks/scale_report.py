@@ -211,9 +211,10 @@ def plot(records: list[dict], path: Path) -> Path | None:
     for axis, lines, ylabel in zip(figure.subplots(1, 2), (time_lines, memory_lines), ("seconds", "peak RSS (MiB)")):
         axis.set_prop_cycle(color=colormaps["tab20"].colors)  # more lines than the default 10 colours
         for name, points in sorted(lines.items()):
-            xs, ys = zip(*sorted(p for p in points if p[1] is not None and p[1] > 0)) if points else ((), ())
-            style = "--" if name.startswith("scoring actor") else "-"
-            axis.plot(xs, ys, style, marker="o", label=name)
+            shown = sorted(p for p in points if p[1] is not None and p[1] > 0)  # log axes: no zero, no missing
+            if shown:
+                xs, ys = zip(*shown)
+                axis.plot(xs, ys, "--" if name.startswith("scoring actor") else "-", marker="o", label=name)
         axis.set_xscale("log")
         axis.set_yscale("log")
         axis.set_xlabel("rows (hypotheses for rescore)")

@@ -173,7 +173,10 @@ def test_every_table_row_has_the_header_cells_whatever_the_status(tmp_path):
     path = scale.sentence_corpus(corpora, 50)
     run = scale.run_job(scale.RunJob((str(path),), str(tmp_path / "out"), str(tmp_path / "memory"), shard_rows=20))
     specs = [scale.Spec(kind, "noop", "in-process", 50) for kind in scale.KINDS]
+    all_done = {"shards": 3, "killed": True, "killed_after_s": 1.0, "marked_at_kill": 3,
+                "rerun": {**run, "todo_shards": 0, "first_marker_s": None}}  # killed too late: nothing new
     records = [record(specs[0], "ok", result=run), *(record(s, "timeout") for s in specs[1:]),
+               record(scale.Spec("resume", "noop", "ray-1", 50), "ok", result=all_done),
                record(scale.Spec("run", "noop", "ray-2", 50), "failed"),
                record(scale.Spec("large-file", "noop", "in-process", 9), "skipped", result={"skipped": "no room"})]
     text = scale_report.markdown(records, records[0]["machine"])
