@@ -63,7 +63,7 @@ SCRIPT = Path(__file__).resolve()
 SIZES = (10**3, 10**4, 10**5, 10**6)
 QUICK_SIZES = (10**3, 10**4)
 MODES = ("in-process", "ray-1", "ray-2")
-SCORERS = ("noop", "tiny")
+SCORERS = ("noop", "tiny")  # see RUNS
 KINDS = ("run", "resume", "audit", "rescore", "many-files", "large-file")
 MODEL_MAX = 10**5  # the tiny model's largest corpus by default: 10^6 rows take hours on 2 cores
 HYPOTHESES_PER_UTTERANCE = 10
@@ -73,9 +73,9 @@ LARGE_LINE_BYTES = 512  # newline included
 MIN_SHARDS_TO_RESUME = 4  # fewer shards leave no half way to kill at
 POLL_S = 0.02  # how often markers are counted to kill a run at half way
 
-# Rough cost model for the estimate printed at the start, (seconds fixed, microseconds per row), from the
-# --quick run on the shared 2-core development machine; measured rates replace them once a measurement
-# of the same kind, scorer and mode has finished.
+# The estimate printed at the start: (seconds fixed, microseconds per row), rough guesses for 2 quiet cores
+# (the development machine was too busy to calibrate them); the journal's own wall times replace them
+# once a measurement of the same kind, scorer and execution has finished.
 DEFAULT_COST = {
     ("run", "noop", "in-process"): (3.0, 150.0),
     ("run", "noop", "ray"): (25.0, 400.0),
@@ -354,27 +354,41 @@ def start_ray(mode: str):
     return RayOptions(num_actors=actors, cpus_per_actor=max(1, cores // actors))
 
 
+def noop_run(job: RunJob, inputs) -> tuple:
+    """The no-op workload's config and workload (no model)."""
+    from distributed_scoring.config import ModelSpec, RunConfig
+    from scale_stages import NOOP_MODEL, NoopOptions, noop_workload
+
+    return RunConfig(inputs, ModelSpec(NOOP_MODEL), output=job.output), noop_workload(NoopOptions(job.scores, job.per_token))
+
+
+def pll_run(job: RunJob, inputs) -> tuple:
+    """The PLL workload on `job.model`, its tokenizer loaded first as `dscore score` does."""
+    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
+    from distributed_scoring.engine.model_files import load_tokenizer
+    from distributed_scoring.workloads.pll import pll_workload
+
+    config = RunConfig(inputs, ModelSpec(job.model, device="cpu"), ScoringOptions(per_token=job.per_token),
+                       output=job.output)
+    load_tokenizer(config.model)
+    return config, pll_workload(config.model, config.scoring)
+
+
+# Scorer name -> (RunJob, InputSpec) -> (RunConfig, Workload): a new scorer (`--method unmasked`, a maskless
+# student) is one entry here and one in SCORERS.
+RUNS = {"noop": noop_run, "tiny": pll_run}
+
+
 def run_job(job: RunJob) -> dict:
     """Claim, execute and summarize `job`'s run in this process (on Ray when its mode says), timed in parts."""
-    from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+    from distributed_scoring.config import InputSpec
     from distributed_scoring.pipeline.aggregate import summarize
     from distributed_scoring.pipeline.runner import claimed, execute
-    from scale_stages import NOOP_MODEL, NoopOptions, actor_peaks, noop_workload, peak_rss_kb, recorded
+    from scale_stages import actor_peaks, peak_rss_kb, recorded
 
     process_start = _process_start()
     inputs = InputSpec(job.paths, shard_rows=job.shard_rows, partition_column=job.partition_column)
-    if job.scorer == "noop":
-        config = RunConfig(inputs, ModelSpec(NOOP_MODEL), output=job.output)
-        workload = noop_workload(NoopOptions(job.scores, job.per_token))
-    else:
-        from distributed_scoring.config import ScoringOptions
-        from distributed_scoring.engine.model_files import load_tokenizer
-        from distributed_scoring.workloads.pll import pll_workload
-
-        config = RunConfig(inputs, ModelSpec(job.model, device="cpu"), ScoringOptions(per_token=job.per_token),
-                           output=job.output)
-        load_tokenizer(config.model)  # as `dscore score` does before claiming the folder
-        workload = pll_workload(config.model, config.scoring)
+    config, workload = RUNS[job.scorer](job, inputs)
     os.makedirs(job.memory, exist_ok=True)
     workload = recorded(workload, job.memory)
     ray_options = start_ray(job.mode)
@@ -434,9 +448,11 @@ def markers(output: Path) -> int:
 
 def measure(spec: Spec, settings: Settings, scratch: Path) -> dict:
     corpora = Path(settings.corpora)
-    if spec.kind in ("run", "many-files"):
-        paths = (str(sentence_corpus(corpora, spec.n) if spec.kind == "run" else many_files_corpus(corpora, spec.files)),)
-        return run_job(_job(spec, settings, scratch, paths))
+    if spec.kind == "run":
+        return run_job(_job(spec, settings, scratch, (str(sentence_corpus(corpora, spec.n)),)))
+    if spec.kind == "many-files":
+        folder = many_files_corpus(corpora, spec.files)
+        return {**run_job(_job(spec, settings, scratch, (str(folder),))), "input_bytes": folder_size(folder)[1]}
     if spec.kind == "large-file":
         return measure_large_file(spec, settings, scratch)
     if spec.kind == "resume":

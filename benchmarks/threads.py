@@ -44,6 +44,7 @@ WHERE = ("in-process", "ray-actor")
 BATCH = (40, 25)  # sentences x tokens of one forward
 LINEAR = (1000, 64)  # rows x features of the small op
 MIN_REPEATS = 5
+START_S, RAY_START_S = 8.0, 15.0  # a configuration's process start, model load and warm-up; Ray's start (estimate)
 
 
 @dataclass(frozen=True)
@@ -244,8 +245,9 @@ def main() -> None:
     info = machine.describe()
     configs = plan(args.threads, args.busy, args.where)
     todo = [c for c in configs if not is_finished(journal.get(c.key), args.timeout)]
+    estimate = sum(args.seconds * 1.5 + (START_S + RAY_START_S if c.where == "ray-actor" else START_S) for c in todo)
     print(f"{len(configs)} configurations, {len(configs) - len(todo)} already in {journal_path}; {len(todo)} to run, "
-          f"about {duration(len(todo) * (args.seconds * 1.5 + 8))}; load average {os.getloadavg()[0]:.1f}", flush=True)
+          f"about {duration(estimate)} on quiet cores; load average {os.getloadavg()[0]:.1f}", flush=True)
     for i, config in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {config.key}", flush=True)
         record = run_config(config, model_dir, args.seconds, args.timeout, work, info)

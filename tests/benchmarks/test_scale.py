@@ -186,3 +186,27 @@ def test_every_table_row_has_the_header_cells_whatever_the_status(tmp_path):
         assert len({line.count("|") for line in lines}) == 1, lines
     assert "timed out after 60 s" in text and "no room" in text
     assert scale_report.plot(records, tmp_path / "scale.png").stat().st_size > 0
+
+
+def test_many_files_measurement_makes_one_shard_per_small_file(tmp_path):
+    corpora = tmp_path / "corpora"
+    corpora.mkdir()
+    spec = scale.Spec("many-files", "noop", "in-process", 5 * scale.ROWS_PER_SMALL_FILE, files=5)
+    scale.prepare(spec, corpora, tmp_path)
+    result = scale.measure(spec, scale.Settings(str(corpora), 1, 1000, None), tmp_path)
+    assert result["rows"] == 50 and result["shards"] == 5
+    assert result["input_bytes"] == scale.folder_size(corpora / "many-5")[1] > 0
+    assert result["files_written"] == 2 * 5 + 2  # a Parquet file and a marker per shard, _run.json, summary.json
+
+
+def test_model_runs_score_with_the_pll_workload_and_record_the_driver(tmp_path, tiny_model_dir):
+    path = tmp_path / "corpus.txt"
+    path.write_text("The quick brown fox jumps.\nA researcher rescored the hypotheses.\n")
+    job = scale.RunJob((str(path),), str(tmp_path / "out"), str(tmp_path / "memory"), scorer="tiny",
+                       model=str(tiny_model_dir("bert")), shard_rows=1)
+    result = scale.run_job(job)
+    assert result["rows"] == 2 and result["shards"] == 2 and result["first_marker_s"] > 0
+    assert result["driver_peak_rss_kb"] >= result["driver_rss_start_kb"] > 0
+    assert result["actor_peak_rss_kb"] == {}  # in process: the stages ran in the driver
+    table = pq.read_table(tmp_path / "out" / "rows")
+    assert table.column(S.PLL).null_count == 0 and set(table.column(S.MODEL).to_pylist()) == {job.model}
