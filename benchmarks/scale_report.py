@@ -66,7 +66,7 @@ def run_table(records: list[dict]) -> list[str]:
 
 def resume_table(records: list[dict]) -> list[str]:
     lines = ["| execution | rows | shards | killed after s | shards done at kill | rerun start-up s | rerun claim s "
-             "| rerun first new shard s | rerun total s | rerun driver peak MiB | load start / end |",
+             "| rerun first new shard s (after start-up) | rerun total s | rerun driver peak MiB | load start / end |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for rec in ordered(records, ("resume",)):
         s = rec["spec"]
