@@ -530,13 +530,15 @@ def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
 def measure_rescore(spec: Spec, settings: Settings, scratch: Path) -> dict:
     """The steps of `rescore_nbest` (workflows/rescore/run.py) in order, each timed, the scoring by the
     no-op workload (pseudo-random scores) in this process."""
+    import pyarrow as pa
+
     from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
     from distributed_scoring.io import schema as S
+    from distributed_scoring.io.claim import claim
     from distributed_scoring.io.nbest import unique_texts
-    from distributed_scoring.io.storage import join
     from distributed_scoring.pipeline.runner import run
-    from distributed_scoring.workflows.rescore.rescoring import RescoreOptions, rescore, write_outputs
-    from distributed_scoring.workflows.rescore.run import _read, _scores, _write_texts
+    from distributed_scoring.workflows.rescore.rescoring import OUTPUT_FILES, RescoreOptions, rescore, write_outputs
+    from distributed_scoring.workflows.rescore.run import MLM, TEXTS, _read, _scores
     from scale_stages import NOOP_MODEL, NoopOptions, noop_workload, peak_rss_kb
 
     dev_path, test_path = nbest_lists(Path(settings.corpora), spec.n)
@@ -546,18 +548,21 @@ def measure_rescore(spec: Spec, settings: Settings, scratch: Path) -> dict:
     dev, test = _read(str(dev_path), None, "dev"), _read(str(test_path), None, "test")
     texts = unique_texts(dev, test)
     times.append(time.perf_counter())
-    corpus = InputSpec((_write_texts(output, texts),), id_column=S.ID, shard_rows=settings.shard_rows)
-    times.append(time.perf_counter())
-    config = RunConfig(corpus, ModelSpec(NOOP_MODEL), output=join(output, "mlm"))
-    run(config, noop_workload(NoopOptions("hash")))
-    times.append(time.perf_counter())
-    mlm = _scores(config.output, texts, S.PLL, "masked LM")
-    times.append(time.perf_counter())
-    rss_tuning = peak_rss_kb()
-    result = rescore(dev, test, mlm, None, RescoreOptions())
-    times.append(time.perf_counter())
-    write_outputs(result, output)
-    times.append(time.perf_counter())
+    with claim(output, [str(dev_path), str(test_path)]) as folder:
+        folder.begin({"workload": "rescore"}, None, [TEXTS, MLM, *OUTPUT_FILES])
+        texts_file = folder.write_table(TEXTS, pa.table({S.ID: [f"{i:09d}" for i in range(len(texts))], S.TEXT: texts}))
+        corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=settings.shard_rows)
+        times.append(time.perf_counter())
+        config = RunConfig(corpus, ModelSpec(NOOP_MODEL), output=folder.subfolder(MLM))
+        run(config, noop_workload(NoopOptions("hash")))
+        times.append(time.perf_counter())
+        mlm = _scores(config.output, texts, texts, S.PLL, "masked LM")
+        times.append(time.perf_counter())
+        rss_tuning = peak_rss_kb()
+        result = rescore(dev, test, mlm, None, RescoreOptions())
+        times.append(time.perf_counter())
+        write_outputs(result, folder)
+        times.append(time.perf_counter())
     steps = ("read_dedupe_s", "write_texts_s", "scoring_s", "join_s", "tuning_s", "write_s")
     return {
         "hypotheses": dev.num_rows + test.num_rows, "utterances": result.report["dev"]["utterances"]

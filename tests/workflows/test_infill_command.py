@@ -26,6 +26,18 @@ def rows_of(folder) -> dict[str, dict]:
     return {r["id"]: r for r in pq.read_table(folder / "rows").to_pylist()}
 
 
+def same(a, b, tol: float = 1e-5) -> bool:
+    """Equal rows, scores within the fp32 tolerance: a Ray actor runs with other intra-op threads than
+    the driver, so sums may round in another order (seen: 4.3228817 against 4.3228819)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return abs(a - b) <= tol * max(1.0, abs(a))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k], tol) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y, tol) for x, y in zip(a, b))
+    return a == b
+
+
 def run(*args: str) -> tuple[int, dict | None]:
     import io
     from contextlib import redirect_stdout
@@ -166,7 +178,7 @@ def test_on_ray_the_rows_equal_in_process_and_a_rerun_resumes(tmp_path, tiny_mod
     code, local = run("infill", str(corpus), "--output", str(tmp_path / "local"), *common)
     code_ray, on_ray = run("infill", str(corpus), "--output", str(tmp_path / "ray"), "--ray", *common)
     assert code == code_ray == 0 and local["rows"] == on_ray["rows"] == 9
-    assert rows_of(tmp_path / "local") == rows_of(tmp_path / "ray")
+    assert same(rows_of(tmp_path / "local"), rows_of(tmp_path / "ray"))
     code, again = run("infill", str(corpus), "--output", str(tmp_path / "ray"), "--ray", *common)
     assert code == 0 and again["rows"] == 9 and again["examples_per_s"] is None  # nothing left to fill
 
