@@ -220,8 +220,8 @@ class InfillScorer(Stage):
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.infill import InfillExample
 
-        fillable = []
-        for row in rows:
+        fillable = []  # places in `rows`: fills are joined back by place, since ids need not be unique
+        for i, row in enumerate(rows):
             if row[S.STATUS] == S.STATUS_OK and self.options.decoder == "exact":
                 size = self.exact_size(self.n_allowed, len(row[MASKS]))
                 if size > self.options.exact_limit:
@@ -229,18 +229,19 @@ class InfillScorer(Stage):
                         f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
                         f"--exact-limit {self.options.exact_limit:,}: restrict the vocabulary or use a beam decoder")})
             if row[S.STATUS] == S.STATUS_OK:
-                fillable.append(row)
-        examples = [InfillExample(np.array(r[S.INPUT_IDS], dtype=np.int64), np.array(r[MASKS], dtype=np.int64),
-                                  example_seed(self.options.seed, r[S.ID])) for r in fillable]
+                fillable.append(i)
+        examples = [InfillExample(np.array(rows[i][S.INPUT_IDS], dtype=np.int64),
+                                  np.array(rows[i][MASKS], dtype=np.int64), example_seed(self.options.seed, rows[i][S.ID]))
+                    for i in fillable]
         # With --rescore-pll the search is the first half of the shard's progress, the PLL pass over its fills
         # (in `_row`) the second.
         searched = self.engine.search(examples, self.settings,
                                       self.report if self.pll is None else part(self.report, 0, 2))
-        fills = dict(zip((r[S.ID] for r in fillable), searched))
+        fills = dict(zip(fillable, searched))
         rescored = ignore if self.pll is None else part(self.report, 1, 2)
         out = []
         for done, row in enumerate(rows, start=1):
-            out.append(self._row(row, fills.get(row[S.ID])))
+            out.append(self._row(row, fills.get(done - 1)))
             rescored(done, len(rows))
         return out
 
