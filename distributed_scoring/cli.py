@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -637,6 +638,11 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
     return main([command, *argv, "--ray"])
 
 
+def _one_line(exc: Exception) -> str:
+    """The message on one line: a library's message quoted in ours (transformers', pyarrow's) may span several."""
+    return re.sub(r"\s*\n\s*", " ", str(exc).strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -648,10 +654,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.func(args)
         except UserError as exc:
-            print(f"dscore: error: {exc}", file=sys.stderr)
+            print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2
         except DataLossError as exc:
-            print(f"dscore: incomplete: {exc}", file=sys.stderr)
+            print(f"dscore: incomplete: {_one_line(exc)}", file=sys.stderr)
             return 1
 
 

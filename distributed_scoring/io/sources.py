@@ -10,7 +10,9 @@ cannot seek: its shards are read together, in one pass, as one read unit.
 
 What planning refuses, before any work, since no per-row answer could keep rows in == records in: a
 damaged compressed or Parquet file, a CSV quoted field that is never closed (it would swallow the rest
-of the file), and CR-only (old Mac) line endings (the whole file would read as one record).
+of the file), CR-only (old Mac) line endings (the whole file would read as one record), and what is not
+UTF-8 text at all: a UTF-16 or UTF-32 file (by its byte-order mark) or a binary file (NUL bytes near its
+start), whose "lines" would be garbage, some of it scored as ok.
 """
 
 from __future__ import annotations
@@ -37,6 +39,9 @@ LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BARE_CR = re.compile(rb"\r(?!\n|$)")
 _CSV_MARKS = re.compile(rb'[",\n]')
+_SNIFFED_BYTES = 8192  # the start of a line-format file that is checked for being text
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+              (b"\xfe\xff", "UTF-16"))  # longest first: UTF-32 LE starts with UTF-16 LE's mark
 
 
 @dataclass(frozen=True)
@@ -267,6 +272,8 @@ def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
 
 def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[InputFile, list[int], int]:
     """(the file with its CSV/TSV columns, byte offset of every shard's first record, record count)."""
+    if hasattr(stream, "peek"):  # every reader `open_binary` makes but smart-open's
+        _refuse_non_text(f, stream.peek(_SNIFFED_BYTES)[:_SNIFFED_BYTES])
     offsets: list[int] = []
     n_records = 0
     checked = f.fmt != "jsonl"
@@ -291,6 +298,24 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
             offsets.append(offset)
         n_records += 1
     return f, offsets, n_records
+
+
+def _refuse_non_text(f: InputFile, head: bytes) -> None:
+    """Refuse a file that is not UTF-8 text, judged by its first bytes (`head`): a UTF-16/32 byte-order
+    mark names the encoding to convert from; a NUL byte, which no UTF-8 text holds, means a binary file
+    (or wide text without a mark). Either would otherwise be cut into records of garbage at its newline
+    bytes (a binary file was once diagnosed as having CR-only line endings)."""
+    for mark, encoding in _WIDE_BOMS:
+        if head.startswith(mark):
+            raise InputError(
+                f"{f.path} is {encoding} text (it starts with a {encoding} byte-order mark) and dscore reads UTF-8: "
+                f"re-encode it as UTF-8 (e.g. `iconv -f {encoding} -t UTF-8 IN > OUT`) and run again"
+            )
+    if b"\x00" in head:
+        raise InputError(
+            f"{f.path} is not a text file: NUL bytes in its first {len(head)} bytes mean binary data (or UTF-16/32 "
+            "text without a byte-order mark); pass UTF-8 text, JSONL, CSV or TSV, or Parquet with its .parquet suffix"
+        )
 
 
 def _refuse_cr_line_endings(f: InputFile, first_record: bytes) -> None:
