@@ -144,10 +144,9 @@ class OutputDir:
             self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
             for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
                 self.fs.delete_file(stale)
-        if previous is None:
-            self.write_json(RUN_FILE, run)
-            return set()
-        return self.done_keys()
+            if previous is None:
+                self.write_json(RUN_FILE, run)
+        return set() if previous is None else self.done_keys()
 
     def _refuse_another(self, previous: dict, run: dict) -> None:
         """Refuse a folder whose `_run.json` (`previous`) is another run's than `run`, saying how they differ."""
@@ -223,9 +222,7 @@ class OutputDir:
         buffer = pa.BufferOutputStream()
         pq.write_table(table, buffer)
         data = buffer.getvalue()
-        with self.fs.open_output_stream(temporary) as stream:
-            stream.write(data)
-        self.fs.move(temporary, final)
+        self._write_through(temporary, final, data)
         marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
                   FILE_DIGEST: hashlib.sha256(data).hexdigest()}
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
@@ -248,9 +245,19 @@ class OutputDir:
                 stream.write(data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with self.fs.open_output_stream(temporary) as stream:
-            stream.write(data)
-        self.fs.move(temporary, path)
+        self._write_through(temporary, path, data)
+
+    def _write_through(self, temporary: str, final: str, data: bytes | pa.Buffer) -> None:
+        """`data` into `temporary`, then renamed to `final`; a write that fails (a full disk) deletes its
+        temporary file before the error goes on, so it leaves nothing behind."""
+        try:
+            with self.fs.open_output_stream(temporary) as stream:
+                stream.write(data)
+            self.fs.move(temporary, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(temporary)
+            raise
 
     def write_table(self, name: str, table: pa.Table) -> str:
         """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""
