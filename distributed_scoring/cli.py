@@ -100,10 +100,10 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:
-    """Ray options when --ray or --address was given, else None (score in this process)."""
-    if not (args.ray or args.address):
-        return None
-    return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
+    """Ray options when --ray or --address was given, else None (score in this process). They are built
+    (and so checked) either way: an absurd --stall-timeout is refused, not ignored."""
+    options = RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
+    return options if args.ray or args.address else None
 
 
 def _student(args: argparse.Namespace) -> str | None:

@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..io import schema as S
-from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ..errors import UserError
 from ..io.inputs import InputError
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
@@ -71,20 +71,22 @@ class JointsInputs:
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise UserError(f"scheme {self.scheme!r} is not one of {SCHEMES}")
-        if self.examples < 1 or self.shard_rows < 1:
-            raise UserError("examples and shard_rows must be positive")
+        check_bounds("--examples", self.examples, 1)
+        check_bounds("--shard-rows", self.shard_rows, 1)
 
 
 def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOptions, batch_tokens: int | None = None,
                     top_k: int | None = None, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
     """Draw or read the examples, score them, write the reports; returns summary.json's content, whose
     `report` is report.json's: {scheme: {construction: {"U-PPL", "P-PPL", "A-KL", "G-KL"}}}."""
+    check_bounds("--top-k", top_k, 1)  # these two before the examples are drawn and written
+    scoring = ScoringOptions(batch_tokens=batch_tokens)
     given = _is_given(inputs.paths)
     scheme = "given" if given else inputs.scheme
     examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs, model)
     examples_file = _write_examples(inputs.output, examples)
-    config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
-                       ScoringOptions(batch_tokens=batch_tokens), join(inputs.output, "scores"))
+    config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model, scoring,
+                       join(inputs.output, "scores"))
     workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
     run(config, workload, ray, overwrite)
     summary = _summary(config.output, scheme, model, options, top_k)

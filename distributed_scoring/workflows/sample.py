@@ -23,12 +23,13 @@ from ..io import schema as S
 from ..io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
 from ..io.storage import join
 from ..pipeline.aggregate import check_complete
+from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
 from .infill import token_bleu
 from ..workloads.sample import (  # ENERGIES, SAMPLERS, STARTS, ORDERS and SampleOptions: what the CLI builds
     ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGIES, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, ORDERS, PROPOSALS, SAMPLED,
-    SAMPLERS, STARTS, SampleOptions, sample_workload,
+    SAMPLERS, STARTS, SampleOptions, memory_estimate, sample_workload,
 )
 
 __all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
@@ -42,10 +43,11 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
     """Run every row's chains; returns the summary (also written to summary.json)."""
     from ..engine.model_files import load_tokenizer
 
-    tokenizer, _ = load_tokenizer(config.model)
+    tokenizer, max_length = load_tokenizer(config.model)
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it has no MLM conditionals to propose from")
     allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    check_memory("dscore sample", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = sample_workload(config.model, options, config.scoring.batch_tokens)
     with claimed(config, workload, overwrite) as (plan, out, todo):

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, check_bounds
 from ..errors import UserError
 from ..io import schema as S
+from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
@@ -74,12 +75,13 @@ class InfillOptions:
             raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
         if self.order not in ORDERS:
             raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.beam < 1 or self.written < 1 or self.max_masks < 1 or self.exact_limit < 1 or self.sample_top_k < 1:
-            raise UserError("--beam, --top, --max-masks, --exact-limit and --sample-top-k must be at least 1")
+        for flag, value in (("--beam", self.beam), ("--top", self.top), ("--max-masks", self.max_masks),
+                            ("--exact-limit", self.exact_limit), ("--sample-top-k", self.sample_top_k)):
+            check_bounds(flag, value, 1)
         if self.written > self.beam and self.decoder != "exact":
             raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
-        if self.temperature <= 0 or not 0 < self.top_p <= 1:
-            raise UserError("--temperature must be positive and --top-p in (0, 1]")
+        check_bounds("--temperature", self.temperature, 0, above=True)
+        check_bounds("--top-p", self.top_p, 0, 1, above=True)
 
     @property
     def written(self) -> int:
@@ -323,6 +325,23 @@ def output_schema(options: InfillOptions) -> pa.Schema:
     fields += [pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
                pa.field(S.MODEL, pa.string(), nullable=False)]
     return pa.schema(fields)
+
+
+def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allowed: int) -> MemoryEstimate:
+    """What one shard's search holds at once (every fillable row is searched together): per row, its beams
+    (chains for samplers, every fill for `exact`, up to --exact-limit: a row with more is an error row),
+    each a copy of the tokens, with the candidates of its step (the top --beam; every allowed token for a
+    sampler; for `exact`, as many in all as fills), and the written fills."""
+    if options.decoder == "exact":
+        width, candidates = options.exact_limit, 1
+        what, flags = f"up to {width:,} fills", "--exact-limit or --shard-rows"
+    else:
+        sampler = options.decoder not in ("standard", "hcb")
+        width, candidates = options.beam, n_allowed if sampler else min(options.beam, n_allowed)
+        what, flags = f"{width:,} beams", "--beam or --shard-rows"
+    per_row = (width * (BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * candidates)
+               + options.written * TOKEN_BYTES * tokens + ROW_BYTES)
+    return MemoryEstimate(shard_rows * per_row, f"one shard of {shard_rows} rows x {what}", flags)
 
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:

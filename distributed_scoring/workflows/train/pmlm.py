@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ...errors import UserError
 from ...io import schema as S
 from ...io.output import OutputDir
@@ -87,8 +87,8 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     --model` loads); returns the report (also DIR/report.json) with held-out perplexities before and after."""
     from ...engine.model_files import load_tokenizer
 
-    if orders < 1:
-        raise UserError(f"--orders must be at least 1, got {orders}")
+    check_bounds("--orders", orders, 1)
+    check_bounds("--batch-tokens", batch_tokens, 1)
     tokenizer, model_max = load_tokenizer(model)
     train_table, heldout_table, left_out = _split(corpus, Preparer(tokenizer, model_max, corpus.split_chars), options)
     if heldout_table.num_rows == 0:
