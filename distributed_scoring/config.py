@@ -95,6 +95,8 @@ class InputSpec:
     Rows get a `partition` column from `partition_column`, or the input file's name with
     `partition_by_file` (for per-partition figures, e.g. the audit). `extra_columns` are carried into
     the read rows as strings where a record has them, null elsewhere (infilling's answers, say).
+    Ids of an `id_column` must be unique (`io.ids`) unless `allow_duplicate_ids`: rows then carry a
+    `line` column, where each was read, and are keyed by id and line.
     """
 
     paths: tuple[str, ...]
@@ -104,6 +106,7 @@ class InputSpec:
     partition_column: str | None = None
     partition_by_file: bool = False
     extra_columns: tuple[str, ...] = ()
+    allow_duplicate_ids: bool = False
 
     @property
     def partitioned(self) -> bool:

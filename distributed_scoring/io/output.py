@@ -84,6 +84,8 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
     }
     if config.inputs.extra_columns:  # added later: enters only when set, so earlier folders still resume
         run["extra_columns"] = list(config.inputs.extra_columns)
+    if config.inputs.allow_duplicate_ids:  # likewise: rows keyed by id and line (resume and verify know)
+        run["allow_duplicate_ids"] = True
     values = option_values(options)
     assert not set(values) & set(run), f"options of {workload} shadow the run's own keys: {set(values) & set(run)}"
     return {**run, **values}

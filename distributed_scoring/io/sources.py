@@ -27,6 +27,7 @@ from itertools import groupby
 from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..io import schema as S
 from ..config import InputSpec
@@ -104,6 +105,30 @@ def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Ta
         yield from _read_line_unit(unit, spec)
 
 
+def shard_ids(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Array]]:
+    """Each shard of the unit with its rows' ids, exactly as `read_unit` makes them (`io.ids` checks them).
+    A Parquet file's string or integer ids are read alone, without the texts: a value's string, or the
+    made id where it is null."""
+    if unit[0].file.fmt == "parquet" and spec.id_column is not None:
+        parquet = _parquet_file(unit[0].file)
+        kind = parquet.schema_arrow.field(spec.id_column).type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
+            shard = unit[0]
+            ids = _read_row_range(parquet, [spec.id_column], shard.start, shard.rows)[spec.id_column]
+            yield shard, _made_where_null(ids.combine_chunks().cast(pa.string()), shard)
+            return
+    for shard, rows in read_unit(unit, spec):
+        yield shard, rows[S.ID].combine_chunks()
+
+
+def _made_where_null(ids: pa.Array, shard: Shard) -> pa.Array:
+    """`ids` with the made id (`<file>:<record>`) of each record that has none, as `_record_row` makes them."""
+    if not ids.null_count:
+        return ids
+    numbers = pa.array(range(shard.start + 1, shard.start + shard.rows + 1)).cast(pa.string())
+    return pc.if_else(pc.is_null(ids), pc.binary_join_element_wise(f"{shard.file.name}:", numbers, ""), ids)
+
+
 def ok_row(row_id: str, text: object) -> dict:
     """A row to score, or an error row when the text is missing or not a string."""
     if text is None:
@@ -124,7 +149,15 @@ def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table
     if spec.partition_by_file:
         for row in rows:
             row[S.PARTITION] = f.name
-    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns))
+    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns,
+                                                           spec.allow_duplicate_ids))
+
+
+def _placed(row: dict, made_id: str, spec: InputSpec) -> dict:
+    """The row with its `line` (its made id: where it was read) when ids may repeat."""
+    if spec.allow_duplicate_ids:
+        row[S.LINE] = made_id
+    return row
 
 
 def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
@@ -380,7 +413,8 @@ def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard,
             rows = []
             for number in range(shard.start + 1, shard.start + shard.rows + 1):
                 offset, raw = _next_record(records, f)
-                rows.append(_parse_record(raw, f, f"{f.name}:{number}", spec, first=offset == 0))
+                made_id = f"{f.name}:{number}"
+                rows.append(_placed(_parse_record(raw, f, made_id, spec, first=offset == 0), made_id, spec))
             index = shard.start + shard.rows
             yield shard, _rows_table(iter(rows), f, spec)
 
@@ -494,7 +528,8 @@ def _read_row_range(parquet, columns: list[str], start: int, rows: int) -> pa.Ta
 
 def _table_rows(table: pa.Table, shard: Shard, spec: InputSpec) -> Iterator[dict]:
     for i, record in enumerate(table.to_pylist()):
-        yield _id_and_text(record, f"{shard.file.name}:{shard.start + i + 1}", spec)
+        made_id = f"{shard.file.name}:{shard.start + i + 1}"
+        yield _placed(_id_and_text(record, made_id, spec), made_id, spec)
 
 
 # `datasets` folders (save_to_disk).

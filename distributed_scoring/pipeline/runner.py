@@ -14,6 +14,7 @@ from typing import Iterator
 from .aggregate import check_complete
 from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError
+from ..io.ids import check_unique_ids
 from ..io.lock import FolderLock
 from ..io.output import RUN_FILE, OutputDir, fingerprint
 from .progress import Progress
@@ -31,6 +32,7 @@ def claimed(config: RunConfig, workload: Workload,
     """Plan the shards and hold the output folder (locked) while the body runs: (plan, folder, shards
     still to do). The lock is released when the body ends, also on error."""
     plan = plan_shards(config.inputs)
+    check_unique_ids(plan, config.inputs)  # before the folder is touched and any shard scored
     out = OutputDir(config.output)
     identities = file_identities(plan)
     with FolderLock(out):

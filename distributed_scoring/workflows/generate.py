@@ -48,6 +48,7 @@ class GenerateInputs:
     id_column: str | None = None
     shard_rows: int = 100
     batch_tokens: int | None = None
+    allow_duplicate_ids: bool = False
 
     def __post_init__(self) -> None:  # before --length's prompts are written
         check_bounds("--shard-rows", self.shard_rows, 1)
@@ -85,7 +86,8 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
         # --overwrite of a folder that holds no run yet would see the prompts as another run's files
         overwrite = overwrite and OutputDir(inputs.output).exists(OutputDir(inputs.output).path(RUN_FILE))
     extra = (options.order_column,) if options.order == "given" else ()
-    config = RunConfig(InputSpec(paths, inputs.text_column, id_column, inputs.shard_rows, extra_columns=extra), model,
+    config = RunConfig(InputSpec(paths, inputs.text_column, id_column, inputs.shard_rows, extra_columns=extra,
+                                 allow_duplicate_ids=inputs.allow_duplicate_ids), model,
                        ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
     workload = generate_workload(model, options, inputs.batch_tokens)
     with claimed(config, workload, overwrite) as (plan, out, todo):

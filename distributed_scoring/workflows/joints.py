@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 from ..io import schema as S
 from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ..errors import UserError
+from ..io.ids import refuse_repeated
 from ..io.inputs import InputError
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from ..io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
@@ -112,11 +113,13 @@ def _is_given(paths: tuple[str, ...]) -> bool:
 
 
 def _given_examples(paths: tuple[str, ...]) -> list[dict]:
-    """Every record of the given-pairs JSONL; a malformed one is kept with its error (rows in = rows out)."""
+    """Every record of the given-pairs JSONL; a malformed one is kept with its error (rows in = rows out). Ids
+    that repeat are refused (rows are keyed by them)."""
     rows = []
+    name = paths[0].rsplit("/", 1)[-1]
     with open_binary(paths[0], seekable=False) as stream:
         for number, line in enumerate(stream, start=1):
-            row_id = f"{paths[0].rsplit('/', 1)[-1]}:{number}"
+            row_id = f"{name}:{number}"
             try:
                 record = json.loads(line)
                 row_id = str(record.get("id", row_id))
@@ -127,6 +130,9 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 rows.append({S.ID: row_id, S.TEXT: None, A: None, B: None,
                              S.ERROR: "not a record with text and positions [a, b] (two different indices >= 0)"})
+    refuse_repeated(pa.chunked_array([pa.array([r[S.ID] for r in rows], pa.string())]),
+                    lambda index: f"{name} line {index + 1}", "the given pairs' `id` field",
+                    "give each pair its own id, or leave `id` out (ids become file:line)")
     return rows
 
 

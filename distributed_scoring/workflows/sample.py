@@ -64,7 +64,8 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     """The figures of `summary.json` from the written rows (see the module docstring)."""
     table = pq.read_table(join(folder, ROWS_DIR))
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
-    rows = ok.select([S.ID, CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
+    key = [S.ID, *([S.LINE] if S.LINE in table.column_names else []), CHAIN]  # a chain's rows
+    rows = ok.select([*key, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
                       "n_sampled", SAMPLED, ANSWER]).to_pylist()
     proposals = sum(r[PROPOSALS] for r in rows)
     by_epoch: dict[int, list[dict]] = {}
@@ -81,9 +82,9 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     }
     judged = [r for r in rows if r[CORRECT] is not None]
     if judged:
-        chains: dict[tuple[str, int], list[dict]] = {}
+        chains: dict[tuple, list[dict]] = {}
         for r in judged:
-            chains.setdefault((r[S.ID], r[CHAIN]), []).append(r)
+            chains.setdefault(tuple(r[k] for k in key), []).append(r)
         energy = ENERGY_RAW if options.energy == "raw" else ENERGY_NORM
         final = [max(rs, key=lambda r: r[EPOCH]) for rs in chains.values()]
         lowest = [min(rs, key=lambda r: (r[energy], r[EPOCH])) for rs in chains.values()]

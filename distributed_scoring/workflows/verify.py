@@ -23,8 +23,9 @@ from ..errors import UserError
 from ..io.output import DONE_DIR, FILE_DIGEST, LOCK_FILE, ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir, part_name
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
-# Workloads writing several rows per id (joints, generate, sample) tell them apart by these.
-ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch")
+# Workloads writing several rows per id (joints, generate, sample) tell them apart by these; `line` keys rows
+# whose ids repeat (--allow-duplicate-ids).
+ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch", S.LINE)
 
 
 class NotARunFolderError(UserError):

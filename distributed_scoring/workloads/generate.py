@@ -120,7 +120,7 @@ class GeneratePreparer(Stage):
         return [self._row(row) for row in rows]
 
     def _row(self, row: Row) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
                S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if row[S.STATUS] != S.STATUS_OK:
             return out
@@ -198,7 +198,7 @@ class GenerateScorer(Stage):
 
     def _row(self, row: Row, n: int, fill: Fill | str | None) -> Row:
         error = fill if isinstance(fill, str) else row[S.ERROR]
-        out = {S.ID: row[S.ID], SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
+        out = {**S.key(row), SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
                TOKENS: None, FILL_ORDER: None, LOG_LIKELIHOOD: None, S.N_TOKENS: 0, ORDER: self.options.order,
                S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, S.MODEL: self.model_name}
         if error is not None or fill is None:

@@ -160,7 +160,7 @@ class InfillPreparer(Stage):
         return [self._row(row) for row in rows]
 
     def _row(self, row: Row) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
                ANSWER: row.get(self.options.answer_column), S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if row[S.STATUS] != S.STATUS_OK:
             return out
@@ -248,7 +248,7 @@ class InfillScorer(Stage):
         return out
 
     def _row(self, row: Row, fills: list[Fill] | None) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
                ANSWER: row[ANSWER], N_MASKS: len(row[MASKS]) if fills is not None else 0, BEAMS: None, BEST: None,
                RANK: None, CORRECT_TOKENS: None, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR],
                S.MODEL: self.model_name}

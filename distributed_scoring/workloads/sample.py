@@ -210,7 +210,7 @@ class SampleScorer(Stage):
         return "warm" if (ids[sample] == self.mlm.mask_token_id).any() else "given"
 
     def _rows(self, row: Row, chains: list[list] | None) -> list[Row]:
-        base = {S.ID: row[S.ID], ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
+        base = {**S.key(row), ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
                 S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if chains is None:
             empty = {name: None for name in OUTPUT_SCHEMA.names if name not in base}

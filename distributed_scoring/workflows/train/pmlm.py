@@ -24,6 +24,7 @@ from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOption
 from ...errors import UserError
 from ...io import schema as S
 from ...io.output import OutputDir
+from ...io.ids import check_unique_ids
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import Preparer
@@ -55,11 +56,14 @@ class Corpus:
 
 
 def read_corpus(paths: tuple[str, ...], text_column: str = "text", id_column: str | None = None,
-                split_chars: bool = False) -> Corpus:
+                split_chars: bool = False, allow_duplicate_ids: bool = False) -> Corpus:
     """The readable rows of the inputs (as `dscore score` reads them; ids default to file:line, and the
-    held-out split hashes them); none readable is an error."""
-    spec = InputSpec(paths, text_column, id_column)
-    tables = [rows for unit in read_units(plan_shards(spec)) for _, rows in read_unit(unit, spec)]
+    held-out split hashes them: repeated ids are refused unless `allow_duplicate_ids`, and then go to one
+    split together); none readable is an error."""
+    spec = InputSpec(paths, text_column, id_column, allow_duplicate_ids=allow_duplicate_ids)
+    plan = plan_shards(spec)
+    check_unique_ids(plan, spec)
+    tables = [rows for unit in read_units(plan) for _, rows in read_unit(unit, spec)]
     table = pa.concat_tables(tables) if tables else pa.table({S.ID: [], S.TEXT: [], S.STATUS: []})
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT])
     if ok.num_rows == 0:
