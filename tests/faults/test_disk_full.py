@@ -80,10 +80,10 @@ def run(args: list[str], capsys) -> tuple[int, str]:
 
 def the_dscore_line(err: str, ray: bool = False) -> str:
     """The command's one line, last; no traceback. (The tests' shared Ray keeps its own logging, which
-    reports the failed task with its traceback: a command's own embedded Ray sends that to the run log.)"""
-    assert ray or "Traceback" not in err, err
+    reports the failed task with its traceback, at any time: a command's own embedded Ray sends that to the
+    run log.)"""
     [line] = [line for line in err.splitlines() if line.startswith("dscore: ")]
-    assert err.strip().splitlines()[-1] == line
+    assert ray or ("Traceback" not in err and err.strip().splitlines()[-1] == line), err
     return line
 
 
@@ -132,7 +132,7 @@ def test_on_ray_a_failed_write_is_one_incomplete_line_and_the_rerun_completes(tm
                                                                               ray_local):
     out = tmp_path / "out"
     args = ["score", corpus(tmp_path), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-            "--shard-rows", str(SHARD_ROWS), "--ray", "--num-actors", "1", "--stall-timeout", "120"]
+            "--shard-rows", str(SHARD_ROWS), "--ray", "--num-actors", "1", "--stall-timeout", "600"]
     assert run(args[:-5], capsys)[0] == 0  # a finished run in this process, whose last shard is then undone
     last = f"00000-{(LINES - SHARD_ROWS):012d}"
     (out / "_done" / f"{last}.json").unlink()
