@@ -7,6 +7,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -66,12 +67,20 @@ def _add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: 
                    "terminal (they always go to the run log in Ray's session folder)")
 
 
+def _add_id_arguments(p: argparse.ArgumentParser,
+                      meaning: str = "column or JSON field holding a row id (default: file:line)") -> None:
+    p.add_argument("--id-column", default=None, help=f"{meaning}; ids must be unique")
+    p.add_argument("--allow-duplicate-ids", action="store_true",
+                   help="keep rows whose --id-column values repeat (refused otherwise, before any work); the rows "
+                   "then carry a `line` column (file:record) and are keyed by id and line")
+
+
 def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True, maskless: bool = False) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them")
     _add_model_arguments(p, maskless=maskless)
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    _add_id_arguments(p)
     if per_token_flag:
         p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
@@ -90,7 +99,8 @@ def _model(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
 def _config(args: argparse.Namespace) -> RunConfig:
     return RunConfig(
         inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
-                         args.partition_column, args.partition_by_file),
+                         args.partition_column, args.partition_by_file,
+                         allow_duplicate_ids=args.allow_duplicate_ids),
         model=_model(args, getattr(args, "maskless", None)),
         scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
                                args.split_chars),
@@ -99,10 +109,10 @@ def _config(args: argparse.Namespace) -> RunConfig:
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:
-    """Ray options when --ray or --address was given, else None (score in this process)."""
-    if not (args.ray or args.address):
-        return None
-    return RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
+    """Ray options when --ray or --address was given, else None (score in this process). They are built
+    (and so checked) either way: an absurd --stall-timeout is refused, not ignored."""
+    options = RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
+    return options if args.ray or args.address else None
 
 
 def _student(args: argparse.Namespace) -> str | None:
@@ -299,7 +309,7 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
                    help="texts with the model's mask token once per token to fill (files, folders, globs, URIs)")
     _add_model_arguments(p, shard_rows=100, variant=False)
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    _add_id_arguments(p)
     p.add_argument("--answer-column", default=d.answer_column,
                    help="column with the true fill, tokens separated by spaces, for accuracy and BLEU (optional)")
     p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
@@ -331,7 +341,8 @@ def _infill(args: argparse.Namespace) -> int:
         tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.pivot, args.temperature,
         args.sample_top_k, args.top_p, args.seed, args.max_masks, args.exact_limit, args.rescore_pll, args.answer_column,
     )
-    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows), _model(args),
+    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
+                                 allow_duplicate_ids=args.allow_duplicate_ids), _model(args),
                        ScoringOptions(batch_tokens=args.batch_tokens), args.output)
     summary = infill(config, options, _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
@@ -346,7 +357,7 @@ def _add_sample_arguments(p: argparse.ArgumentParser) -> None:
                    help="texts with the model's mask token at the positions to sample (or any text with --free-all)")
     _add_model_arguments(p, shard_rows=50, variant=False)
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    _add_id_arguments(p)
     p.add_argument("--answer-column", default=d.answer_column,
                    help="column with the true tokens at the sampled positions, space-separated (optional)")
     p.add_argument("--energy", choices=ENERGIES, default=d.energy,
@@ -388,7 +399,8 @@ def _sample(args: argparse.Namespace) -> int:
         args.record_every, args.order, args.start,
         tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.answer_column, args.forced_accept,
     )
-    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows), _model(args),
+    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
+                                 allow_duplicate_ids=args.allow_duplicate_ids), _model(args),
                        ScoringOptions(batch_tokens=args.batch_tokens), args.output)
     summary = sample(config, options, _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
@@ -454,7 +466,8 @@ def _train_pmlm(args: argparse.Namespace) -> int:
 
     options, resources = _train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
-    corpus = read_corpus(tuple(args.data), args.text_column, args.id_column, args.split_chars)
+    corpus = read_corpus(tuple(args.data), args.text_column, args.id_column, args.split_chars,
+                         args.allow_duplicate_ids)
     report = train_pmlm(corpus, model, args.output, options, resources, args.overwrite, args.batch_tokens, args.orders)
     print(json.dumps(report, indent=2), file=args.result)
     return 0
@@ -469,7 +482,7 @@ def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
                    "stay); or none, with --length")
     _add_model_arguments(p, shard_rows=100, variant=False)
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
+    _add_id_arguments(p)
     p.add_argument("--length", type=int, default=None, help="no INPUTS: generate sequences of this many tokens")
     p.add_argument("--num-sequences", type=int, default=d.sequences,
                    help="sequences per prompt; with --length, how many sequences (default 1)")
@@ -495,7 +508,7 @@ def _generate(args: argparse.Namespace) -> int:
         tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.length, args.order_column,
     )
     inputs = GenerateInputs(tuple(args.inputs), args.output, args.text_column, args.id_column, args.shard_rows,
-                            args.batch_tokens)
+                            args.batch_tokens, args.allow_duplicate_ids)
     summary = generate(inputs, _model(args), options, _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
     return 0
@@ -601,8 +614,8 @@ def build_parser() -> argparse.ArgumentParser:
     pmlm.add_argument("--data", required=True, nargs="+", metavar="CORPUS",
                       help="training texts: files, folders or globs as `dscore score` reads them")
     pmlm.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    pmlm.add_argument("--id-column", default=None,
-                      help="column or JSON field holding a row id, which the held-out split hashes (default: file:line)")
+    _add_id_arguments(pmlm, "column or JSON field holding a row id, which the held-out split hashes (default: "
+                      "file:line)")
     pmlm.add_argument("--split-chars", action="store_true",
                       help="a space between characters before tokenising (per-residue models; see dscore score)")
     pmlm.add_argument("--orders", type=int, default=1,
@@ -640,6 +653,11 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
     return main([command, *argv, "--ray"])
 
 
+def _one_line(exc: Exception) -> str:
+    """The message on one line: a library's message quoted in ours (transformers', pyarrow's) may span several."""
+    return re.sub(r"\s*\n\s*", " ", str(exc).strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -651,10 +669,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             return args.func(args)
         except UserError as exc:
-            print(f"dscore: error: {exc}", file=sys.stderr)
+            print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2
         except DataLossError as exc:
-            print(f"dscore: incomplete: {exc}", file=sys.stderr)
+            print(f"dscore: incomplete: {_one_line(exc)}", file=sys.stderr)
             return 1
 
 

@@ -6,6 +6,7 @@ and a run's fingerprint (see `output.py`) can be computed from them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from .errors import UserError
@@ -13,6 +14,30 @@ from .errors import UserError
 VARIANTS = ("original", "word_l2r")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+
+
+def check_bounds(flag: str, value: float | None, low: float, high: float | None = None, above: bool = False,
+                 below: bool = False) -> None:
+    """Refuse an absurd value of the option `flag` in one line that names its bounds: not a finite number,
+    under `low` (or equal to it, with `above`) or over `high` (or equal to it, with `below`). None, an
+    option left at its default, passes. The bounds are the ones each command's page documents."""
+    if value is None:
+        return
+    ok = (math.isfinite(value) and (value > low or (value == low and not above))
+          and (high is None or value < high or (value == high and not below)))
+    if not ok:
+        finite = "" if math.isfinite(value) else "a finite number "
+        raise UserError(f"{flag} {_shown(value)} is out of bounds: it must be {finite}{_bounds(low, high, above, below)}")
+
+
+def _shown(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _bounds(low: float, high: float | None, above: bool, below: bool) -> str:
+    if high is not None:
+        return f"in {'(' if above else '['}{_shown(low)}, {_shown(high)}{')' if below else ']'}"
+    return f"{'above' if above else 'at least'} {_shown(low)}"
 
 
 @dataclass(frozen=True)
@@ -59,8 +84,7 @@ class ScoringOptions:
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise UserError(f"variant {self.variant!r} is not one of {VARIANTS}")
-        if self.batch_tokens is not None and self.batch_tokens < 1:
-            raise UserError(f"batch_tokens must be positive, got {self.batch_tokens}")
+        check_bounds("--batch-tokens", self.batch_tokens, 1)
 
 
 @dataclass(frozen=True)
@@ -71,6 +95,8 @@ class InputSpec:
     Rows get a `partition` column from `partition_column`, or the input file's name with
     `partition_by_file` (for per-partition figures, e.g. the audit). `extra_columns` are carried into
     the read rows as strings where a record has them, null elsewhere (infilling's answers, say).
+    Ids of an `id_column` must be unique (`io.ids`) unless `allow_duplicate_ids`: rows then carry a
+    `line` column, where each was read, and are keyed by id and line.
     """
 
     paths: tuple[str, ...]
@@ -80,6 +106,7 @@ class InputSpec:
     partition_column: str | None = None
     partition_by_file: bool = False
     extra_columns: tuple[str, ...] = ()
+    allow_duplicate_ids: bool = False
 
     @property
     def partitioned(self) -> bool:
@@ -90,8 +117,7 @@ class InputSpec:
             raise UserError("no input given: pass at least one file, folder, glob or URI")
         if self.partition_column is not None and self.partition_by_file:
             raise UserError("partition either by a column or by input file, not both")
-        if self.shard_rows < 1:
-            raise UserError(f"shard_rows must be positive, got {self.shard_rows}")
+        check_bounds("--shard-rows", self.shard_rows, 1)
 
 
 @dataclass(frozen=True)
@@ -112,12 +138,9 @@ class RayOptions:
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        if self.num_actors is not None and self.num_actors < 1:
-            raise UserError(f"num_actors must be at least 1, got {self.num_actors}")
-        if self.cpus_per_actor is not None and self.cpus_per_actor <= 0:
-            raise UserError(f"cpus_per_actor must be positive, got {self.cpus_per_actor}")
-        if self.stall_timeout_s <= 0:
-            raise UserError(f"stall_timeout_s must be positive, got {self.stall_timeout_s}")
+        check_bounds("--num-actors", self.num_actors, 1)
+        check_bounds("--cpus-per-actor", self.cpus_per_actor, 0, above=True)
+        check_bounds("--stall-timeout", self.stall_timeout_s, 0, above=True)
 
 
 @dataclass(frozen=True)

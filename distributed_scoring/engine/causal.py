@@ -34,7 +34,7 @@ import torch
 
 from ..engine import packing
 from ..config import ModelSpec
-from .model_files import ModelLoadError, check_local_folder, max_input_length
+from .model_files import ModelLoadError, check_local_folder, max_input_length, remote_code_refusal
 from .models import (
     CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
@@ -153,7 +153,7 @@ def load_causal_parts(spec: ModelSpec) -> tuple[Any, Any, int, int | None]:
             spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
         )
     except (OSError, ValueError, TypeError) as exc:
-        raise ModelLoadError(
+        raise remote_code_refusal(spec, exc) or ModelLoadError(
             f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "
             "holding a HuggingFace causal LM (config.json, weights, tokenizer files) or a Hub id."
         ) from exc

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
+from ..config import check_bounds
 from ..errors import UserError
 from ..measures import pppl
 
@@ -37,8 +38,7 @@ class JointOptions:
             raise UserError(f"HCB pivot {self.pivot!r} is not one of {PIVOTS} or a token id")
         if isinstance(self.pivot, int) and self.pivot < 0:
             raise UserError(f"HCB pivot token id must be non-negative, got {self.pivot}")
-        if self.ag_iterations < 1:
-            raise UserError(f"ag_iterations must be positive, got {self.ag_iterations}")
+        check_bounds("--ag-iterations", self.ag_iterations, 1)
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,25 @@ class ModelLoadError(UserError):
 
 
 def load_error(spec: ModelSpec, what: str, exc: Exception) -> ModelLoadError:
+    remote = remote_code_refusal(spec, exc)
+    if remote is not None:
+        return remote
     return ModelLoadError(
         f"could not load the {what} of model {spec.name!r}: {exc}. Pass a local folder holding a "
         "HuggingFace masked LM (config.json, weights, tokenizer files) or a Hub id on a machine that "
         "reaches the Hub; `dscore fetch-model` prepares the offline models."
+    )
+
+
+def remote_code_refusal(spec: ModelSpec, exc: Exception) -> ModelLoadError | None:
+    """transformers' refusal of a model that needs its own Python code, which is three lines pointing at
+    hf.co and at a Python argument, as one line naming the command-line flag; None for any other error."""
+    if spec.trust_remote_code or "trust_remote_code" not in str(exc):
+        return None
+    return ModelLoadError(
+        f"model {spec.name!r} needs Python code shipped with it (its config names classes transformers does not "
+        "have), and dscore runs no such code unless told: if you trust that code, pass --trust-remote-code (it "
+        "then runs on every node); else use a model transformers supports as it is"
     )
 
 

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelSpec
-from .model_files import ModelLoadError, load_error, load_tokenizer
+from .model_files import ModelLoadError, load_error, load_tokenizer, remote_code_refusal
 from .packing import OutOfMemory
 from ..versions import versions
 
@@ -227,7 +227,8 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
             trust_remote_code=spec.trust_remote_code,
         )
     except ValueError as exc:
-        raise ModelLoadError(f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
+        raise remote_code_refusal(spec, exc) or ModelLoadError(
+            f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
     except OSError as exc:
         raise load_error(spec, "weights", exc) from exc
     except SafetensorError as exc:

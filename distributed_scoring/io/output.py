@@ -95,6 +95,8 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
     }
     if config.inputs.extra_columns:  # added later: enters only when set, so earlier folders still resume
         run["extra_columns"] = list(config.inputs.extra_columns)
+    if config.inputs.allow_duplicate_ids:  # likewise: rows keyed by id and line (resume and verify know)
+        run["allow_duplicate_ids"] = True
     values = option_values(options)
     shadowed = set(values) & (set(run) | set(BOOKKEEPING))
     assert not shadowed, f"options of {workload} shadow the run's own keys: {shadowed}"
@@ -224,9 +226,7 @@ class OutputDir:
         buffer = pa.BufferOutputStream()
         pq.write_table(table, buffer)
         data = buffer.getvalue()
-        with self.fs.open_output_stream(temporary) as stream:
-            stream.write(data)
-        self.fs.move(temporary, final)
+        self._write_through(temporary, final, data)
         marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
                   FILE_DIGEST: hashlib.sha256(data).hexdigest()}
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
@@ -249,9 +249,19 @@ class OutputDir:
                 stream.write(data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
-        with self.fs.open_output_stream(temporary) as stream:
-            stream.write(data)
-        self.fs.move(temporary, path)
+        self._write_through(temporary, path, data)
+
+    def _write_through(self, temporary: str, final: str, data: bytes | pa.Buffer) -> None:
+        """`data` into `temporary`, then renamed to `final`; a write that fails (a full disk) deletes its
+        temporary file before the error goes on, so it leaves nothing behind."""
+        try:
+            with self.fs.open_output_stream(temporary) as stream:
+                stream.write(data)
+            self.fs.move(temporary, final)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(temporary)
+            raise
 
     def write_table(self, name: str, table: pa.Table) -> str:
         """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""

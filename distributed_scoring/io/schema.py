@@ -14,6 +14,7 @@ TEXT = "text"
 STATUS = "status"
 ERROR = "error"
 PARTITION = "partition"  # optional: a column's value or the input file's name, carried to the output
+LINE = "line"  # with --allow-duplicate-ids: where the row was read, `<file>:<record>`; the key is (id, line)
 
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
@@ -45,6 +46,7 @@ READ_FIELDS = [
     pa.field(ERROR, pa.string()),
 ]
 PARTITION_FIELD = pa.field(PARTITION, pa.string())
+LINE_FIELD = pa.field(LINE, pa.string(), nullable=False)
 
 PREPARED_FIELDS = [
     pa.field(INPUT_IDS, pa.list_(pa.int32())),
@@ -60,9 +62,17 @@ def _with_partition(fields: list[pa.Field], partition: bool) -> pa.Schema:
     return pa.schema(fields + [PARTITION_FIELD] if partition else fields)
 
 
-def read_schema(partition: bool = False, extra: tuple[str, ...] = ()) -> pa.Schema:
-    """Read rows: id, text, status, error, the `extra` columns asked for (strings), then `partition`."""
-    return _with_partition(READ_FIELDS + [pa.field(name, pa.string()) for name in extra], partition)
+def read_schema(partition: bool = False, extra: tuple[str, ...] = (), line: bool = False) -> pa.Schema:
+    """Read rows: id, text, status, error, the `extra` columns asked for (strings), then `partition`, then
+    `line` (with --allow-duplicate-ids; every stage carries it to its output, see `pipeline.stage`)."""
+    schema = _with_partition(READ_FIELDS + [pa.field(name, pa.string()) for name in extra], partition)
+    return schema.append(LINE_FIELD) if line else schema
+
+
+def key(row: dict) -> dict:
+    """A row's key columns, for a stage that builds its output rows afresh: `id`, and `line` when the rows
+    carry one (ids may then repeat)."""
+    return {ID: row[ID], LINE: row[LINE]} if LINE in row else {ID: row[ID]}
 
 
 def prepared_schema(partition: bool = False) -> pa.Schema:

@@ -10,7 +10,9 @@ cannot seek: its shards are read together, in one pass, as one read unit.
 
 What planning refuses, before any work, since no per-row answer could keep rows in == records in: a
 damaged compressed or Parquet file, a CSV quoted field that is never closed (it would swallow the rest
-of the file), and CR-only (old Mac) line endings (the whole file would read as one record).
+of the file), CR-only (old Mac) line endings (the whole file would read as one record), and what is not
+UTF-8 text at all: a UTF-16 or UTF-32 file (by its byte-order mark) or a binary file (NUL bytes near its
+start), whose "lines" would be garbage, some of it scored as ok.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from itertools import groupby
 from typing import Any, BinaryIO, Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..io import schema as S
 from ..config import InputSpec
@@ -37,6 +40,9 @@ LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BARE_CR = re.compile(rb"\r(?!\n|$)")
 _CSV_MARKS = re.compile(rb'[",\n]')
+_SNIFFED_BYTES = 8192  # the start of a line-format file that is checked for being text
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+              (b"\xfe\xff", "UTF-16"))  # longest first: UTF-32 LE starts with UTF-16 LE's mark
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,30 @@ def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Ta
         yield from _read_line_unit(unit, spec)
 
 
+def shard_ids(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Array]]:
+    """Each shard of the unit with its rows' ids, exactly as `read_unit` makes them (`io.ids` checks them).
+    A Parquet file's string or integer ids are read alone, without the texts: a value's string, or the
+    made id where it is null."""
+    if unit[0].file.fmt == "parquet" and spec.id_column is not None:
+        parquet = _parquet_file(unit[0].file)
+        kind = parquet.schema_arrow.field(spec.id_column).type
+        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
+            shard = unit[0]
+            ids = _read_row_range(parquet, [spec.id_column], shard.start, shard.rows)[spec.id_column]
+            yield shard, _made_where_null(ids.combine_chunks().cast(pa.string()), shard)
+            return
+    for shard, rows in read_unit(unit, spec):
+        yield shard, rows[S.ID].combine_chunks()
+
+
+def _made_where_null(ids: pa.Array, shard: Shard) -> pa.Array:
+    """`ids` with the made id (`<file>:<record>`) of each record that has none, as `_record_row` makes them."""
+    if not ids.null_count:
+        return ids
+    numbers = pa.array(range(shard.start + 1, shard.start + shard.rows + 1)).cast(pa.string())
+    return pc.if_else(pc.is_null(ids), pc.binary_join_element_wise(f"{shard.file.name}:", numbers, ""), ids)
+
+
 def ok_row(row_id: str, text: object) -> dict:
     """A row to score, or an error row when the text is missing or not a string."""
     if text is None:
@@ -119,7 +149,15 @@ def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table
     if spec.partition_by_file:
         for row in rows:
             row[S.PARTITION] = f.name
-    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns))
+    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns,
+                                                           spec.allow_duplicate_ids))
+
+
+def _placed(row: dict, made_id: str, spec: InputSpec) -> dict:
+    """The row with its `line` (its made id: where it was read) when ids may repeat."""
+    if spec.allow_duplicate_ids:
+        row[S.LINE] = made_id
+    return row
 
 
 def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
@@ -267,6 +305,8 @@ def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
 
 def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[InputFile, list[int], int]:
     """(the file with its CSV/TSV columns, byte offset of every shard's first record, record count)."""
+    if hasattr(stream, "peek"):  # every reader `open_binary` makes but smart-open's
+        _refuse_non_text(f, stream.peek(_SNIFFED_BYTES)[:_SNIFFED_BYTES])
     offsets: list[int] = []
     n_records = 0
     checked = f.fmt != "jsonl"
@@ -291,6 +331,24 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
             offsets.append(offset)
         n_records += 1
     return f, offsets, n_records
+
+
+def _refuse_non_text(f: InputFile, head: bytes) -> None:
+    """Refuse a file that is not UTF-8 text, judged by its first bytes (`head`): a UTF-16/32 byte-order
+    mark names the encoding to convert from; a NUL byte, which no UTF-8 text holds, means a binary file
+    (or wide text without a mark). Either would otherwise be cut into records of garbage at its newline
+    bytes (a binary file was once diagnosed as having CR-only line endings)."""
+    for mark, encoding in _WIDE_BOMS:
+        if head.startswith(mark):
+            raise InputError(
+                f"{f.path} is {encoding} text (it starts with a {encoding} byte-order mark) and dscore reads UTF-8: "
+                f"re-encode it as UTF-8 (e.g. `iconv -f {encoding} -t UTF-8 IN > OUT`) and run again"
+            )
+    if b"\x00" in head:
+        raise InputError(
+            f"{f.path} is not a text file: NUL bytes in its first {len(head)} bytes mean binary data (or UTF-16/32 "
+            "text without a byte-order mark); pass UTF-8 text, JSONL, CSV or TSV, or Parquet with its .parquet suffix"
+        )
 
 
 def _refuse_cr_line_endings(f: InputFile, first_record: bytes) -> None:
@@ -355,7 +413,8 @@ def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard,
             rows = []
             for number in range(shard.start + 1, shard.start + shard.rows + 1):
                 offset, raw = _next_record(records, f)
-                rows.append(_parse_record(raw, f, f"{f.name}:{number}", spec, first=offset == 0))
+                made_id = f"{f.name}:{number}"
+                rows.append(_placed(_parse_record(raw, f, made_id, spec, first=offset == 0), made_id, spec))
             index = shard.start + shard.rows
             yield shard, _rows_table(iter(rows), f, spec)
 
@@ -469,7 +528,8 @@ def _read_row_range(parquet, columns: list[str], start: int, rows: int) -> pa.Ta
 
 def _table_rows(table: pa.Table, shard: Shard, spec: InputSpec) -> Iterator[dict]:
     for i, record in enumerate(table.to_pylist()):
-        yield _id_and_text(record, f"{shard.file.name}:{shard.start + i + 1}", spec)
+        made_id = f"{shard.file.name}:{shard.start + i + 1}"
+        yield _placed(_id_and_text(record, made_id, spec), made_id, spec)
 
 
 # `datasets` folders (save_to_disk).

@@ -34,6 +34,7 @@ from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
 from ..io.sources import Shard, read_unit, read_units
+from ..io.storage import error_reason
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -331,6 +332,7 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
     context.enable_progress_bars = ray_bars
     context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
     context.max_map_retries = MAX_RETRIES
+    context.raise_original_map_exception = True  # a stage's error reaches the driver as itself (see `plain_error`)
     items = [{UNIT: json.dumps([s.to_json() for s in unit])} for unit in units]
     common = dict(batch_size=1, batch_format="pyarrow")
     prepare_min, prepare_max = resources.prepare_actors
@@ -480,10 +482,56 @@ def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: O
             try:
                 consume(dataset.iter_rows(), lambda row: display.finished(row["key"], row["rows"]),
                         options.stall_timeout_s, on_tick=_collector(board, display))
+            except Exception as exc:  # noqa: BLE001 - re-raised, as what it means where it is known
+                plain = plain_error(exc)
+                if plain is exc:
+                    raise
+                raise plain from exc
             finally:
                 display.close()
         finally:
             ray.kill(board)
+
+
+class WorkersLostError(DataLossError):
+    """Ray lost the workers running the run (its out-of-memory killer, a node gone); a rerun resumes."""
+
+
+def plain_error(exc: Exception) -> BaseException:
+    """What a failure of the Ray pipeline means to the user, or `exc` itself when it is a bug.
+
+    Ray's out-of-memory killer and the deaths of workers, actors or nodes end the run as incomplete (its
+    finished shards are kept). A stage's own error arrives wrapped in a `RayTaskError` whose traceback
+    text is the remote one: the error a user can act on (bad input, rows lost, a failed write: an
+    `OSError`, which the runner words) is taken out of it, so the CLI prints its one line.
+    """
+    import ray.exceptions as rex
+
+    if any(isinstance(e, rex.OutOfMemoryError) for e in _causes(exc)):
+        return WorkersLostError(
+            "Ray's out-of-memory killer stopped a worker of this run (the machine ran low on memory); the shards "
+            "finished before it are kept: rerun the same command to resume, once other work has freed memory, or "
+            "with fewer --num-actors or a smaller --batch-tokens"
+        )
+    lost = (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError, rex.ObjectLostError)
+    if isinstance(exc, lost):
+        return WorkersLostError(
+            f"Ray lost a worker of this run ({type(exc).__name__}: {error_reason(exc)}); the shards finished before "
+            "it are kept: rerun the same command to resume"
+        )
+    if isinstance(exc, rex.RayTaskError) and isinstance(exc.cause, (UserError, DataLossError, OSError)):
+        return exc.cause
+    return exc
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and what caused it: Python's chain, and the original error a `RayTaskError` carries."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        carried = getattr(exc, "cause", None)
+        exc = carried if isinstance(carried, BaseException) else exc.__cause__ or exc.__context__
 
 
 def _collector(board, display: Progress) -> Callable[[], None]:

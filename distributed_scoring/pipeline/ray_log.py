@@ -3,10 +3,13 @@
 Beside the run's own lines, Ray prints lines that look like failures and are not: its token-authentication
 notice, Ray Data's execution plan, progress bars and advice, and an error-level `core_worker.cc ...
 constructor arguments in the object store` line that every Ray Data actor pool triggers
-(ray-project/ray#57733). Its Python loggers (`ray`, `ray.data`) are handed to a handler that writes the
-run log instead of the terminal; its C++ core writes straight to file descriptor 2, so while the run
-lasts that descriptor is a pipe whose lines in Ray's C++ log format go to the run log and everything
-else (this package's log lines, the progress bar, tracebacks) to where it went before. The run log is
+(ray-project/ray#57733); and under memory pressure, its out-of-memory killer's `(raylet) ... retried`
+notices (which the driver prints even with `log_to_driver` off) and `ERROR services.py` lines of its
+processes. Its Python loggers (`ray`, `ray.data`) are handed to a handler that writes the run log instead
+of the terminal; its C++ core and its other processes write straight to file descriptor 2, so while the
+run lasts that descriptor is a pipe whose lines in Ray's formats (its C++ log lines, anywhere in a line;
+its Python log lines and `(raylet)` notices, at a line's start) go to the run log and everything else
+(this package's log lines, the progress bar, tracebacks) to where it went before. The run log is
 `dscore-driver-<pid>.log` in the Ray session's log folder, beside the logs of Ray's workers; lines that
 come before Ray has made that folder are held until then.
 """
@@ -28,8 +31,18 @@ RAY_LOGGERS = ("ray", "ray.data")
 # absl/glog lines of the libraries it links, `E1124 22:44:27.107000  10320 file.cc:12] ...`.
 RAY_CORE_LINE = re.compile(rb"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ [DIWEF] \d+ \d+\] ")
 ABSL_LINE = re.compile(rb"[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ ")
+# Ray's Python log format, `2026-11-24 22:44:27,107<TAB>ERROR services.py:1234 -- ...` (a tab after the time,
+# a file name: this package's lines have a space and a logger name), and the messages the driver prints for
+# the raylet, `(raylet) Task ... was killed ... retried`, in yellow on a terminal.
+RAY_PYTHON_LINE = re.compile(rb"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+\t[A-Z]+ [\w.-]+\.py:\d+ -- ")
+RAYLET_LINE = re.compile(rb"(?:\x1b\[\d+m)?\(raylet[,)]")
+_LINE_STARTS = (RAY_CORE_LINE, ABSL_LINE, RAY_PYTHON_LINE, RAYLET_LINE)
 # Their beginnings, one byte each: d a digit, X a severity letter, anything else itself.
-_STARTS = (b"[dddd-dd-dd dd:dd:dd,", b"Xdddd dd:dd:dd.")
+_STARTS = (b"[dddd-dd-dd dd:dd:dd,", b"Xdddd dd:dd:dd.", b"dddd-dd-dd dd:dd:dd,", b"(raylet", b"\x1b[33m(raylet")
+# What is also found in the middle of a line (written right after a progress bar's text, which has no line
+# end until the bar closes), and its beginnings.
+_MID_LINE = re.compile(RAY_CORE_LINE.pattern + b"|" + RAYLET_LINE.pattern)
+_MID_STARTS = (_STARTS[0], _STARTS[3], _STARTS[4])
 _ENOUGH = 64  # bytes that always tell whether a line is a core line
 _ENDS = re.compile(rb"[\r\n]")
 
@@ -100,14 +113,16 @@ def split_core_lines(data: bytes, held: bytes,
         if to_log is None:
             if ended is None and len(data) < _ENOUGH and any(_may_start(data, t) for t in _STARTS):
                 return out, data, None
-            to_log = bool(RAY_CORE_LINE.match(data) or ABSL_LINE.match(data))
+            to_log = any(pattern.match(data) for pattern in _LINE_STARTS)
         if not to_log:
-            core = RAY_CORE_LINE.search(data, 0, stop)
+            core = _MID_LINE.search(data, 0, stop)
             if core is not None:
                 stop, ended = core.start(), None
             elif ended is None:
-                mark = data.rfind(b"[", max(0, len(data) - _ENOUGH))
-                if mark >= 0 and _may_start(data[mark:], _STARTS[0]):
+                window = max(0, len(data) - _ENOUGH)
+                marks = [m for t in _MID_STARTS if (m := data.rfind(t[:1], window)) >= 0 and _may_start(data[m:], t)]
+                if marks:
+                    mark = min(marks)
                     stop, data, held = mark, data[:mark], data[mark:]
                     out += [(False, data)] if data else []
                     return out, held, False
@@ -117,7 +132,7 @@ def split_core_lines(data: bytes, held: bytes,
         if ended is not None:
             to_log = None
         elif data:
-            to_log = True  # a core line starts here, in the middle of another line
+            to_log = True  # a line of Ray's starts here, in the middle of another line
     return out, b"", to_log
 
 

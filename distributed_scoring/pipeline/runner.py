@@ -8,15 +8,19 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from typing import Iterator
 
 from .aggregate import check_complete
 from ..config import InputSpec, RayOptions, RunConfig
+from ..errors import DataLossError
+from ..io.ids import check_unique_ids
 from ..io.claim import Claim, check_paths, claim
 from ..io.output import ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
 from .progress import Progress
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
+from ..io.storage import error_reason
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -30,6 +34,7 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
     writes beside the shards (recorded for --overwrite and `dscore verify`). `folder`: the output folder
     when the command holds it already (it writes there before or after the run)."""
     plan = plan_shards(config.inputs)
+    check_unique_ids(plan, config.inputs)  # before the folder is touched and any shard scored
     inputs = [*config.inputs.paths, *dict.fromkeys(s.file.path for s in plan)]
     with _holding(config, inputs, folder) as folder:
         identities = file_identities(plan)
@@ -47,7 +52,22 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
         todo = [shard for shard in plan if shard.key not in done]
         if done:
             logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
-        yield plan, out, todo
+        try:
+            yield plan, out, todo
+        except OSError as exc:  # a full disk, a lost mount: on Ray too, whose task errors arrive as they were
+            raise DataLossError(
+                f"the run stopped on an error while writing {out.uri} ({_os_reason(exc)}); the shards finished "
+                "before it are kept: free space (or fix the storage), then rerun the same command to finish"
+            ) from exc
+
+
+def _os_reason(exc: OSError) -> str:
+    """What went wrong, as the system names it (`No space left on device`) and where, when that is known: Ray
+    Data appends its retry advice to a task's error, and pyarrow wraps the system's words in its own."""
+    if not exc.errno:
+        return error_reason(exc)
+    where = exc.filename if isinstance(exc.filename, str) and "\n" not in exc.filename else None
+    return os.strerror(exc.errno) + (f": {where}" if where else "")
 
 
 def _holding(config: RunConfig, inputs: list[str], folder: Claim | None) -> contextlib.AbstractContextManager[Claim]:

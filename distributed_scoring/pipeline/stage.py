@@ -9,7 +9,9 @@ Before `process` runs, the table must hold the columns the stage `reads` (a miss
 names the stage, the columns it lacks and those it found: a miswired pipeline fails on its first shard
 with a message, not with a KeyError deep in a scorer). The rows `process` returns are built into a
 table of the stage's `output_schema`, which must hold every column of that schema (other keys, such as
-input columns a row was copied from, are left out) and no null where the schema says not null.
+input columns a row was copied from, are left out) and no null where the schema says not null. Rows
+whose ids may repeat (`--allow-duplicate-ids`) carry a `line` column: it is added to every stage's
+output schema, so each stage keeps it in its rows (`schema.key`) and the rows stay keyed by id and line.
 
 A score stage also says how far it has got with the table, through the `Report` it is called with (see
 `progress`): `process` hands `self.report` to its engine, which calls it after each forward pass.
@@ -22,6 +24,7 @@ from typing import Any, ClassVar, Mapping, Sequence
 
 import pyarrow as pa
 
+from ..io import schema as S
 from .progress import Report, ignore
 
 Row = dict[str, Any]
@@ -61,6 +64,8 @@ class Stage(ABC):
             raise ColumnError(f"stage {self.name} reads columns missing from its input table ({needs}); "
                               f"the table has {table.column_names}")
         schema = self.output_schema(table.column_names)
+        if S.LINE in table.column_names and S.LINE not in schema.names:
+            schema = schema.append(S.LINE_FIELD)  # the rows' key goes on: `process` keeps it (`schema.key`)
         self.report = report
         return self._table(self.process(table.to_pylist()), schema)
 

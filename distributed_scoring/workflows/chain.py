@@ -28,10 +28,11 @@ from ..measures import pppl
 from ..pipeline.aggregate import (
     SUMMARY_VERSION, add_by_partition, check_complete, one_or_all, unknown_tokens, unknown_warnings,
 )
+from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..pipeline.stats import CorpusStats
 from ..workloads.chain import (  # ORDERS and ChainOptions: what the CLI builds a run from
-    CHAIN, LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload,
+    CHAIN, LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload, memory_estimate,
 )
 
 __all__ = ["ORDERS", "ChainOptions", "score_chain"]
@@ -55,9 +56,11 @@ def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None
     if scoring.per_token or scoring.word_scores or scoring.variant != "original":
         raise UserError("--per-token, --word-scores and --variant are options of --method pll; "
                         "--method chain writes one log-likelihood per row")
-    tokenizer, _ = load_tokenizer(config.model)
+    tokenizer, max_length = load_tokenizer(config.model)
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it has no masked conditionals to chain")
+    check_memory("dscore score --method chain",
+                 memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
     workload = chain_workload(config.model, options, scoring.batch_tokens)
     with claimed(config, workload, overwrite, (SUMMARY_FILE,)) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import Claim, claim
@@ -25,10 +25,11 @@ from ..io.output import SUMMARY_FILE, OutputDir, fingerprint
 from ..io.storage import join
 from ..measures import pppl
 from ..pipeline.aggregate import check_complete
+from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..pipeline.workload import Workload
 from ..workloads.generate import (  # ORDERS and GenerateOptions: what the CLI builds a run from
-    LOG_LIKELIHOOD, ORDERS, GenerateOptions, generate_workload,
+    LOG_LIKELIHOOD, ORDERS, GenerateOptions, generate_workload, memory_estimate,
 )
 from ..workloads.infill import allowed_tokens
 
@@ -48,6 +49,11 @@ class GenerateInputs:
     id_column: str | None = None
     shard_rows: int = 100
     batch_tokens: int | None = None
+    allow_duplicate_ids: bool = False
+
+    def __post_init__(self) -> None:  # before --length's prompts are written
+        check_bounds("--shard-rows", self.shard_rows, 1)
+        check_bounds("--batch-tokens", self.batch_tokens, 1)
 
 
 def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions, ray: RayOptions | None = None,
@@ -64,17 +70,24 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
     tokenizer, max_length = load_tokenizer(model)
     if tokenizer.mask_token is None:
         raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
-    allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
-    if options.length is not None and len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length:
+    allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    # (a --length over the maximum is refused before its masks are tokenised: it may be absurdly long)
+    if options.length is not None and (options.length > max_length or len(
+            tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length):
         raise UserError(f"--length {options.length} with the special tokens is over the model's maximum of "
                         f"{max_length} tokens")
+    tokens = text_tokens(max_length) if options.length is None else options.length + 2
+    if options.length is not None:
+        check_memory("dscore generate", _prompts_memory(options, tokenizer.mask_token))
+    check_memory("dscore generate", memory_estimate(options, inputs.shard_rows, tokens, int(allowed.sum())))
     extra = (options.order_column,) if options.order == "given" else ()
     workload = generate_workload(model, options, inputs.batch_tokens)
     with claim(inputs.output, inputs.paths, [model.name]) as folder:
         prompts = None if options.length is None else _prompts(tokenizer.mask_token, options)
         paths = inputs.paths if prompts is None else (join(folder.out.location, prompts[0]),)
         config = RunConfig(InputSpec(paths, inputs.text_column, inputs.id_column if prompts is None else S.ID,
-                                     inputs.shard_rows, extra_columns=extra),
+                                     inputs.shard_rows, extra_columns=extra,
+                                     allow_duplicate_ids=inputs.allow_duplicate_ids),
                            model, ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
         if prompts is not None:
             _write_prompts(folder, *prompts, config, workload, overwrite)
@@ -87,6 +100,12 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
             summary["model"] = model.name
             out.write_json(SUMMARY_FILE, summary)
     return summary
+
+
+def _prompts_memory(options: GenerateOptions, mask_token: str) -> MemoryEstimate:
+    """The prompts of --length, one table built on the driver before it is written."""
+    return MemoryEstimate(options.sequences * (ROW_BYTES + options.length * len(mask_token)),
+                          f"the {options.sequences:,} prompts of --length {options.length}", "--num-sequences")
 
 
 def _prompts(mask_token: str, options: GenerateOptions) -> tuple[str, pa.Table]:

@@ -22,10 +22,11 @@ from ..errors import UserError
 from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
 from ..pipeline.aggregate import check_complete
+from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
     BEAMS, CORRECT_TOKENS, DECODERS, N_MASKS, ORDERS, RANK, RANK_HCB, RANK_PLL, InfillOptions, allowed_tokens,
-    infill_workload, pivot_id, surface,
+    infill_workload, memory_estimate, pivot_id, surface,
 )
 
 __all__ = ["DECODERS", "ORDERS", "InfillOptions", "infill", "summarize"]
@@ -43,11 +44,13 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
     """
     from ..engine.model_files import load_tokenizer
 
-    tokenizer, _ = load_tokenizer(config.model)
+    tokenizer, max_length = load_tokenizer(config.model)
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it cannot fill masked spans")
-    allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
     pivot_id(tokenizer, options.pivot)
+    check_memory("dscore infill", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length),
+                                                  int(allowed.sum())))
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
     with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD)) as (plan, out, todo):

@@ -24,8 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..io import schema as S
-from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ..errors import UserError
+from ..io.ids import refuse_repeated
 from ..io.inputs import InputError
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from ..io.claim import claim
@@ -76,14 +77,16 @@ class JointsInputs:
     def __post_init__(self) -> None:
         if self.scheme not in SCHEMES:
             raise UserError(f"scheme {self.scheme!r} is not one of {SCHEMES}")
-        if self.examples < 1 or self.shard_rows < 1:
-            raise UserError("examples and shard_rows must be positive")
+        check_bounds("--examples", self.examples, 1)
+        check_bounds("--shard-rows", self.shard_rows, 1)
 
 
 def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOptions, batch_tokens: int | None = None,
                     top_k: int | None = None, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
     """Draw or read the examples, score them, write the reports; returns summary.json's content, whose
     `report` is report.json's: {scheme: {construction: {"U-PPL", "P-PPL", "A-KL", "G-KL"}}}."""
+    check_bounds("--top-k", top_k, 1)  # these two before the examples are drawn and written
+    scoring = ScoringOptions(batch_tokens=batch_tokens)
     given = _is_given(inputs.paths)
     scheme = "given" if given else inputs.scheme
     examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs, model)
@@ -94,7 +97,7 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
                      [EXAMPLES_FILE, SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD])
         examples_file = folder.write_table(EXAMPLES_FILE, pa.Table.from_pylist(examples, schema=EXAMPLES_SCHEMA))
         config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
-                           ScoringOptions(batch_tokens=batch_tokens), folder.subfolder(SCORES_DIR))
+                           scoring, folder.subfolder(SCORES_DIR))
         workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
         runner.run(config, workload, ray, overwrite)
         summary = _summary(config.output, scheme, model, options, top_k)
@@ -122,11 +125,13 @@ def _is_given(paths: tuple[str, ...]) -> bool:
 
 
 def _given_examples(paths: tuple[str, ...]) -> list[dict]:
-    """Every record of the given-pairs JSONL; a malformed one is kept with its error (rows in = rows out)."""
+    """Every record of the given-pairs JSONL; a malformed one is kept with its error (rows in = rows out). Ids
+    that repeat are refused (rows are keyed by them)."""
     rows = []
+    name = paths[0].rsplit("/", 1)[-1]
     with open_binary(paths[0], seekable=False) as stream:
         for number, line in enumerate(stream, start=1):
-            row_id = f"{paths[0].rsplit('/', 1)[-1]}:{number}"
+            row_id = f"{name}:{number}"
             try:
                 record = json.loads(line)
                 row_id = str(record.get("id", row_id))
@@ -137,6 +142,9 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
                 rows.append({S.ID: row_id, S.TEXT: None, A: None, B: None,
                              S.ERROR: "not a record with text and positions [a, b] (two different indices >= 0)"})
+    refuse_repeated(pa.chunked_array([pa.array([r[S.ID] for r in rows], pa.string())]),
+                    lambda index: f"{name} line {index + 1}", "the given pairs' `id` field",
+                    "give each pair its own id, or leave `id` out (ids become file:line)")
     return rows
 
 

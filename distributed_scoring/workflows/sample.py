@@ -21,12 +21,13 @@ from ..errors import UserError
 from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
 from ..pipeline.aggregate import check_complete
+from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
 from .infill import token_bleu
 from ..workloads.sample import (  # ENERGIES, SAMPLERS, STARTS, ORDERS and SampleOptions: what the CLI builds
     ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGIES, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, ORDERS, PROPOSALS, SAMPLED,
-    SAMPLERS, STARTS, SampleOptions, sample_workload,
+    SAMPLERS, STARTS, SampleOptions, memory_estimate, sample_workload,
 )
 
 __all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
@@ -40,10 +41,11 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
     """Run every row's chains; returns the summary (also written to summary.json)."""
     from ..engine.model_files import load_tokenizer
 
-    tokenizer, _ = load_tokenizer(config.model)
+    tokenizer, max_length = load_tokenizer(config.model)
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it has no MLM conditionals to propose from")
     allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    check_memory("dscore sample", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = sample_workload(config.model, options, config.scoring.batch_tokens)
     with claimed(config, workload, overwrite, (SUMMARY_FILE, PLOT)) as (plan, out, todo):
@@ -60,7 +62,8 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     """The figures of `summary.json` from the written rows (see the module docstring)."""
     table = OutputDir(folder).read_rows()
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
-    rows = ok.select([S.ID, CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
+    key = [S.ID, *([S.LINE] if S.LINE in table.column_names else []), CHAIN]  # a chain's rows
+    rows = ok.select([*key, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
                       "n_sampled", SAMPLED, ANSWER]).to_pylist()
     proposals = sum(r[PROPOSALS] for r in rows)
     by_epoch: dict[int, list[dict]] = {}
@@ -77,9 +80,9 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     }
     judged = [r for r in rows if r[CORRECT] is not None]
     if judged:
-        chains: dict[tuple[str, int], list[dict]] = {}
+        chains: dict[tuple, list[dict]] = {}
         for r in judged:
-            chains.setdefault((r[S.ID], r[CHAIN]), []).append(r)
+            chains.setdefault(tuple(r[k] for k in key), []).append(r)
         energy = ENERGY_RAW if options.energy == "raw" else ENERGY_NORM
         final = [max(rs, key=lambda r: r[EPOCH]) for rs in chains.values()]
         lowest = [min(rs, key=lambda r: (r[energy], r[EPOCH])) for rs in chains.values()]

@@ -41,8 +41,9 @@ from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT, RESCORE
 from .train.run import CHECKPOINTS, REPORT_FILE, WORKLOAD_PREFIX
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
-# Workloads writing several rows per id (joints, generate, sample) tell them apart by these.
-ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch")
+# Workloads writing several rows per id (joints, generate, sample) tell them apart by these; `line` keys rows
+# whose ids repeat (--allow-duplicate-ids).
+ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch", S.LINE)
 # Runs that write no summary.json of their own (their command summarises in the folder above).
 WITHOUT_SUMMARY = ("causal", "joints-")
 

@@ -92,7 +92,7 @@ class CausalScorer(Stage):
         scored = _scored_rows(self.engine, [r[S.TEXT] for r in read], self.report)
         unscored = [{S.TEXT: r[S.TEXT] or "", LOGP: None, S.N_TOKENS: 0, S.STATUS: r[S.STATUS], S.ERROR: r[S.ERROR]}
                     for r in failed]
-        return [{S.ID: r[S.ID], **out, S.MODEL: self.model_name}
+        return [{**S.key(r), **out, S.MODEL: self.model_name}
                 for r, out in zip(read + failed, scored + unscored)]
 
 

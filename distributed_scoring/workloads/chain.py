@@ -20,9 +20,10 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, check_bounds
 from ..errors import UserError
 from ..io import schema as S
+from ..pipeline.memory import ROW_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 from .infill import example_seed
@@ -52,8 +53,7 @@ class ChainOptions:
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             raise UserError(f"--order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.orders < 1:
-            raise UserError(f"--orders must be at least 1, got {self.orders}")
+        check_bounds("--orders", self.orders, 1)
         if self.orders > 1 and self.order != "random":
             raise UserError(f"--orders {self.orders}: only --order random has more than one order")
 
@@ -126,6 +126,14 @@ class ChainScorer(Stage):
             out.update({LOG_LIKELIHOOD: float(np.logaddexp.reduce(values) - math.log(len(values))),
                         LOG_LIKELIHOODS: values.tolist(), LOG_LIKELIHOOD_STD: float(values.std())})
         return out
+
+
+def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> MemoryEstimate:
+    """What one shard holds at once: every order of every row (a permutation of its tokens, then its
+    log-likelihood, kept in the row's `log_likelihoods`)."""
+    per_row = ROW_BYTES + options.orders * (8 * tokens + 32)
+    return MemoryEstimate(shard_rows * per_row, f"one shard of {shard_rows} rows x {options.orders:,} orders",
+                          "--orders or --shard-rows")
 
 
 def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, check_bounds
 from ..errors import UserError
 from ..io import schema as S
+from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
 from .infill import MASKS, allowed_tokens, example_seed, written_into
@@ -73,10 +74,11 @@ class GenerateOptions:
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
             raise UserError(f"--order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.sequences < 1 or self.top_k < 0 or (self.length is not None and self.length < 1):
-            raise UserError("--num-sequences and --length must be at least 1, --top-k at least 0")
-        if self.temperature < 0 or not 0 < self.top_p <= 1:
-            raise UserError("--temperature must be >= 0 (0: greedy) and --top-p in (0, 1]")
+        check_bounds("--num-sequences", self.sequences, 1)
+        check_bounds("--length", self.length, 1)
+        check_bounds("--top-k", self.top_k, 0)
+        check_bounds("--temperature", self.temperature, 0)  # 0: greedy
+        check_bounds("--top-p", self.top_p, 0, 1, above=True)
         if self.length is not None and self.order == "given":
             raise UserError("--order given reads each prompt's order from its input row; --length has no inputs")
 
@@ -118,7 +120,7 @@ class GeneratePreparer(Stage):
         return [self._row(row) for row in rows]
 
     def _row(self, row: Row) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
                S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if row[S.STATUS] != S.STATUS_OK:
             return out
@@ -196,7 +198,7 @@ class GenerateScorer(Stage):
 
     def _row(self, row: Row, n: int, fill: Fill | str | None) -> Row:
         error = fill if isinstance(fill, str) else row[S.ERROR]
-        out = {S.ID: row[S.ID], SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
+        out = {**S.key(row), SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
                TOKENS: None, FILL_ORDER: None, LOG_LIKELIHOOD: None, S.N_TOKENS: 0, ORDER: self.options.order,
                S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, S.MODEL: self.model_name}
         if error is not None or fill is None:
@@ -214,6 +216,14 @@ class GenerateScorer(Stage):
         ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
         ids[row[MASKS]] = fill.tokens
         return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
+
+
+def memory_estimate(options: GenerateOptions, shard_rows: int, tokens: int, n_allowed: int) -> MemoryEstimate:
+    """What one shard holds at once: its sequences (each a one-beam search over the allowed tokens) as rows."""
+    rows = shard_rows * options.per_prompt
+    per_row = ROW_BYTES + TOKEN_BYTES * tokens + BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * n_allowed
+    return MemoryEstimate(rows * per_row, f"one shard of {shard_rows} prompts x {options.per_prompt:,} sequences",
+                          "--num-sequences or --shard-rows")
 
 
 def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:

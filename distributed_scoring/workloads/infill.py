@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, check_bounds
 from ..errors import UserError
 from ..io import schema as S
+from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
@@ -74,12 +75,13 @@ class InfillOptions:
             raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
         if self.order not in ORDERS:
             raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
-        if self.beam < 1 or self.written < 1 or self.max_masks < 1 or self.exact_limit < 1 or self.sample_top_k < 1:
-            raise UserError("--beam, --top, --max-masks, --exact-limit and --sample-top-k must be at least 1")
+        for flag, value in (("--beam", self.beam), ("--top", self.top), ("--max-masks", self.max_masks),
+                            ("--exact-limit", self.exact_limit), ("--sample-top-k", self.sample_top_k)):
+            check_bounds(flag, value, 1)
         if self.written > self.beam and self.decoder != "exact":
             raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
-        if self.temperature <= 0 or not 0 < self.top_p <= 1:
-            raise UserError("--temperature must be positive and --top-p in (0, 1]")
+        check_bounds("--temperature", self.temperature, 0, above=True)
+        check_bounds("--top-p", self.top_p, 0, 1, above=True)
 
     @property
     def written(self) -> int:
@@ -158,7 +160,7 @@ class InfillPreparer(Stage):
         return [self._row(row) for row in rows]
 
     def _row(self, row: Row) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
                ANSWER: row.get(self.options.answer_column), S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if row[S.STATUS] != S.STATUS_OK:
             return out
@@ -220,8 +222,8 @@ class InfillScorer(Stage):
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.infill import InfillExample
 
-        fillable = []
-        for row in rows:
+        fillable = []  # places in `rows`: fills are joined back by place, since ids need not be unique
+        for i, row in enumerate(rows):
             if row[S.STATUS] == S.STATUS_OK and self.options.decoder == "exact":
                 size = self.exact_size(self.n_allowed, len(row[MASKS]))
                 if size > self.options.exact_limit:
@@ -229,23 +231,24 @@ class InfillScorer(Stage):
                         f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
                         f"--exact-limit {self.options.exact_limit:,}: restrict the vocabulary or use a beam decoder")})
             if row[S.STATUS] == S.STATUS_OK:
-                fillable.append(row)
-        examples = [InfillExample(np.array(r[S.INPUT_IDS], dtype=np.int64), np.array(r[MASKS], dtype=np.int64),
-                                  example_seed(self.options.seed, r[S.ID])) for r in fillable]
+                fillable.append(i)
+        examples = [InfillExample(np.array(rows[i][S.INPUT_IDS], dtype=np.int64),
+                                  np.array(rows[i][MASKS], dtype=np.int64), example_seed(self.options.seed, rows[i][S.ID]))
+                    for i in fillable]
         # With --rescore-pll the search is the first half of the shard's progress, the PLL pass over its fills
         # (in `_row`) the second.
         searched = self.engine.search(examples, self.settings,
                                       self.report if self.pll is None else part(self.report, 0, 2))
-        fills = dict(zip((r[S.ID] for r in fillable), searched))
+        fills = dict(zip(fillable, searched))
         rescored = ignore if self.pll is None else part(self.report, 1, 2)
         out = []
         for done, row in enumerate(rows, start=1):
-            out.append(self._row(row, fills.get(row[S.ID])))
+            out.append(self._row(row, fills.get(done - 1)))
             rescored(done, len(rows))
         return out
 
     def _row(self, row: Row, fills: list[Fill] | None) -> Row:
-        out = {S.ID: row[S.ID], S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
+        out = {**S.key(row), S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
                ANSWER: row[ANSWER], N_MASKS: len(row[MASKS]) if fills is not None else 0, BEAMS: None, BEST: None,
                RANK: None, CORRECT_TOKENS: None, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR],
                S.MODEL: self.model_name}
@@ -322,6 +325,23 @@ def output_schema(options: InfillOptions) -> pa.Schema:
     fields += [pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
                pa.field(S.MODEL, pa.string(), nullable=False)]
     return pa.schema(fields)
+
+
+def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allowed: int) -> MemoryEstimate:
+    """What one shard's search holds at once (every fillable row is searched together): per row, its beams
+    (chains for samplers, every fill for `exact`, up to --exact-limit: a row with more is an error row),
+    each a copy of the tokens, with the candidates of its step (the top --beam; every allowed token for a
+    sampler; for `exact`, as many in all as fills), and the written fills."""
+    if options.decoder == "exact":
+        width, candidates = options.exact_limit, 1
+        what, flags = f"up to {width:,} fills", "--exact-limit or --shard-rows"
+    else:
+        sampler = options.decoder not in ("standard", "hcb")
+        width, candidates = options.beam, n_allowed if sampler else min(options.beam, n_allowed)
+        what, flags = f"{width:,} beams", "--beam or --shard-rows"
+    per_row = (width * (BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * candidates)
+               + options.written * TOKEN_BYTES * tokens + ROW_BYTES)
+    return MemoryEstimate(shard_rows * per_row, f"one shard of {shard_rows} rows x {what}", flags)
 
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, check_bounds
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import ADDED_LATER
+from ..pipeline.memory import ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
@@ -89,14 +90,16 @@ class SampleOptions:
                                      ("start", self.start, STARTS), ("order", self.order, ORDERS)):
             if value not in choices:
                 raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        if (min(self.epochs, self.chains, self.block, self.record_every) < 1
-                or min(self.burn_in, self.block_decay, self.forced_accept) < 0):
-            raise UserError("--epochs, --chains, --block and --record-every must be at least 1; --burn-in, "
-                            "--block-decay and --forced-accept at least 0")
+        for flag, value, low in (("--epochs", self.epochs, 1), ("--chains", self.chains, 1), ("--block", self.block, 1),
+                                 ("--record-every", self.record_every, 1), ("--burn-in", self.burn_in, 0),
+                                 ("--block-decay", self.block_decay, 0), ("--forced-accept", self.forced_accept, 0)):
+            check_bounds(flag, value, low)
         if self.sampler == "mh" and (self.block != 1 or self.block_decay):
             raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
-        if self.proposal_temperature <= 0 or self.target_temperature <= 0 or self.anneal < 0 or not 0 < self.top_p <= 1:
-            raise UserError("temperatures must be positive, --anneal >= 0 and --top-p in (0, 1]")
+        check_bounds("--proposal-temperature", self.proposal_temperature, 0, above=True)
+        check_bounds("--target-temperature", self.target_temperature, 0, above=True)
+        check_bounds("--anneal", self.anneal, 0)
+        check_bounds("--top-p", self.top_p, 0, 1, above=True)
 
     @property
     def recorded_epochs(self) -> list[int]:
@@ -107,8 +110,8 @@ class SampleOptions:
 
     @property
     def records(self) -> int:
-        """Rows per chain."""
-        return len(self.recorded_epochs)
+        """Rows per chain: len(recorded_epochs), counted without listing them (--epochs may be huge)."""
+        return len(range(self.burn_in + self.record_every, self.burn_in + self.epochs, self.record_every)) + 1
 
 
 class SamplePreparer(Stage):
@@ -207,7 +210,7 @@ class SampleScorer(Stage):
         return "warm" if (ids[sample] == self.mlm.mask_token_id).any() else "given"
 
     def _rows(self, row: Row, chains: list[list] | None) -> list[Row]:
-        base = {S.ID: row[S.ID], ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
+        base = {**S.key(row), ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
                 S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
         if chains is None:
             empty = {name: None for name in OUTPUT_SCHEMA.names if name not in base}
@@ -232,6 +235,14 @@ class SampleScorer(Stage):
         if self.options.free_all:
             return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
         return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+
+
+def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> MemoryEstimate:
+    """What one shard holds at once: every chain's records (kept until the shard is written), as rows."""
+    rows = shard_rows * options.chains * options.records
+    return MemoryEstimate(rows * (ROW_BYTES + TOKEN_BYTES * tokens),
+                          f"one shard of {shard_rows} rows x {options.chains:,} chains x {options.records:,} recorded epochs",
+                          "--epochs (or record fewer epochs with a larger --record-every), --chains or --shard-rows")
 
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:

@@ -203,7 +203,7 @@ def test_corpus_figures_are_computed_once_from_summed_statistics():
 def test_options_and_pivots_outside_the_support_are_refused():
     with pytest.raises(UserError, match="pivot"):
         JointOptions(pivot="median")
-    with pytest.raises(UserError, match="ag_iterations"):
+    with pytest.raises(UserError, match="--ag-iterations 0 is out of bounds: it must be at least 1"):
         JointOptions(ag_iterations=0)
     cond = conditionals_of_joint(random_joint(3, 0))
     with pytest.raises(UserError, match="not among"):

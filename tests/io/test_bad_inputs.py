@@ -47,6 +47,8 @@ ROWS = [
 REFUSED = [
     ("unterminated_quote.csv", {}, "line 3 opens a quoted CSV field that is never closed"),
     ("cr_only.txt", {}, "CR-only"),
+    ("binary.dat", {}, "is not a text file"),  # it was diagnosed as CR-only line endings
+    ("utf16_bom.txt", {}, "is UTF-16 text (it starts with a UTF-16 byte-order mark) and dscore reads UTF-8: re-encode"),
     ("truncated.txt.gz", {}, "damaged or truncated"),
     ("not_gzip.txt.gz", {}, "incorrect header check"),
     ("truncated.jsonl.bz2", {}, "damaged or truncated"),

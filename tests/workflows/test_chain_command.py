@@ -126,7 +126,7 @@ def test_the_default_method_is_the_pll_unchanged(corpus, tmp_path, model, capsys
 @pytest.mark.parametrize("extra, message", [
     (["--order", "r2l"], "--order, --orders and --seed belong to --method chain"),
     (["--method", "chain", "--orders", "2"], "only --order random has more than one order"),
-    (["--method", "chain", "--order", "random", "--orders", "0"], "--orders must be at least 1"),
+    (["--method", "chain", "--order", "random", "--orders", "0"], "--orders 0 is out of bounds: it must be at least 1"),
     (["--method", "chain", "--per-token"], "options of --method pll"),
     (["--method", "chain", "--variant", "word_l2r"], "options of --method pll"),
 ])

@@ -88,9 +88,10 @@ def test_forced_epochs_accept_every_proposal(tmp_path, corpus, tiny_model_dir):
 
 def test_bad_options_stop_before_work(tmp_path, corpus, tiny_model_dir, capsys):
     model = str(tiny_model_dir("bert"))
-    for extra, message in ((["--block", "2"], "use --sampler block-mh"), (["--top-p", "0"], "--top-p in (0, 1]"),
+    for extra, message in ((["--block", "2"], "use --sampler block-mh"),
+                           (["--top-p", "0"], "--top-p 0 is out of bounds: it must be in (0, 1]"),
                            (["--vocab-restrict", "zzzq"], "not in the model's vocabulary"),
-                           (["--forced-accept", "-1"], "--forced-accept at least 0")):
+                           (["--forced-accept", "-1"], "--forced-accept -1 is out of bounds: it must be at least 0")):
         code, _ = run("sample", str(corpus), "--model", model, "--output", str(tmp_path / "o"), *extra)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and message in err[-1] and "Traceback" not in err[-1]

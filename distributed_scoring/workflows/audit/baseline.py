@@ -33,6 +33,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ...io import schema as S
+from ...config import check_bounds
 from ...errors import UserError
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
 from ...io.storage import filesystem, join, open_binary
@@ -101,13 +102,12 @@ class Thresholds:
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
             raise UserError(f"regression metric {self.metric!r} is not one of {METRICS}")
-        limits = [self.max_pppl_increase, self.max_error_rate_increase, self.max_pppl_decrease or 0.0]
-        if min(limits) < 0 or self.min_rows < 2:
-            raise UserError(f"regression thresholds must not be negative and min_rows must be at least 2: {self}")
-        if self.max_pppl_decrease is not None and self.max_pppl_decrease >= 1:
-            raise UserError(f"--max-pppl-decrease is a relative fall below 1 (0.2 = -20 %), got {self.max_pppl_decrease}")
-        if not 0.5 <= self.confidence < 1:
-            raise UserError(f"confidence must be in [0.5, 1), got {self.confidence}")
+        check_bounds("--max-pppl-increase", self.max_pppl_increase, 0)
+        check_bounds("--max-pppl-decrease", self.max_pppl_decrease, 0, 1, below=True)  # a relative fall: 0.2 = -20 %
+        check_bounds("--max-error-rate-increase", self.max_error_rate_increase, 0, 1)  # a rate rises by 1 at most
+        check_bounds("--min-rows", self.min_rows, 2)
+        check_bounds("--confidence", self.confidence, 0.5, 1, below=True)
+        check_bounds("--seed", self.seed, 0)  # numpy's generators take no negative seed
 
 
 @dataclass(frozen=True)

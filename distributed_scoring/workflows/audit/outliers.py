@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ...io import schema as S
 from .baseline import OVERALL
+from ...config import check_bounds
 from ...errors import UserError
 
 __all__ = [
@@ -76,8 +77,7 @@ class OutlierRule:
     scope: str = "partition"
 
     def __post_init__(self) -> None:
-        if not self.k > 0:
-            raise UserError(f"outlier k must be positive, got {self.k}")
+        check_bounds("--outlier-k", self.k, 0, above=True)
         if self.min_tokens < 1:
             raise UserError(f"outlier min_tokens must be at least 1, got {self.min_tokens}")
         if self.scope not in SCOPES:

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from ...io import schema as S
+from ...config import check_bounds
 from ...errors import UserError
 from ...io.claim import Claim
 from .metrics import Metric, metric_for
@@ -122,6 +123,10 @@ class TextScore(NamedTuple):
 
 
 BLEU_ALPHAS = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # LM length-penalty exponents searched for BLEU
+# Bounds of the tuning flags: a length-penalty exponent past 10 overflows ((5 + |Y|) / 6) ** alpha for long
+# hypotheses, and an LM weight past 1000 leaves the sequence model's score no say (the grid would be huge).
+MAX_ALPHA = 10.0
+MAX_LAMBDA = 1000.0
 EXTENSION_POINTS = 20  # lambda values added each time the range is doubled
 
 
@@ -153,10 +158,11 @@ class RescoreOptions:
 
         if self.metric not in METRICS:
             raise UserError(f"metric {self.metric!r} is not one of {METRICS} (wer for ASR, bleu for MT)")
-        for name in ("mlm_alpha", "causal_alpha", "seq_alpha", "lambda_max"):
-            value = getattr(self, name)
-            if value is not None and not value >= 0:
-                raise UserError(f"{name} must be >= 0, got {value}")
+        for flag, value in (("--mlm-alpha", self.mlm_alpha), ("--causal-alpha", self.causal_alpha),
+                            ("--seq-alpha", self.seq_alpha)):
+            check_bounds(flag, value, 0, MAX_ALPHA)
+        check_bounds("--lambda-max", self.lambda_max, 0, MAX_LAMBDA)
+        check_bounds("--lambda-limit", self.lambda_limit, 0, MAX_LAMBDA)
         if not self.lambda_limit >= self.lambda_max:
             raise UserError(f"lambda_limit ({self.lambda_limit}) must be at least lambda_max ({self.lambda_max})")
         for name in ("lambda_step", "gamma_step"):

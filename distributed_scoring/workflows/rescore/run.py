@@ -72,6 +72,7 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     check_models(model, causal_model)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
+    _refuse_empty({"--dev": (inputs.dev, dev), "--test": (inputs.test, test)})
     texts = unique_texts(dev, test)
     logger.info("%d + %d hypotheses, %d unique texts", dev.num_rows, test.num_rows, len(texts))
     scored = [t + inputs.append for t in texts]
@@ -125,6 +126,18 @@ def _read(uri: str, refs: str | None, name: str) -> pa.Table:
     table = read_nbest(uri, references=refs)
     require_references(table, name)
     return table
+
+
+def _refuse_empty(lists: dict[str, tuple[str, pa.Table]]) -> None:
+    """Refuse, before any scoring, an N-best list with no hypothesis: the weights cannot be tuned on an
+    empty dev set nor applied to an empty test set (it used to score the other list, then fail)."""
+    empty = [f"{flag} {uri}" for flag, (uri, table) in lists.items() if table.num_rows == 0]
+    if empty:
+        raise UserError(
+            f"{' and '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} no hypotheses; rescoring tunes the "
+            "weights on the dev list and applies them to the test list, so each needs at least one utterance: "
+            "check the file (or pass the same list as both to rescore one set)"
+        )
 
 
 def _scores(output: str, texts: list[str], scored: list[str], column: str, name: str) -> dict[str, TextScore]:

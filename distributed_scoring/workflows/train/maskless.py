@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...config import ModelSpec
+from ...config import ModelSpec, check_bounds
 from ...errors import UserError
 from ...io import schema as S
 from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
@@ -118,6 +118,7 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
     report (also DIR/report.json). Every check that needs no model weights runs before the folder is touched."""
     from ...engine.model_files import load_tokenizer
 
+    check_bounds("--batch-tokens", batch_tokens, 1)
     teacher = read_teacher(teacher_folder)
     tokenizer, model_max = load_tokenizer(model)
     train_table, heldout_table, left_out = _split(teacher, Preparer(tokenizer, model_max, teacher.split_chars), options)

@@ -20,10 +20,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim
+from ...io.ids import check_unique_ids
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import Preparer
@@ -55,11 +56,14 @@ class Corpus:
 
 
 def read_corpus(paths: tuple[str, ...], text_column: str = "text", id_column: str | None = None,
-                split_chars: bool = False) -> Corpus:
+                split_chars: bool = False, allow_duplicate_ids: bool = False) -> Corpus:
     """The readable rows of the inputs (as `dscore score` reads them; ids default to file:line, and the
-    held-out split hashes them); none readable is an error."""
-    spec = InputSpec(paths, text_column, id_column)
-    tables = [rows for unit in read_units(plan_shards(spec)) for _, rows in read_unit(unit, spec)]
+    held-out split hashes them: repeated ids are refused unless `allow_duplicate_ids`, and then go to one
+    split together); none readable is an error."""
+    spec = InputSpec(paths, text_column, id_column, allow_duplicate_ids=allow_duplicate_ids)
+    plan = plan_shards(spec)
+    check_unique_ids(plan, spec)
+    tables = [rows for unit in read_units(plan) for _, rows in read_unit(unit, spec)]
     table = pa.concat_tables(tables) if tables else pa.table({S.ID: [], S.TEXT: [], S.STATUS: []})
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT])
     if ok.num_rows == 0:
@@ -87,8 +91,8 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     --model` loads); returns the report (also DIR/report.json) with held-out perplexities before and after."""
     from ...engine.model_files import load_tokenizer
 
-    if orders < 1:
-        raise UserError(f"--orders must be at least 1, got {orders}")
+    check_bounds("--orders", orders, 1)
+    check_bounds("--batch-tokens", batch_tokens, 1)
     tokenizer, model_max = load_tokenizer(model)
     train_table, heldout_table, left_out = _split(corpus, Preparer(tokenizer, model_max, corpus.split_chars), options)
     if heldout_table.num_rows == 0:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow.parquet as pq
 
-from ...config import ModelSpec, RayOptions
+from ...config import ModelSpec, RayOptions, check_bounds
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim
@@ -78,15 +78,13 @@ class TrainOptions:
     heldout: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.epochs < 1 or (self.steps is not None and self.steps < 1):
-            raise UserError(f"--epochs and --steps must be at least 1, got {self.epochs} and {self.steps}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be positive, got {self.lr}")
-        if self.batch_size < 1 or self.max_length < 3:
-            raise UserError(f"--batch-size must be at least 1 and --max-length at least 3, got {self.batch_size} "
-                            f"and {self.max_length}")
-        if not 0 < self.heldout < 1:
-            raise UserError(f"--heldout is a share of the rows, strictly between 0 and 1, got {self.heldout}")
+        check_bounds("--epochs", self.epochs, 1)
+        check_bounds("--steps", self.steps, 1)
+        check_bounds("--lr", self.lr, 0, above=True)
+        check_bounds("--batch-size", self.batch_size, 1)
+        check_bounds("--seed", self.seed, 0)  # numpy's generators and torch.manual_seed take no negative seed
+        check_bounds("--max-length", self.max_length, 3)
+        check_bounds("--heldout", self.heldout, 0, 1, above=True, below=True)  # a share of the rows
 
     def total_steps(self, examples: int) -> int:
         """`steps`, or `epochs` passes of whole batches (the engine leaves the remainder of an epoch out)."""
@@ -106,9 +104,9 @@ class TrainResources:
     address: str | None = None
 
     def __post_init__(self) -> None:
-        if self.num_workers < 1 or self.cpus_per_worker <= 0 or self.checkpoint_every < 1:
-            raise UserError(f"--num-workers and --checkpoint-every must be at least 1 and --cpus-per-worker "
-                            f"positive, got {self.num_workers}, {self.checkpoint_every} and {self.cpus_per_worker}")
+        check_bounds("--num-workers", self.num_workers, 1)
+        check_bounds("--cpus-per-worker", self.cpus_per_worker, 0, above=True)
+        check_bounds("--checkpoint-every", self.checkpoint_every, 1)
 
     @property
     def device(self) -> str:
