@@ -47,5 +47,7 @@ def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     try:
         yield {**env, **variables}, state
     finally:
+        if (state / "pids").exists():  # a test may have restarted it: its processes now
+            started += [int(p) for p in (state / "pids").read_text().split()]
         subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert not any(running(pid) for pid in started)
