@@ -518,6 +518,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _submit(args: argparse.Namespace) -> int:
+    from .workflows.submit import Submission, submit
+
+    words = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
+    return submit(Submission(tuple(words), args.address, args.working_dir), args.result)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .offline.models import MODELS
     from .workflows.train.maskless import LR as MASKLESS_LR
@@ -606,6 +613,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="random orders per held-out row for the random-order perplexity (default 1)")
     _add_train_arguments(pmlm, lr=PMLM_LR)
     pmlm.set_defaults(func=_train_pmlm)
+    submit = commands.add_parser(
+        "submit", help="run a dscore command or jobs/ script as a Ray job; exits with its exit code",
+        description="Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
+        "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
+        "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
+        "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
+        "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.")
+    submit.add_argument("--address", default=None,
+                        help="the job server, http://HEAD:8265 (default $RAY_API_SERVER_ADDRESS, then $RAY_ADDRESS)")
+    submit.add_argument("--working-dir", default=None, metavar="DIR",
+                        help="folder uploaded as the job's working directory and put on its PYTHONPATH (`.` for "
+                        "this repository, which jobs/ scripts need where the package is not installed)")
+    submit.add_argument("entrypoint", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="what the job runs: `python jobs/pppl_audit.py --input ...` or `dscore audit ... --ray`")
+    submit.set_defaults(func=_submit)
     fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
     fetch.add_argument("name", choices=sorted(MODELS))
     fetch.add_argument("--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")
