@@ -30,6 +30,7 @@ from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
 from .progress import Progress, ignore, rows_done
+from .watchdog import watching
 from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
@@ -373,7 +374,7 @@ def ray_session(options: RayOptions) -> Iterator[None]:
             context = ray.init(address=address, **kwargs)
         else:
             context = ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
-        if not address:
+            stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
             stack.callback(ray.shutdown)
         if log is not None:
             log.open(_run_log_path(context))
