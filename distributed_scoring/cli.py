@@ -14,6 +14,8 @@ from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions,
 from .errors import DataLossError, UserError
 from .quiet import quiet_transformers
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
+
 
 def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True,
                          maskless: bool = False) -> None:
@@ -661,7 +663,7 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     quiet_transformers()
     # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,
     # anything else printed there (Ray streams its workers' and raylets' messages to stdout) goes to stderr.

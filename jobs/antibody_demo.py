@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from pathlib import Path
 
 from distributed_scoring.offline.antibodies import demo_corpus
-from distributed_scoring.cli import main as dscore
+from distributed_scoring.cli import LOG_FORMAT, main as dscore
 from distributed_scoring.offline.models import fetch_model
 
 
@@ -39,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="out/demo", help="output folder of the scoring run")
     parser.add_argument("--per-group", type=int, default=8, help="sequences per group")
     args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)  # the model's download says so, as the run does
     output = Path(args.output)
     inputs = write_corpus(output.with_name(output.name + "-corpus"), args.per_group)
     model = fetch_model("antiberty")
