@@ -11,6 +11,8 @@ scorer ranks human < mouse < shuffled.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import logging
 import sys
@@ -44,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output)
     inputs = write_corpus(output.with_name(output.name + "-corpus"), args.per_group)
     model = fetch_model("antiberty")
-    rc = dscore(["score", *map(str, inputs), "--model", str(model), "--output", str(output), *extra])
+    with contextlib.redirect_stdout(io.StringIO()):  # the summary's JSON is in the folder; the table is printed
+        rc = dscore(["score", *map(str, inputs), "--model", str(model), "--output", str(output), *extra])
     if rc != 0:
         return rc
     summary = json.loads((output / "summary.json").read_text())
@@ -52,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in summary["by_input"].items():
         print(f"{Path(name).stem:<10} {s['ok']:>6} {s['n_tokens']:>8} {s['pppl_token']:>7.2f} {s['sum_pll'] / s['n_tokens']:>12.3f}")
     print(f"{'all':<10} {summary['ok']:>6} {summary['n_tokens']:>8} {summary['pppl_token']:>7.2f}")
-    print(f"\nscored rows: {output / 'rows'}  summary: {output / 'summary.json'}")
+    print(f"\nscored rows: {output / 'rows'}  summary (all figures, as JSON): {output / 'summary.json'}")
     return 0
 
 
