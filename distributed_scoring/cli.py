@@ -179,6 +179,9 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=t.seed, help="seed of the bootstrap (recorded in audit.json)")
     g.add_argument("--accept-insufficient", action="store_true",
                    help=f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge")
+    g.add_argument("--outlier-min-sigma", type=float, default=o.min_sigma,
+                   help=f"the smallest robust sigma, in nats per token, the outlier rule divides by (default "
+                   f"{o.min_sigma:g}; 0 for none): a partition of near-identical sentences measures a tiny one")
     g.add_argument("--outlier-k", type=float, default=o.k,
                    help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})")
     g.add_argument("--outlier-scope", choices=SCOPES, default=o.scope,
@@ -193,7 +196,8 @@ def _audit(args: argparse.Namespace) -> int:
     from .workflows.audit.run import audit_snapshot
 
     config = AuditConfig(
-        outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
+        outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope,
+                             min_sigma=args.outlier_min_sigma),
         thresholds=Thresholds(metric=args.metric, max_pppl_increase=args.max_pppl_increase,
                               max_pppl_decrease=args.max_pppl_decrease,
                               max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows,
