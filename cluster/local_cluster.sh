@@ -72,8 +72,9 @@ free_port() {  # a free TCP port on loopback (Ray's agent and client ports have 
 detached() {  # COMMAND... -- LOG: run COMMAND in a session of its own, its PID appended to DIR/pids
   # A node must outlive the terminal that started it: closing a pseudo-terminal (ssh -t, a CI step, a tmux
   # pane) sends SIGHUP to its session, so each node gets a new session (setsid, no controlling terminal)
-  # and reads nothing from it. The log is created here, before the node starts, so that wait_started only
-  # ever reads what this node writes.
+  # and reads nothing from it (a background job of this non-interactive script leads no process group, so
+  # setsid runs the node in place and $! is the node's PID). The log is created here, before the node
+  # starts, so that wait_started only ever reads what this node writes.
   local args=() log
   while [ "$1" != "--" ]; do args+=("$1"); shift; done
   log=$2
