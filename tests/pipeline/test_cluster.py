@@ -2,9 +2,9 @@
 cluster/local_cluster.sh.
 
 One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: docs/ray.md's
-recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; its first test
-stops it and starts it again in the same folder under a terminal that closes, the fixture stops it at the
-end and checks that only its own processes were ended.
+recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; its last test
+stops it and starts it again in the same folder under a terminal that closes, and the fixture stops it at
+the end and checks that only its own processes were ended.
 """
 
 from __future__ import annotations
@@ -42,25 +42,6 @@ def started(ray_local):
 def cluster(started):
     """Environment for `ray job submit` against the module's cluster."""
     return started[0]
-
-
-def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_started_it(started):
-    """`stop`, then `start` again in the same folder (the old nodes' logs still there) under a pseudo-terminal
-    that closes as soon as `start` returns (SIGHUP to its session, as when an `ssh -t` or a CI step ends):
-    every node comes up and is still alive seconds later. The module's other tests then run on this cluster."""
-    env, state = started
-    subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
-    assert "Ray runtime started" in (state / "head.log").read_text()  # what used to pass the start-up check
-    start = [*SCRIPT, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
-             "--port", (state / "port").read_text().strip(), "--dashboard-port", (state / "dashboard_port").read_text().strip()]
-    done = subprocess.run(["script", "-qec", shlex.join(start), "/dev/null"], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0 and "local Ray cluster up: 1 head + 2 workers" in done.stdout, done.stdout[-3000:]
-    time.sleep(5)
-    pids = [int(p) for p in (state / "pids").read_text().split()]
-    assert len(pids) == 3 and all(running(pid) for pid in pids)
-    status = subprocess.run([*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120)
-    assert status.returncode == 0 and status.stdout.strip() == "3 of 3 Ray nodes alive", status.stdout + status.stderr
 
 
 def dscore_submit(env: dict, *entrypoint: str) -> subprocess.CompletedProcess:
@@ -194,3 +175,23 @@ def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):
                          "--output", str(tmp_path / "out"), "--no-such-option")
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "unrecognized arguments: --no-such-option" in done.stdout
+
+
+def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_started_it(started):
+    """`stop`, then `start` again in the same folder (the old nodes' logs still there) under a pseudo-terminal
+    that closes as soon as `start` returns (SIGHUP to its session, as when an `ssh -t` or a CI step ends):
+    every node comes up and is still alive seconds later. Last in the module: its other tests use the cluster
+    as the fixture started it, and the fixture stops this one."""
+    env, state = started
+    subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
+    assert "Ray runtime started" in (state / "head.log").read_text()  # what used to pass the start-up check
+    start = [*SCRIPT, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
+             "--port", (state / "port").read_text().strip(), "--dashboard-port", (state / "dashboard_port").read_text().strip()]
+    done = subprocess.run(["script", "-qec", shlex.join(start), "/dev/null"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "local Ray cluster up: 1 head + 2 workers" in done.stdout, done.stdout[-3000:]
+    time.sleep(5)
+    pids = [int(p) for p in (state / "pids").read_text().split()]
+    assert len(pids) == 3 and all(running(pid) for pid in pids)
+    status = subprocess.run([*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and status.stdout.strip() == "3 of 3 Ray nodes alive", status.stdout + status.stderr
