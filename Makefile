@@ -13,6 +13,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@echo "setting up $(VENV): pip installs torch, transformers, Ray and the rest (about 1.9 GB); this may take a few minutes"
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install --quiet "$(TORCH_CPU)"; fi
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -30,10 +31,11 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the report's browser test will be skipped"
 
-# Import contracts first (pyproject.toml [tool.importlinter]: the layers may not reach across), then the tests.
+# Import contracts first (pyproject.toml [tool.importlinter]: the layers may not reach across), then the tests,
+# one line per test file as it starts (its dots follow), so that a log shows which module runs.
 test: setup browser
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest
 
 # Throughput side by side with naive scoring and minicons (its own venv, made on first use), then the
 # Ray pipeline against the number of actors, then pairwise joints; on a quiet machine (about 45 minutes

@@ -4,8 +4,11 @@
 #
 #   cluster/local_cluster.sh start [--workers N] [--cpus C] [--dir DIR] [--port P] [--dashboard-port D]
 #   cluster/local_cluster.sh env   [--dir DIR]    # prints the exports that point ray CLI / jobs at it
+#   cluster/local_cluster.sh status [--dir DIR]   # how many of its nodes the GCS reports alive (exit 1: not all)
 #   cluster/local_cluster.sh stop  [--dir DIR]
 #
+# Each node runs in a session of its own, so it outlives the terminal that started it (closing an `ssh -t`,
+# a CI step or a tmux pane sends SIGHUP to that terminal's session only).
 # `stop` ends only the processes `start` launched (their PIDs are in DIR/pids; each `ray start --block`
 # shuts its own node down on SIGTERM). It never runs `ray stop`, which would kill every Ray on the machine.
 # The token lives in DIR/auth_token, not ~/.ray, so the cluster does not touch the user's own Ray setup.
@@ -35,7 +38,7 @@ alive_nodes() {  # how many nodes the cluster's GCS reports alive
   RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" python -c '
 import sys, ray
 ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
-print(sum(1 for n in ray.nodes() if n["Alive"]))' "127.0.0.1:$port" 2>/dev/null | tail -n 1
+print(sum(1 for n in ray.nodes() if n["Alive"]))' "127.0.0.1:$(cat "$dir/port")" 2>/dev/null | tail -n 1
 }
 
 running() {  # a live process (an exited one awaiting its reaper, a zombie, does not count)
@@ -64,6 +67,20 @@ wait_gone() {  # $1 seconds: until none of the remaining arguments is running
 
 free_port() {  # a free TCP port on loopback (Ray's agent and client ports have fixed defaults)
   python -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+detached() {  # COMMAND... -- LOG: run COMMAND in a session of its own, its PID appended to DIR/pids
+  # A node must outlive the terminal that started it: closing a pseudo-terminal (ssh -t, a CI step, a tmux
+  # pane) sends SIGHUP to its session, so each node gets a new session (setsid, no controlling terminal)
+  # and reads nothing from it (a background job of this non-interactive script leads no process group, so
+  # setsid runs the node in place and $! is the node's PID). The log is created here, before the node
+  # starts, so that wait_started only ever reads what this node writes.
+  local args=() log
+  while [ "$1" != "--" ]; do args+=("$1"); shift; done
+  log=$2
+  : > "$log"
+  setsid "${args[@]}" < /dev/null >> "$log" 2>&1 &
+  echo $! >> "$dir/pids"
 }
 
 wait_started() {  # $1 pid, $2 log: until the node reports it started; fail fast if it died
@@ -97,17 +114,16 @@ case "$cmd" in
     # A RAY_ADDRESS left in the shell (say by an earlier `eval "$(local_cluster.sh env)"`) makes the worker
     # nodes fail to join this head while the head itself comes up: the nodes get their addresses only here.
     unset RAY_ADDRESS DSCORE_RAY_ADDRESS
-    ray start --head --block --node-ip-address 127.0.0.1 --port "$port" --num-cpus "$cpus" \
+    rm -f "$dir"/*.log  # an earlier cluster's logs (one with more workers, say) would mislead whoever reads them
+    detached ray start --head --block --node-ip-address 127.0.0.1 --port "$port" --num-cpus "$cpus" \
       --include-dashboard true --dashboard-host 127.0.0.1 --dashboard-port "$dashboard_port" \
       --dashboard-agent-listen-port "$(free_port)" --ray-client-server-port "$(free_port)" \
-      --temp-dir "$dir/ray" --disable-usage-stats > "$dir/head.log" 2>&1 &
-    echo $! >> "$dir/pids"
-    wait_started $! "$dir/head.log" || { "$0" stop --dir "$dir"; exit 1; }
+      --temp-dir "$dir/ray" --disable-usage-stats -- "$dir/head.log"
+    wait_started "$(tail -n 1 "$dir/pids")" "$dir/head.log" || { "$0" stop --dir "$dir"; exit 1; }
     for i in $(seq 1 "$workers"); do
-      ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
-        --dashboard-agent-listen-port "$(free_port)" --disable-usage-stats > "$dir/worker-$i.log" 2>&1 &
-      echo $! >> "$dir/pids"
-      wait_started $! "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
+      detached ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
+        --dashboard-agent-listen-port "$(free_port)" --disable-usage-stats -- "$dir/worker-$i.log"
+      wait_started "$(tail -n 1 "$dir/pids")" "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
     done
     joined=$(alive_nodes)
     if [ "$joined" != "$((workers + 1))" ]; then
@@ -121,6 +137,13 @@ case "$cmd" in
     ;;
   env)
     print_env
+    ;;
+  status)
+    [ -s "$dir/pids" ] || { echo "no cluster started from $dir" >&2; exit 1; }
+    nodes=$(wc -w < "$dir/pids")
+    alive=$(alive_nodes)
+    echo "${alive:-0} of $nodes Ray nodes alive"
+    [ "${alive:-0}" = "$nodes" ]
     ;;
   stop)
     [ -f "$dir/pids" ] || { echo "no cluster started from $dir" >&2; exit 0; }
@@ -138,7 +161,7 @@ case "$cmd" in
     echo "stopped the cluster started from $dir"
     ;;
   *)
-    sed -n '2,12p' "$0" >&2
+    sed -n '2,16p' "$0" >&2
     exit 2
     ;;
 esac

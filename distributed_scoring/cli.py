@@ -15,6 +15,8 @@ from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions,
 from .errors import DataLossError, UserError
 from .quiet import quiet_transformers
 
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
+
 
 def _add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True,
                          maskless: bool = False) -> None:
@@ -187,6 +189,9 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seed", type=int, default=t.seed, help="seed of the bootstrap (recorded in audit.json)")
     g.add_argument("--accept-insufficient", action="store_true",
                    help=f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge")
+    g.add_argument("--outlier-min-sigma", type=float, default=o.min_sigma,
+                   help=f"the smallest robust sigma, in nats per token, the outlier rule divides by (default "
+                   f"{o.min_sigma:g}; 0 for none): a partition of near-identical sentences measures a tiny one")
     g.add_argument("--outlier-k", type=float, default=o.k,
                    help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})")
     g.add_argument("--outlier-scope", choices=SCOPES, default=o.scope,
@@ -201,7 +206,8 @@ def _audit(args: argparse.Namespace) -> int:
     from .workflows.audit.run import audit_snapshot
 
     config = AuditConfig(
-        outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope),
+        outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope,
+                             min_sigma=args.outlier_min_sigma),
         thresholds=Thresholds(metric=args.metric, max_pppl_increase=args.max_pppl_increase,
                               max_pppl_decrease=args.max_pppl_decrease,
                               max_error_rate_increase=args.max_error_rate_increase, min_rows=args.min_rows,
@@ -531,6 +537,13 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def _submit(args: argparse.Namespace) -> int:
+    from .workflows.submit import Submission, submit
+
+    words = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
+    return submit(Submission(tuple(words), args.address, args.working_dir), args.result)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .offline.models import MODELS
     from .workflows.train.maskless import LR as MASKLESS_LR
@@ -622,6 +635,21 @@ def build_parser() -> argparse.ArgumentParser:
                       help="random orders per held-out row for the random-order perplexity (default 1)")
     _add_train_arguments(pmlm, lr=PMLM_LR)
     pmlm.set_defaults(func=_train_pmlm)
+    submit = commands.add_parser(
+        "submit", help="run a dscore command or jobs/ script as a Ray job; exits with its exit code",
+        description="Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
+        "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
+        "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
+        "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
+        "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.")
+    submit.add_argument("--address", default=None,
+                        help="the job server, http://HEAD:8265 (default $RAY_API_SERVER_ADDRESS, then $RAY_ADDRESS)")
+    submit.add_argument("--working-dir", default=None, metavar="DIR",
+                        help="folder uploaded as the job's working directory and put on its PYTHONPATH (`.` for "
+                        "this repository, which jobs/ scripts need where the package is not installed)")
+    submit.add_argument("entrypoint", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                        help="what the job runs: `python jobs/pppl_audit.py --input ...` or `dscore audit ... --ray`")
+    submit.set_defaults(func=_submit)
     fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
     fetch.add_argument("name", choices=sorted(MODELS))
     fetch.add_argument("--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")
@@ -660,7 +688,7 @@ def _one_line(exc: Exception) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     quiet_transformers()
     # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,
     # anything else printed there (Ray streams its workers' and raylets' messages to stdout) goes to stderr.

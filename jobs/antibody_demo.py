@@ -11,12 +11,15 @@ scorer ranks human < mouse < shuffled.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
+import logging
 import sys
 from pathlib import Path
 
 from distributed_scoring.offline.antibodies import demo_corpus
-from distributed_scoring.cli import main as dscore
+from distributed_scoring.cli import LOG_FORMAT, main as dscore
 from distributed_scoring.offline.models import fetch_model
 
 
@@ -39,10 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="out/demo", help="output folder of the scoring run")
     parser.add_argument("--per-group", type=int, default=8, help="sequences per group")
     args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)  # the model's download says so, as the run does
     output = Path(args.output)
     inputs = write_corpus(output.with_name(output.name + "-corpus"), args.per_group)
     model = fetch_model("antiberty")
-    rc = dscore(["score", *map(str, inputs), "--model", str(model), "--output", str(output), *extra])
+    with contextlib.redirect_stdout(io.StringIO()):  # the summary's JSON is in the folder; the table is printed
+        rc = dscore(["score", *map(str, inputs), "--model", str(model), "--output", str(output), *extra])
     if rc != 0:
         return rc
     summary = json.loads((output / "summary.json").read_text())
@@ -50,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, s in summary["by_input"].items():
         print(f"{Path(name).stem:<10} {s['ok']:>6} {s['n_tokens']:>8} {s['pppl_token']:>7.2f} {s['sum_pll'] / s['n_tokens']:>12.3f}")
     print(f"{'all':<10} {summary['ok']:>6} {summary['n_tokens']:>8} {summary['pppl_token']:>7.2f}")
-    print(f"\nscored rows: {output / 'rows'}  summary: {output / 'summary.json'}")
+    print(f"\nscored rows: {output / 'rows'}  summary (all figures, as JSON): {output / 'summary.json'}")
     return 0
 
 

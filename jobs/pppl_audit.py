@@ -7,6 +7,8 @@
 Every option of `dscore audit` is accepted; `--input` may be repeated. The job's exit code is the
 audit's (0 pass, 3 regression, 5 insufficient data, 4 baseline from another model), so a
 regression, or data too scant to judge, fails the job (`--accept-insufficient` to allow the latter).
+`ray job submit` exits 1 for all of them; `dscore submit --working-dir . -- python jobs/pppl_audit.py ...`
+exits with the audit's own code, for a scheduler to branch on.
 """
 
 import sys

@@ -17,6 +17,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+# What each Ray the suite starts may take, so that the suite stays small beside other work on a shared
+# machine: the shared `ray_local`, the local cluster's nodes (tests/local_cluster.py passes this
+# environment to `ray start`) and the embedded Rays of drivers run as subprocesses all inherit it. Ray's
+# default object store is 30 % of the machine's memory per node and it keeps a worker process per CPU,
+# started ahead of need; the suite's data is kilobytes and its tasks few.
+RAY_CAPS = {
+    "RAY_DEFAULT_OBJECT_STORE_MAX_MEMORY_BYTES": str(512 * 2**20),  # each node's object store
+    "RAY_num_workers_soft_limit": "2",  # idle worker processes a node keeps (actors and busy workers aside)
+    "RAY_enable_worker_prestart": "0",  # none started before a task or actor needs it
+}
+for name, value in RAY_CAPS.items():
+    os.environ.setdefault(name, value)
+
 import pytest  # noqa: E402
 
 import tiny  # noqa: E402

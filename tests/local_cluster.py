@@ -34,7 +34,8 @@ def free_port() -> int:
 @contextlib.contextmanager
 def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     """(environment that points `ray job submit` and `dscore --ray` at it, its state folder with the
-    `pids` of its `ray start --block` processes: head first). Stopped on exit; only its own processes end."""
+    `pids` of its `ray start --block` processes: head first). Stopped on exit; only its own processes end.
+    Its nodes inherit this environment, with conftest's RAY_CAPS (object store, idle workers)."""
     # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
     state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -47,5 +48,7 @@ def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     try:
         yield {**env, **variables}, state
     finally:
+        if (state / "pids").exists():  # a test may have restarted it: its processes now
+            started += [int(p) for p in (state / "pids").read_text().split()]
         subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert not any(running(pid) for pid in started)

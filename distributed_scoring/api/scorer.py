@@ -21,8 +21,10 @@ list is expected) raise `UserError` before any work.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -95,6 +97,41 @@ def _public(row: Row, names: Sequence[str]) -> dict:
     return {name: row[name] for name in names if name not in INTERNAL}
 
 
+# A CLI flag in a message from the layers the CLI shares with this API (`--device=cpu`, `--order 'x'`,
+# `--top 5`, `--free-all`), and the value that goes with it.
+_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:=([\w:.-]+)| ('[^']*')| (-?\d+(?:,\d{3})*(?:\.\d+)?)\b)?")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+def python_names(message: str) -> str:
+    """`message` with the CLI's flags named as this API's keyword arguments: `--device=cpu` becomes
+    `device="cpu"`, `--order 'x'` `order='x'`, `--top 5` `top=5`, `--free-all` `free_all`."""
+
+    def named(flag: re.Match) -> str:
+        name, given, quoted, number = flag[1].replace("-", "_"), flag[2], flag[3], flag[4]
+        if given is not None:
+            return f"{name}={given}" if _NUMBER.fullmatch(given) else f'{name}="{given}"'
+        value = quoted if quoted is not None else number.replace(",", "") if number is not None else None
+        return name if value is None else f"{name}={value}"
+
+    return _FLAG.sub(named, message)
+
+
+def python_errors(method: Callable) -> Callable:
+    """`method` raising its `UserError`s with Python's names for the options: the messages come from the
+    configs, workloads and engines the CLI shares, which name them as flags."""
+
+    @functools.wraps(method)
+    def named(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except UserError as exc:
+            exc.args = (python_names(str(exc)), *exc.args[1:])
+            raise
+
+    return named
+
+
 def _warn_unscored(rows: list[Row], instead: str) -> None:
     failed = [row for row in rows if row[S.STATUS] != S.STATUS_OK]
     if failed:
@@ -118,6 +155,7 @@ class MLMScorer:
         (True, 'cpu')
     """
 
+    @python_errors
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto", variant: str = "original",
                  batch_tokens: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
                  split_chars: bool = False, progress: bool = False) -> None:
@@ -142,6 +180,7 @@ class MLMScorer:
 
     # PLL and what follows from it.
 
+    @python_errors
     def score(self, texts: Sequence[str], per_token: bool = False, word_scores: bool = False) -> list[dict]:
         """One dict per text with `dscore score`'s columns: text, pll, n_tokens, n_words, n_unknown,
         pppl_token, pppl_word, status, error, and with `per_token` tokens and token_logprobs, with
@@ -157,6 +196,7 @@ class MLMScorer:
         rows = self._scored(texts, self.progress)
         return [_public(row, [S.TEXT, *added_schema(per_token, word_scores).names]) for row in rows]
 
+    @python_errors
     def pll(self, texts: Sequence[str]) -> list[float]:
         """The pseudo-log-likelihood of each text (natural log, summed over its non-special tokens);
         NaN where a text cannot be scored (see `score` for why).
@@ -169,6 +209,7 @@ class MLMScorer:
         _warn_unscored(rows, "NaN")
         return [row[S.PLL] if row[S.STATUS] == S.STATUS_OK else math.nan for row in rows]
 
+    @python_errors
     def token_score(self, texts: Sequence[str]) -> list[list[tuple[str, float]] | None]:
         """Per text, (token, log-probability) of each scored token, as minicons' `token_score` gives
         them; their sum is the PLL. None where a text cannot be scored.
@@ -181,6 +222,7 @@ class MLMScorer:
         return [list(zip(row[S.TOKENS], row[S.TOKEN_LOGPROBS])) if row[S.STATUS] == S.STATUS_OK else None
                 for row in rows]
 
+    @python_errors
     def word_score(self, texts: Sequence[str]) -> list[list[tuple[str, float]] | None]:
         """Per text, (word, log-probability) of each whitespace-separated word, the sum over its tokens
         (minicons' `word_score`); a word's punctuation stays with it. None where a text cannot be scored.
@@ -193,6 +235,7 @@ class MLMScorer:
         return [list(zip(self._words(row[S.TEXT]), row[S.WORD_SCORES])) if row[S.STATUS] == S.STATUS_OK else None
                 for row in rows]
 
+    @python_errors
     def pppl(self, texts: Sequence[str], per: str = "token") -> float:
         """Corpus pseudo-perplexity exp(-sum PLL / sum N), N the scored tokens (`per="token"`) or the
         whitespace words (`per="word"`), over the texts that can be scored (never a mean of per-text
@@ -210,6 +253,7 @@ class MLMScorer:
         value = pppl(math.fsum(row[S.PLL] for row in ok), sum(row[counts[per]] for row in ok))
         return math.nan if value is None else value
 
+    @python_errors
     def score_table(self, texts: Sequence[object], per_token: bool = False, word_scores: bool = False,
                     prefix: str = "") -> pa.Table:
         """The columns of `added_schema` for the texts, as one Arrow table in their order: what
@@ -219,6 +263,7 @@ class MLMScorer:
         return pa.Table.from_pylist([{prefix + name: row[name] for name in schema.names} for row in rows],
                                     schema=added_schema(per_token, word_scores, prefix))
 
+    @python_errors
     def score_dataset(self, dataset: Dataset, text_column: str = "text", per_token: bool = False,
                       word_scores: bool = False, prefix: str = "", batch_size: int = CHUNK_ROWS) -> Dataset:
         """A Hugging Face `datasets.Dataset` (or `DatasetDict`, `IterableDataset`) with the columns of
@@ -229,6 +274,7 @@ class MLMScorer:
 
     # The other workloads, on the same model.
 
+    @python_errors
     def infill(self, texts: Sequence[str], answers: Sequence[object] | None = None,
                ids: Sequence[object] | None = None, **options: Any) -> list[dict]:
         """Fill the mask tokens of each text (`dscore infill`): one dict per text with the CLI's columns
@@ -250,6 +296,7 @@ class MLMScorer:
         names = infill_schema(settings).names
         return [_public(row, names) for row in self._run(rows, [preparer.process, scorer.process], CHUNK_ROWS)]
 
+    @python_errors
     def sample(self, texts: Sequence[str], answers: Sequence[object] | None = None,
                ids: Sequence[object] | None = None, **options: Any) -> list[list[dict]]:
         """Metropolis-Hastings chains from the model's energy (`dscore sample`), started from each text
@@ -272,6 +319,7 @@ class MLMScorer:
         return [[_public(row, OUTPUT_SCHEMA.names) for row in rows[start : start + per_text]]
                 for start in range(0, len(rows), per_text)]
 
+    @python_errors
     def joints(self, texts: Sequence[str], pairs: Sequence[tuple[int, int] | None] | None = None,
                scheme: str = "random", seed: int = 0, ids: Sequence[object] | None = None, pivot: str | int = "mode",
                ag_iterations: int = 50, top_k: int | None = None) -> list[dict[str, dict]]:
@@ -305,6 +353,7 @@ class MLMScorer:
         return [{row[CONSTRUCTION]: _public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
                 for start in range(0, len(out), per_text)]
 
+    @python_errors
     def chain(self, texts: Sequence[str], order: str = "l2r", orders: int = 1, seed: int = 0,
               ids: Sequence[object] | None = None) -> list[dict]:
         """Chain-rule log-likelihoods along orders of each text's tokens (Liao et al., 2020, u-PMLM;

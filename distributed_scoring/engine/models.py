@@ -179,7 +179,8 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} was asked for but torch sees no CUDA device; use --device cpu")
+        raise ModelLoadError(f"device {device!r} was asked for but torch sees no CUDA device: use --device=cpu, or "
+                             "--device=auto (CUDA where there is one, else the CPU)")
     return torch.device(device)
 
 

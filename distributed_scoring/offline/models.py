@@ -63,6 +63,8 @@ def download(package: Package, cache: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(folder.glob(f"{package.name}-{package.version}*"))
     if not found:
+        logger.info("downloading %s from PyPI into %s (once; a minute or more on a slow link)", package.requirement,
+                    folder)
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(folder), package.requirement],
             check=True,

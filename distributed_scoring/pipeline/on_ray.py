@@ -30,6 +30,7 @@ from ..config import InputSpec, RayOptions, RunConfig
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
 from .progress import Progress, ignore, rows_done
+from .watchdog import watching
 from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
 from ..quiet import quiet_transformers
@@ -49,6 +50,8 @@ IO_CPUS = 0.25  # read and write tasks wait on storage more than they compute
 # own transient storage errors and common network failures.
 TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temporary failure", "503")
 MAX_RETRIES = 3
+# What a run on Ray waits for before its first forward pass, in its progress line.
+ACTORS_WAITING = "waiting for the scoring actors to start and load the model"
 REPORT_EVERY_S = 1.0  # the most often a scoring actor posts how far its shard has got
 POLL_S = 1.0  # how often the driver collects those posts
 
@@ -284,12 +287,12 @@ class ProgressBoard:
     driver to collect: Ray Data hands the driver a shard only once it is written."""
 
     def __init__(self) -> None:
-        self.rows: dict[str, int] = {}
+        self.rows: dict[str, float] = {}
 
-    def post(self, key: str, rows: int) -> None:
+    def post(self, key: str, rows: float) -> None:
         self.rows[key] = rows
 
-    def collect(self) -> dict[str, int]:
+    def collect(self) -> dict[str, float]:
         """The rows done of every shard posted since the last collection."""
         rows, self.rows = self.rows, {}
         return rows
@@ -371,12 +374,16 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         if log is not None:
             stack.enter_context(ray_output_to(log))
         kwargs = {} if options.verbose else {"log_to_driver": False}
+        began = time.monotonic()
         if address:
+            logger.info("joining the Ray cluster at %s", address)
             context = ray.init(address=address, **kwargs)
         else:
+            logger.info("starting an embedded Ray (seconds on a quiet machine, a minute on a busy one)")
             context = ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
-        if not address:
+            stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
             stack.callback(ray.shutdown)
+        logger.info("Ray is up (%.0f s)", time.monotonic() - began)
         if log is not None:
             log.open(_run_log_path(context))
             logger.info("Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)",
@@ -478,7 +485,7 @@ def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: O
         try:
             dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location, board,
                                     ray_bars=options.verbose and bar)
-            display = Progress(sum(s.rows for s in todo), bar=bar)
+            display = Progress(sum(s.rows for s in todo), bar=bar, waiting=ACTORS_WAITING)
             try:
                 consume(dataset.iter_rows(), lambda row: display.finished(row["key"], row["rows"]),
                         options.stall_timeout_s, on_tick=_collector(board, display))

@@ -4,12 +4,16 @@ One display per run: a tqdm bar on an interactive terminal, else a log line at l
 seconds (jobs, CI, files). A shard's rows count in full once its file is written; while it is scored,
 its score stage says how far it has got through a `Report` (units done out of units in all, in whatever
 its engine counts: masked copies, beam steps, sampler steps), and the display moves by that fraction of
-the shard's rows. So a 1,000-row shard that takes minutes shows progress all along, not only at its end.
+the shard's rows, in fractions of a row (`3.4/24 rows`). So a shard that takes minutes, even a single row
+that does (a long protein scored on two cores), shows progress after every forward pass, not only at its end.
+Until the first forward pass is done the line says what it waits for and for how long: starting Ray's
+actors and loading the model on them can take a minute.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import sys
 import time
 from typing import Callable
@@ -22,15 +26,24 @@ Report = Callable[[int, int], None]
 """What a score stage calls as it goes: (units done, units in all) of the shard it is scoring."""
 
 EVERY_S = 10.0  # the longest a run without a bar stays silent while rows are being done
+WAITING = "waiting for the first forward pass"
 
 
 def ignore(done: int, total: int) -> None:
     """The `Report` of a stage whose caller does not watch its progress."""
 
 
-def rows_done(rows: int, done: int, total: int) -> int:
-    """The rows of a shard of `rows` rows that `done` units out of `total` stand for."""
-    return min(rows, rows * max(done, 0) // total) if total > 0 else 0
+def rows_done(rows: int, done: int, total: int) -> float:
+    """The rows of a shard of `rows` rows that `done` units out of `total` stand for, fractions included."""
+    return rows * min(max(done, 0), total) / total if total > 0 else 0.0
+
+
+def count(rows: float) -> str:
+    """`1,200` for whole rows (and from a thousand on), `3.4` for a part-done one: rounded down, so that
+    what is not done never reads as done."""
+    if rows == int(rows) or rows >= 1000:
+        return f"{int(rows):,}"
+    return f"{math.floor(rows * 10) / 10:.1f}"
 
 
 def part(report: Report, index: int, parts: int) -> Report:
@@ -39,28 +52,41 @@ def part(report: Report, index: int, parts: int) -> Report:
     return lambda done, total: report(index * total + done, parts * total)
 
 
+class _Bar(tqdm):
+    """tqdm's bar with the count as the log line writes it (tqdm prints a float count with all its digits)."""
+
+    FORMAT = "{l_bar}{bar}| {count}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+
+    @property
+    def format_dict(self) -> dict:
+        return {**super().format_dict, "count": count(self.n)}
+
+
 class Progress:
     """Rows done out of `total`: shards written (`finished`) plus the reported part of those in flight
     (`partial`). The count shown never goes back (a shard scored again after its actor died starts over)."""
 
-    def __init__(self, total: int, what: str = "rows", every_s: float = EVERY_S, bar: bool | None = None) -> None:
+    def __init__(self, total: int, what: str = "rows", every_s: float = EVERY_S, bar: bool | None = None,
+                 waiting: str = WAITING) -> None:
         self.total = total
+        self.waiting = waiting
         self.what = what
         self.every_s = every_s
-        self.shown = 0
+        self.shown = 0.0
         self.finished_rows = 0
-        self._in_flight: dict[str, int] = {}
+        self._in_flight: dict[str, float] = {}
         self._finished: set[str] = set()
         self.started = self.last_log = time.monotonic()
-        self.first_moved: tuple[float, int] | None = None  # (when, rows shown) at the first rows done
+        self.first_moved: tuple[float, float] | None = None  # (when, rows shown) at the first rows done
         show_bar = sys.stderr.isatty() if bar is None else bar
-        self.bar = tqdm(total=total, unit=what, dynamic_ncols=True, smoothing=0.1) if show_bar else None
+        self.bar = _Bar(total=total, unit=what, dynamic_ncols=True, smoothing=0.1, postfix=waiting,
+                        bar_format=_Bar.FORMAT) if show_bar else None
 
     def report(self, key: str, rows: int) -> Report:
         """The `Report` of shard `key` of `rows` rows, for a stage scoring it in this process."""
         return lambda done, total: self.partial(key, rows_done(rows, done, total))
 
-    def partial(self, key: str, rows: int) -> None:
+    def partial(self, key: str, rows: float) -> None:
         """Shard `key` is `rows` rows along (ignored once the shard is finished)."""
         if key not in self._finished:
             self._in_flight[key] = rows
@@ -82,6 +108,8 @@ class Progress:
         moved, self.shown = value - self.shown, value
         if moved and self.first_moved is None:
             self.first_moved = (time.monotonic(), value)
+            if self.bar is not None:
+                self.bar.set_postfix_str("", refresh=False)
         if self.bar is not None:
             if moved:
                 self.bar.update(moved)
@@ -92,13 +120,17 @@ class Progress:
             logger.info("%s", self.line())
 
     def line(self) -> str:
-        """`1,200/3,000 rows (40%), 120 rows/s, ETA 00:15` (three significant digits of the rate)."""
+        """`1,200/3,000 rows (40%), 120 rows/s, ETA 00:15` (three significant digits of the rate); before
+        the first forward pass, `0/3,000 rows (0%), waiting for the first forward pass for 00:40`."""
+        elapsed = tqdm.format_interval(time.monotonic() - self.started)
+        percent = int(100 * self.shown // self.total) if self.total else 100
+        head = f"{count(self.shown)}/{self.total:,} {self.what} ({percent}%), "
+        if self.first_moved is None and self.total:
+            return head + f"{self.waiting} for {elapsed}"
         rate = self.rate()
         left = self.total - self.shown
         eta = tqdm.format_interval(left / rate) if rate > 0 else "?"
-        percent = 100 * self.shown // self.total if self.total else 100
-        return (f"{self.shown:,}/{self.total:,} {self.what} ({percent}%), {rate:.3g} {self.what}/s, "
-                + (f"ETA {eta}" if left else f"in {tqdm.format_interval(time.monotonic() - self.started)}"))
+        return head + f"{rate:.3g} {self.what}/s, " + (f"ETA {eta}" if left else f"in {elapsed}")
 
     def rate(self) -> float:
         """Rows per second since the first rows were done, so that start-up (loading models, starting

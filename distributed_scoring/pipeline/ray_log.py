@@ -6,7 +6,7 @@ constructor arguments in the object store` line that every Ray Data actor pool t
 (ray-project/ray#57733); and under memory pressure, its out-of-memory killer's `(raylet) ... retried`
 notices (which the driver prints even with `log_to_driver` off) and `ERROR services.py` lines of its
 processes. Its Python loggers (`ray`, `ray.data`) are handed to a handler that writes the run log instead
-of the terminal; its C++ core and its other processes write straight to file descriptor 2, so while the
+of the terminal, and so are the Python warnings raised in its code; its C++ core and its other processes write straight to file descriptor 2, so while the
 run lasts that descriptor is a pipe whose lines in Ray's formats (its C++ log lines, anywhere in a line;
 its Python log lines and `(raylet)` notices, at a line's start) go to the run log and everything else
 (this package's log lines, the progress bar, tracebacks) to where it went before. The run log is
@@ -23,6 +23,7 @@ import os
 import re
 import sys
 import threading
+import warnings
 from typing import IO, Iterator
 
 RAY_LOGGERS = ("ray", "ray.data")
@@ -186,6 +187,28 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 @contextlib.contextmanager
+def _ray_warnings_to(log: RunLog) -> Iterator[None]:
+    """Python warnings raised in Ray's own code (Ray Data's advice on actor pools that got fewer inputs
+    than actors, say) go to `log`; other warnings are shown as before."""
+    import ray
+
+    ray_code = os.path.dirname(ray.__file__) + os.sep
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001 - warnings' signature
+        if str(filename).startswith(ray_code):
+            log.write(warnings.formatwarning(message, category, filename, lineno, line))
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        yield
+    finally:
+        warnings.showwarning = shown
+
+
+@contextlib.contextmanager
 def ray_output_to(log: RunLog) -> Iterator[None]:
     """While the body runs, Ray's log records and its C++ lines go to `log`, not to the terminal; this
     package's records go to both. Everything is put back as it was on exit."""
@@ -203,7 +226,7 @@ def ray_output_to(log: RunLog) -> Iterator[None]:
     root = logging.getLogger()
     root.addHandler(handler)
     try:
-        with _CoreLinesToLog(log):
+        with _CoreLinesToLog(log), _ray_warnings_to(log):
             yield
     finally:
         root.removeHandler(handler)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from typing import Iterator
 
 from .aggregate import check_complete
@@ -93,8 +94,11 @@ def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out:
                   progress: bool | None = None) -> None:
     """Read, prepare, score and write each shard in this process (one model load); the display moves
     as the score stage reports, not only when a shard is written."""
+    logger.info("loading the model for %s (seconds to a few minutes, by its size)", workload.name)
+    began = time.monotonic()
     scorer = workload.make_scorer()
     preparer = workload.make_preparer()
+    logger.info("model loaded (%.0f s)", time.monotonic() - began)
     display = Progress(sum(s.rows for s in todo), bar=progress)
     try:
         for unit in read_units(todo):

@@ -40,6 +40,8 @@ ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", 
 BEAMS, BEST, RANK, CORRECT_TOKENS, PLL = "beams", "best", "rank", "correct_tokens", "pll"
 BEAMS_HCB, RANK_HCB, BEAMS_PLL, RANK_PLL = "beams_hcb", "rank_hcb", "beams_pll", "rank_pll"
 
+# A fill's `score` is its chain log-probability (<= 0), except under `hcb`: there it is the HCB log-ratio
+# log p(fill) - log p(pivots), usually positive, as the pivot (the mask token) is improbable in context.
 BEAM = pa.struct([pa.field("tokens", pa.list_(pa.string())), pa.field("text", pa.string()),
                   pa.field("score", pa.float64())])
 

@@ -114,6 +114,21 @@ def test_mistakes_that_concern_every_text_raise_before_work(bert, scorer):
         MLMScorer("./no/such/model")
 
 
+def test_the_device_is_auto_by_default_and_errors_name_python_arguments(bert, scorer, monkeypatch):
+    """On a CPU machine `MLMScorer(model)` runs on the CPU; asking for CUDA there, or for more fills than
+    the beam keeps, is an error that names the API's arguments (`device="cpu"`), not the CLI's flags."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert MLMScorer(bert).signature["device"] == "cpu"
+    with pytest.raises(UserError) as raised:
+        MLMScorer(bert, device="cuda")
+    assert 'use device="cpu", or device="auto"' in str(raised.value) and "--" not in str(raised.value)
+    with pytest.raises(UserError) as raised:
+        scorer.infill(["the [MASK] fox"], beam=2, top=3)
+    assert str(raised.value).startswith("top=3 is more than beam=2") and "--" not in str(raised.value)
+
+
 def test_batching_dtype_and_progress(bert, scorer, capsys):
     reference = scorer.pll(TEXTS)
     tiny_budget = MLMScorer(bert, device="cpu", batch_tokens=16, progress=True)
@@ -145,7 +160,7 @@ def test_infill_rows_equal_dscore_infill_rows(tmp_path, bert, scorer):
                 assert_same(beam, want_beam)
             assert_same({**row, "beams": None}, {**want, "beams": None})
     assert got[1]["status"] == "error" and "no mask token" in got[1]["error"]
-    with pytest.raises(UserError, match="--pivot 'zzzq'"):
+    with pytest.raises(UserError, match="pivot='zzzq' is not a token"):  # the API's argument, not the CLI's --pivot
         scorer.infill(["the [MASK] fox"], decoder="hcb", pivot="zzzq")
 
 

@@ -1,35 +1,53 @@
-"""`ray job submit` of every jobs/ entry point to the local multi-process cluster of cluster/local_cluster.sh.
+"""`ray job submit` of every jobs/ entry point, and `dscore submit`, to the local multi-process cluster of
+cluster/local_cluster.sh.
 
 One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: docs/ray.md's
-recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; the fixture
-stops it and checks that only its own processes were ended.
+recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; its last test
+stops it and starts it again in the same folder under a terminal that closes, and the fixture stops it at
+the end and checks that only its own processes were ended.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
+import time
 
 import pyarrow.parquet as pq
 import pytest
 
 import rescoring_helpers as H
 import tiny
-from local_cluster import REPO, local_cluster
+from local_cluster import REPO, SCRIPT, local_cluster, running
 from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.cli import main
+from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
 from distributed_scoring.workflows.score import score
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def cluster(ray_local):
-    """Environment for `ray job submit` against a freshly started local cluster."""
-    with local_cluster(workers=2, cpus=2) as (env, _):
-        yield env
+def started(ray_local):
+    """(environment, state folder) of a freshly started local cluster."""
+    with local_cluster(workers=2, cpus=2) as started:
+        yield started
     assert ray_local.get(ray_local.put("still alive")) == "still alive"  # only our cluster was stopped
+
+
+@pytest.fixture(scope="module")
+def cluster(started):
+    """Environment for `ray job submit` against the module's cluster."""
+    return started[0]
+
+
+def dscore_submit(env: dict, *entrypoint: str) -> subprocess.CompletedProcess:
+    """`dscore submit --working-dir REPO -- ENTRYPOINT` against the cluster that `env` points at."""
+    return subprocess.run([sys.executable, "-m", "distributed_scoring.cli", "submit", "--working-dir", str(REPO), "--",
+                           *entrypoint], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400)
 
 
 def submit(env: dict, job: str, *args: str) -> subprocess.CompletedProcess:
@@ -132,3 +150,48 @@ def test_infill_sample_generate_and_train_jobs(cluster, tmp_path, tiny_model_dir
     assert report["training"]["steps"] == 6 and "maskless step 6/6" in done.stdout + done.stderr
     assert sorted(p.name for p in (tmp_path / "student" / "checkpoints").glob("step-*")) == \
         ["step-00000003", "step-00000006"]
+
+
+def test_dscore_submit_exits_with_the_audits_regression_code(cluster, tmp_path, tiny_model_dir):
+    """A nightly audit whose snapshot regressed (many rows turned to error rows since the baseline) exits 3
+    through `dscore submit`, where `ray job submit` exits 1; the job's log comes to standard output."""
+    model = str(tiny_model_dir("bert"))
+    day1, day2 = tmp_path / "day1" / "news.txt", tmp_path / "day2" / "news.txt"
+    for path, lines in ((day1, tiny.CORPUS * 2), (day2, tiny.CORPUS * 2 + [""] * len(tiny.CORPUS) * 2)):
+        path.parent.mkdir()
+        path.write_text("\n".join(lines) + "\n")
+    assert main(["audit", str(day1), "--model", model, "--output", str(tmp_path / "audit1")]) == EXIT_OK
+    done = dscore_submit(cluster, "python", "jobs/pppl_audit.py", "--input", str(day2), "--model", model,
+                         "--output", str(tmp_path / "audit2"), "--baseline", str(tmp_path / "audit1"))
+    assert done.returncode == EXIT_REGRESSION, done.stdout[-3000:] + done.stderr[-3000:]
+    audit = json.loads((tmp_path / "audit2" / "audit.json").read_text())
+    assert audit["baseline"]["overall"]["status"] == "regression"
+    assert '"exit_code": 3' in done.stdout and "entrypoint exited with 3" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):
+    done = dscore_submit(cluster, "python", "jobs/pppl_audit.py", "--input", str(tmp_path / "x.txt"), "--model", "m",
+                         "--output", str(tmp_path / "out"), "--no-such-option")
+    assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "unrecognized arguments: --no-such-option" in done.stdout
+
+
+def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_started_it(started):
+    """`stop`, then `start` again in the same folder (the old nodes' logs still there) under a pseudo-terminal
+    that closes as soon as `start` returns (SIGHUP to its session, as when an `ssh -t` or a CI step ends):
+    every node comes up and is still alive seconds later. Last in the module: its other tests use the cluster
+    as the fixture started it, and the fixture stops this one."""
+    env, state = started
+    subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
+    assert "Ray runtime started" in (state / "head.log").read_text()  # what used to pass the start-up check
+    start = [*SCRIPT, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
+             "--port", (state / "port").read_text().strip(), "--dashboard-port", (state / "dashboard_port").read_text().strip()]
+    done = subprocess.run(["script", "-qec", shlex.join(start), "/dev/null"], env=env, stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "local Ray cluster up: 1 head + 2 workers" in done.stdout, done.stdout[-3000:]
+    time.sleep(5)
+    pids = [int(p) for p in (state / "pids").read_text().split()]
+    assert len(pids) == 3 and all(running(pid) for pid in pids)
+    status = subprocess.run([*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120)
+    assert status.returncode == 0 and status.stdout.strip() == "3 of 3 Ray nodes alive", status.stdout + status.stderr

@@ -14,7 +14,7 @@ import pytest
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline import on_ray, progress, runner
-from distributed_scoring.pipeline.progress import Progress, part, rows_done
+from distributed_scoring.pipeline.progress import Progress, count, part, rows_done
 from distributed_scoring.io.sources import plan_shards
 from distributed_scoring.pipeline.runner import claimed, execute
 from distributed_scoring.pipeline.stage import Stage
@@ -25,7 +25,8 @@ STEPS = 8  # reports of the slow stage per shard, half a second apart
 
 
 def test_rows_done_and_parts():
-    assert [rows_done(10, d, 4) for d in (0, 1, 2, 4, 5)] == [0, 2, 5, 10, 10]
+    assert [rows_done(10, d, 4) for d in (0, 1, 2, 4, 5)] == [0, 2.5, 5, 10, 10]
+    assert rows_done(1, 3, 10) == pytest.approx(0.3)  # a single row's forward passes count as they are done
     assert rows_done(10, 3, 0) == 0  # a shard with nothing to score reports nothing
     seen = []
     part(lambda done, total: seen.append((done, total)), 1, 2)(3, 4)
@@ -48,6 +49,37 @@ def test_the_display_adds_shards_in_flight_and_never_goes_back(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert lines[0].startswith("50/300 rows (16%), ") and "rows/s, ETA " in lines[0]
     assert lines[-1].startswith("300/300 rows (100%), ") and " in 00:0" in lines[-1]
+
+
+def test_counts_read_in_tenths_of_a_row_rounded_down():
+    assert [count(x) for x in (0, 3, 0.35, 23.97, 1200.7, 3000)] == ["0", "3", "0.3", "23.9", "1,200", "3,000"]
+
+
+def test_the_line_moves_within_a_row_and_says_what_it_waits_for_before_the_first_pass(monkeypatch):
+    """The README's demo: 24 rows of about a hundred forward passes each, a row every half minute on two
+    shared cores. Before the first pass the line says what it waits for and how long; then it moves on
+    every pass, not on every row."""
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    display = Progress(24, every_s=10, bar=False, waiting="waiting for the scoring actors")
+    clock[0] = 40.0
+    assert display.line() == "0/24 rows (0%), waiting for the scoring actors for 00:40"
+    report = display.report("a", 8)
+    report(3, 100)  # 3 of a shard's 100 forward passes: 0.24 of a row
+    clock[0] = 43.0
+    report(30, 100)
+    assert display.shown == pytest.approx(2.4)
+    assert display.line().startswith("2.4/24 rows (10%), 0.72 rows/s, ETA ")
+
+
+def test_the_bar_moves_within_a_row_and_says_what_it_waits_for(capsys):
+    display = Progress(24, bar=True, waiting="waiting for the scoring actors")
+    assert "| 0/24 " in str(display.bar) and "waiting for the scoring actors" in str(display.bar)
+    display.partial("a", 0.35)
+    assert "| 0.3/24 " in str(display.bar) and "waiting" not in str(display.bar)
+    display.finished("a", 8)
+    assert "| 8/24 " in str(display.bar)
+    display.close()
 
 
 def test_the_rate_leaves_start_up_out(monkeypatch):

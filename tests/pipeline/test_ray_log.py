@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 
 import pytest
 
@@ -81,3 +82,21 @@ def test_what_ray_said_before_failing_to_start_reaches_the_terminal(capfd):
             raise ConnectionError("ray.init failed")
     err = capfd.readouterr().err
     assert "Could not connect to the GCS" in err and CORE.decode() in err
+
+
+def test_rays_python_warnings_go_to_the_run_log_and_others_are_shown(tmp_path):
+    """Ray Data's advice on an actor pool with fewer inputs than actors is a UserWarning raised in Ray's code."""
+    from ray.data._internal.execution.operators import actor_pool_map_operator
+
+    advice = ("The minimum number of concurrent actors for 'MapBatches(ScoreStage)' is set to 2, but the operator "
+              "only received 1 input(s).")
+    log = RunLog()
+    with pytest.warns(UserWarning) as shown:
+        shown_before = warnings.showwarning
+        with ray_output_to(log):
+            log.open(str(tmp_path / "dscore-driver.log"))
+            warnings.warn_explicit(advice, UserWarning, actor_pool_map_operator.__file__, 552)
+            warnings.warn_explicit("a warning of our own", UserWarning, __file__, 1)
+        assert warnings.showwarning is shown_before
+    assert [str(w.message) for w in shown] == ["a warning of our own"]
+    assert advice in (tmp_path / "dscore-driver.log").read_text()

@@ -343,8 +343,10 @@ class _Judge:
         rng = scope_rng(self.t.seed, name)
         pppl = self._pppl(cur, base, paired, rng) if self.same_scorer else None
         errors = self._error_rate(now, before, cur, base, paired, rng)
-        status = max([part[0] for part in (pppl, errors) if part is not None], key=_SEVERITY.__getitem__)
-        reasons = tuple(r for part in (pppl, errors) if part is not None for r in [part[2]] if r)
+        parts = [part for part in (pppl, errors) if part is not None]
+        status = max([part[0] for part in parts], key=_SEVERITY.__getitem__)
+        # Only what made the verdict: a PPPL regression is not explained by an error rate that could not tell.
+        reasons = tuple(part[2] for part in parts if part[0] == status and part[2])
         p_int = pppl[1] if pppl else None
         e_int = errors[1]
         return Check(

@@ -3,6 +3,9 @@
 Outliers follow a robust rule on x = NLL per token = -PLL / n_tokens of each scored sentence:
 z = (x - median) / sigma with sigma = 1.4826 * MAD (the normal-consistent MAD; 1.2533 * mean absolute
 deviation when the MAD is 0, after Iglewicz & Hoaglin), flagged when z > k (and z < -k with `low_tail`).
+Sigma is floored at `min_sigma` nats per token: a partition of near-identical sentences (germline genes of
+one species) measures a sigma of a few thousandths, against which a sentence 4.3 nats per token above its
+median reads z = +867; with the floor of 0.05 it reads +87, still far beyond k, in units one can weigh.
 
 The audit's first pass keeps one NLL and one partition code per sentence (`ScannedRows`); the rule is
 applied to those, and a second pass opens only the files and row groups holding flagged sentences to
@@ -11,7 +14,7 @@ write their text and tokens to `outliers.parquet`, so a clean corpus costs nothi
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Iterator
 
 import numpy as np
@@ -37,7 +40,10 @@ TAIL = "tail"
 SCOPES = ("overall", "partition")
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 _MEAN_AD_TO_SIGMA = 1.2533  # the same for the mean absolute deviation (used when the MAD is 0)
-_SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0)"
+_SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0), at least min_sigma"
+# Field metadata of a recorded figure added after audit.json files were written: absent from those, None
+# when read back, and left out when None, so that such a file is written back as it was read.
+RECORDED_WHEN_SET = {"audit.json": "when set"}
 _LISTED_TEXT_CHARS = 500  # text kept per listed sentence in audit.json; outliers.parquet has it whole
 
 OUTLIER_SCHEMA = pa.schema(
@@ -75,9 +81,11 @@ class OutlierRule:
     low_tail: bool = False
     min_tokens: int = 1
     scope: str = "partition"
+    min_sigma: float = 0.05  # nats per token: the smallest spread the rule assumes (see the module's docstring)
 
     def __post_init__(self) -> None:
         check_bounds("--outlier-k", self.k, 0, above=True)
+        check_bounds("--outlier-min-sigma", self.min_sigma, 0)
         if self.min_tokens < 1:
             raise UserError(f"outlier min_tokens must be at least 1, got {self.min_tokens}")
         if self.scope not in SCOPES:
@@ -86,12 +94,14 @@ class OutlierRule:
 
 @dataclass(frozen=True)
 class Cutoff:
-    """Robust centre and spread of NLL per token, and the flagging bounds they give (NLL units)."""
+    """Robust centre and spread of NLL per token, and the flagging bounds they give (NLL units): `sigma` is
+    the spread the rule uses, `measured_sigma` the one measured (smaller when the floor applies)."""
 
     median: float
     sigma: float
     high: float
     low: float | None
+    measured_sigma: float | None = field(default=None, metadata=RECORDED_WHEN_SET)
 
     def z(self, values: np.ndarray) -> np.ndarray:
         if self.sigma == 0:
@@ -116,15 +126,17 @@ class ScannedRows:
 
 
 def robust_cutoff(values: np.ndarray, rule: OutlierRule) -> Cutoff | None:
-    """Median and normal-consistent MAD of `values` (NaN-free); None when there are none."""
+    """Median and normal-consistent MAD of `values` (NaN-free), floored at `rule.min_sigma`; None when
+    there are none."""
     if values.size == 0:
         return None
     median = float(np.median(values))
     deviations = np.abs(values - median)
     mad = float(np.median(deviations))
-    sigma = _MAD_TO_SIGMA * mad if mad > 0 else _MEAN_AD_TO_SIGMA * float(deviations.mean())
+    measured = _MAD_TO_SIGMA * mad if mad > 0 else _MEAN_AD_TO_SIGMA * float(deviations.mean())
+    sigma = max(measured, rule.min_sigma)
     low = median - rule.k * sigma if rule.low_tail else None
-    return Cutoff(median, sigma, median + rule.k * sigma, low)
+    return Cutoff(median, sigma, median + rule.k * sigma, low, measured)
 
 
 def write_outliers(

@@ -8,13 +8,20 @@ it back beyond the metric.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 
 from .baseline import Comparison
-from .outliers import Cutoff as RobustCutoff
+from .outliers import RECORDED_WHEN_SET, Cutoff as RobustCutoff
 
 __all__ = ["AuditRecord", "Bins", "Cutoff", "Histogram", "LengthCurve", "Listed", "OutlierRule", "Outliers",
            "PositionMeans", "Positionwise", "ScopeFigures"]
+
+
+def _recorded(record) -> dict:
+    """`asdict(record)` less its fields added later (`RECORDED_WHEN_SET`) that are None: a file written
+    before them is written back as it was read."""
+    later = {f.name for f in fields(record) if f.metadata == RECORDED_WHEN_SET}
+    return {name: value for name, value in asdict(record).items() if not (name in later and value is None)}
 
 
 def _flat(cls, data: dict):
@@ -110,14 +117,15 @@ class Positionwise:
 @dataclass(frozen=True)
 class OutlierRule:
     """The outlier rule as recorded: `outliers.OutlierRule`'s fields plus the statistic and MAD factor
-    (absent from version 1 files)."""
+    (absent from version 1 files) and the floor of sigma (absent from files written before it)."""
 
     k: float
     low_tail: bool
     min_tokens: int
     scope: str
     statistic: str | None = None
-    sigma: float | None = None
+    sigma: str | None = None
+    min_sigma: float | None = field(default=None, metadata=RECORDED_WHEN_SET)
 
 
 @dataclass(frozen=True)
@@ -125,8 +133,8 @@ class Cutoff(RobustCutoff):
     """A scope's outlier cutoff as recorded: the robust cutoff in NLL per token, and its bounds as
     per-sentence PPPL (what the histogram shows)."""
 
-    high_pppl: float | None
-    low_pppl: float | None
+    high_pppl: float | None = None
+    low_pppl: float | None = None
 
 
 @dataclass(frozen=True)
@@ -158,7 +166,8 @@ class Outliers:
     file: str
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "rule": _recorded(self.rule),
+                "cutoffs": {name: _recorded(cutoff) for name, cutoff in self.cutoffs.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "Outliers":

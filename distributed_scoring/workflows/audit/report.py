@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ...io import schema as S
 from .baseline import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED, Check, Comparison
-from .records import AuditRecord, Histogram, Listed, Outliers, Positionwise, ScopeFigures
+from .records import AuditRecord, Cutoff, Histogram, Listed, Outliers, Positionwise, ScopeFigures
 
 __all__ = ["render_report"]
 
@@ -376,6 +376,17 @@ def _positionwise(curves: Positionwise | None) -> str:
     return note + _img(_positionwise_chart(curves), "positionwise cross-entropy")
 
 
+def lengths_title(shown: int, lengths: int) -> str:
+    """The title of the by-length panel, which draws the `shown` most frequent of `lengths` lengths."""
+    if lengths == 0:
+        return "by sentence length"
+    if lengths == 1:
+        return "by sentence length (its only length)"
+    if shown == lengths:
+        return f"by sentence length (all {lengths} lengths)"
+    return f"by sentence length (the {shown} most frequent of {lengths:,} lengths)"
+
+
 def _positionwise_chart(curves: Positionwise) -> bytes:
     from matplotlib.ticker import MaxNLocator
 
@@ -392,7 +403,7 @@ def _positionwise_chart(curves: Positionwise) -> bytes:
         means = [s / curve.sentences for s in curve.sum_nll]
         right.plot(range(1, len(means) + 1), means, marker="o", markersize=3, linewidth=1.2,
                    label=f"|W| = {length} ({curve.sentences:,} sentences)")
-    right.set_title(f"by sentence length (the {len(frequent)} most frequent lengths)", fontsize=10)
+    right.set_title(lengths_title(len(frequent), len(curves.by_length)), fontsize=10)
     if frequent:
         right.legend(fontsize=8)
     else:
@@ -406,18 +417,25 @@ def _positionwise_chart(curves: Positionwise) -> bytes:
     return _png(fig)
 
 
+def _floored(cutoff: Cutoff) -> bool:
+    """Whether the cutoff's sigma is the rule's floor rather than the spread measured."""
+    return cutoff.measured_sigma is not None and cutoff.measured_sigma < cutoff.sigma
+
+
 def _outlier_table(outliers: Outliers) -> str:
     rule = outliers.rule
     tails = "both tails" if rule.low_tail else "high tail"
     cutoffs = "; ".join(
-        f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}, above {c.high:.3f}"
-        + (f" or below {c.low:.3f}" if c.low is not None else "")
+        f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}"
+        + (f" (the floor: {c.measured_sigma:.4f} measured)" if _floored(c) else "")
+        + f", above {c.high:.3f}" + (f" or below {c.low:.3f}" if c.low is not None else "")
         for name, c in list(outliers.cutoffs.items())[:5]
     )
+    floor = f", sigma at least {rule.min_sigma:g} nats per token" if rule.min_sigma else ""
     intro = (
         f"<p class='note'>{outliers.count:,} of {outliers.eligible:,} sentences flagged: NLL per token beyond "
         f"median ± {rule.k:g} · 1.4826 · MAD ({tails}, scope {_e(rule.scope)}, "
-        f"at least {rule.min_tokens} tokens). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}; "
+        f"at least {rule.min_tokens} tokens{floor}). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}; "
         f"the {len(outliers.listed)} most extreme are listed.</p>"
     )
     if not outliers.listed:

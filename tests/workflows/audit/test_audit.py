@@ -183,9 +183,29 @@ def test_robust_cutoff_uses_the_mad_and_falls_back_to_the_mean_deviation():
 
     mostly_same = np.array([5.0] * 9 + [6.0])  # MAD 0: sigma from the mean absolute deviation
     assert robust_cutoff(mostly_same, OutlierRule()).sigma == pytest.approx(1.2533 * 0.1)
-    constant = robust_cutoff(np.full(4, 2.0), OutlierRule())
+    constant = robust_cutoff(np.full(4, 2.0), OutlierRule(min_sigma=0))
     assert constant.sigma == 0 and not np.any(constant.z(np.full(4, 2.0)))
     assert robust_cutoff(np.empty(0), OutlierRule()) is None
+
+
+def test_sigma_is_floored_and_the_report_shows_the_floor(tmp_path):
+    """A partition of near-identical sentences (sigma 0.005 measured) and one 4.3 nats per token above
+    them: z +87 against the floor of 0.05, not +867, and the report says the floor was used."""
+    rng = np.random.default_rng(0)
+    values = np.append(1.0 + rng.normal(0, 0.005, 199), 1.0 + 4.335)
+    cutoff = robust_cutoff(values, OutlierRule())
+    assert cutoff.measured_sigma < 0.01 and cutoff.sigma == 0.05
+    assert cutoff.z(values)[-1] == pytest.approx((values[-1] - np.median(values)) / 0.05)
+    assert cutoff.z(values)[-1] < 100
+    assert robust_cutoff(values, OutlierRule(min_sigma=0)).z(values)[-1] > 500
+
+    table = scored_table(rng, 60, "germline", nll=1.0, spread=0.0, lengths=(4000, 4000))  # sigma about 0.016
+    write_rows(tmp_path / "run", table, files=1)
+    result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=SMALL)
+    recorded = result.audit["outliers"]
+    assert recorded["rule"]["min_sigma"] == 0.05 and recorded["cutoffs"][OVERALL]["sigma"] == 0.05
+    html = (tmp_path / "audit" / "report.html").read_text()
+    assert "sigma at least 0.05 nats per token" in html and "sigma 0.050 (the floor: 0.01" in html
 
 
 def test_rows_without_per_token_columns_still_get_figures_and_outliers(tmp_path):
@@ -261,6 +281,19 @@ def test_a_fifty_percent_rise_on_small_partitions_is_a_regression(tmp_path):
     assert not overall.paired and 1.05 < overall.pppl_ratio_low < 1.5 < overall.pppl_ratio_high
     assert "lies above the allowed +5.0%" in overall.reasons[0]
     assert base.audit["row_stats"] == "row_stats.parquet"
+
+
+def test_a_pppl_regression_lists_only_its_own_reasons(tmp_path):
+    """Error-free partitions of 20 rows: the error-rate change (0.00% -> 0.00%) has an interval that crosses
+    the +-1 point band, which alone would be insufficient data; under a PPPL regression it is no reason."""
+    audit_rows(tmp_path, "base", night(0))
+    result = audit_rows(tmp_path, "now", night(1, FIFTY_PERCENT, prefix="new-"), str(tmp_path / "base"))
+    mouse = next(c for c in result.comparison.partitions if c.name == "mouse")
+    assert mouse.status == REGRESSION and mouse.error_rate_verdict == INSUFFICIENT
+    assert len(mouse.reasons) == 1 and "lies above the allowed +5.0%" in mouse.reasons[0]
+    html = (tmp_path / "now" / "report.html").read_text()
+    banner = html[html.index("<div class='verdict"):]
+    assert "error rate" not in banner[:banner.index("</div>")]
 
 
 def test_the_same_rows_against_themselves_are_no_change(tmp_path):

@@ -20,7 +20,7 @@ from audit_helpers import scored_table, write_rows
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
 from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds, load_baseline
-from distributed_scoring.workflows.audit.report import render_report
+from distributed_scoring.workflows.audit.report import lengths_title, render_report
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)
@@ -171,3 +171,11 @@ def chromium(*args: str) -> str:
             capture_output=True, text=True, timeout=120, check=True,
         )
     return done.stdout
+
+
+@pytest.mark.parametrize("shown, lengths, title", [
+    (0, 0, "by sentence length"), (1, 1, "by sentence length (its only length)"),
+    (3, 3, "by sentence length (all 3 lengths)"), (4, 1200, "by sentence length (the 4 most frequent of 1,200 lengths)"),
+])
+def test_the_length_panels_title_reads_for_any_count(shown, lengths, title):
+    assert lengths_title(shown, lengths) == title

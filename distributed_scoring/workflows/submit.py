@@ -1,0 +1,141 @@
+"""`dscore submit`: a Ray job whose exit code a scheduler can branch on.
+
+`ray job submit` exits 1 for every failed entrypoint, so cron, Airflow or the caller of a KubeRay RayJob
+cannot tell an audit's regression (3) from a bad option (2) or data too scant to judge (5). This submits
+the entrypoint through Ray's job SDK, streams the job's log while it runs, and returns the code the
+entrypoint itself exited with (`JobDetails.driver_exit_code`, which the job server records).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shlex
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Iterator, TextIO
+
+from ..errors import DataLossError, UserError
+
+if TYPE_CHECKING:
+    from ray.job_submission import JobSubmissionClient
+
+logger = logging.getLogger(__name__)
+
+# The job server's address in the environment; the first set wins, as in Ray's own SDK.
+ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+STATUS_WAIT_S = 30.0  # how long the job's status may lag behind the end of its log stream
+STATUS_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A job to submit: `entrypoint` is the command's words (quoted for the shell the job runs it in);
+    `address` the job server's `http://HEAD:8265` (default: $RAY_API_SERVER_ADDRESS, $RAY_ADDRESS);
+    `working_dir` a local folder uploaded as the job's working directory (or a URI of a zip Ray can read)."""
+
+    entrypoint: tuple[str, ...]
+    address: str | None = None
+    working_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.entrypoint:
+            raise UserError("nothing to submit: put the job's command after `--`, e.g. "
+                            "`dscore submit --working-dir . -- python jobs/pppl_audit.py --input ...`")
+        if self.working_dir and "://" not in self.working_dir and not os.path.isdir(self.working_dir):
+            raise UserError(f"--working-dir {self.working_dir!r} is not a folder: pass the folder to upload "
+                            "(`.` for this repository)")
+
+
+def job_server(given: str | None) -> str:
+    """The job server to submit to: `--address`, else the environment's; an http(s) address only (Ray's
+    SDK would otherwise look for a cluster on this machine, or wait on a GCS address for minutes)."""
+    address = given or next((os.environ[v] for v in ADDRESS_VARIABLES if os.environ.get(v)), None)
+    if not address:
+        raise UserError("no Ray job server given: pass --address http://HEAD:8265 or set RAY_ADDRESS "
+                        "(`eval \"$(cluster/local_cluster.sh env)\"` sets it for the local cluster)")
+    if not address.lower().startswith(("http://", "https://")):
+        raise UserError(f"{address!r} is not a job server's address: pass the head's dashboard address, "
+                        "--address http://HEAD:8265 (the port of `ray start --dashboard-port`)")
+    return address
+
+
+@contextlib.contextmanager
+def _environment_without(names: tuple[str, ...]) -> Iterator[None]:
+    """Ray's SDK lets the environment's address override the one it is given: hide it meanwhile."""
+    saved = {name: os.environ.pop(name) for name in names if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def connect(address: str) -> JobSubmissionClient:
+    """A client of the job server at `address`, with the token that $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH
+    or ~/.ray/auth_token holds when the cluster uses token authentication (Ray's SDK reads them)."""
+    from ray.job_submission import JobSubmissionClient
+
+    with _environment_without(ADDRESS_VARIABLES):
+        try:
+            return JobSubmissionClient(address)
+        except ConnectionError as exc:
+            raise UserError(f"no Ray cluster answers at {address}: start it (cluster/local_cluster.sh start) or "
+                            f"pass the address of one that runs ({exc})") from None
+        except RuntimeError as exc:  # the server answered but refused us (a missing or wrong token)
+            raise UserError(f"the job server at {address} refused the connection: {_first_line(exc)}") from None
+
+
+def submit(submission: Submission, log: TextIO) -> int:
+    """Submit, copy the job's log to `log` as it comes, and return the entrypoint's exit code; a job that
+    ended without one (stopped, or its driver lost) raises `DataLossError`."""
+    client = connect(job_server(submission.address))
+    runtime_env = {"working_dir": submission.working_dir} if submission.working_dir else None
+    try:
+        job = client.submit_job(entrypoint=shlex.join(submission.entrypoint), runtime_env=runtime_env)
+    except (RuntimeError, ValueError) as exc:
+        raise UserError(f"the job server refused the job: {_first_line(exc)}") from None
+    logger.info("submitted %s to %s; its log follows (also: ray job logs %s)", job, client.get_address(), job)
+    import aiohttp
+
+    try:
+        asyncio.run(_copy_log(client, job, log))
+        return exit_code(job, _finished(client, job))
+    except (aiohttp.ClientError, ConnectionError, RuntimeError, OSError) as exc:
+        raise DataLossError(f"lost the job server while job {job} ran ({_first_line(exc)}); it may still run: "
+                            f"`ray job status {job}` tells") from None
+
+
+async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:
+    async for lines in client.tail_job_logs(job):
+        log.write(lines)
+        log.flush()
+
+
+def _finished(client: JobSubmissionClient, job: str):
+    """The job's details once it has ended (the log stream may close a moment before its status says so)."""
+    deadline = time.monotonic() + STATUS_WAIT_S
+    while True:
+        details = client.get_job_info(job)
+        if details.status.is_terminal() or time.monotonic() > deadline:
+            return details
+        time.sleep(STATUS_POLL_S)
+
+
+def exit_code(job: str, details) -> int:
+    """The entrypoint's exit code; `DataLossError` for a job that has none (stopped, its driver lost, an
+    environment that could not be set up) or that a signal ended."""
+    code = details.driver_exit_code
+    status = getattr(details.status, "value", details.status)
+    if code is not None and code >= 0 and status in ("SUCCEEDED", "FAILED"):
+        logger.info("job %s %s: its entrypoint exited with %d", job, status.lower(), code)
+        return code
+    ended = f"was ended by signal {-code}" if code is not None and code < 0 else f"is {status}"
+    raise DataLossError(f"job {job} {ended} without an exit code of its own: {_first_line(details.message)}; "
+                        f"`ray job logs {job}` has its log")
+
+
+def _first_line(text: object) -> str:
+    lines = str(text or "").strip().splitlines()
+    return lines[0] if lines else "no message"

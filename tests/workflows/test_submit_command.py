@@ -1,0 +1,73 @@
+"""`dscore submit` without a cluster: the addresses it takes, one line when no cluster answers, and the exit
+code it reads from a finished job's details. Submissions to a live cluster: tests/pipeline/test_cluster.py."""
+
+from __future__ import annotations
+
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from distributed_scoring.cli import main
+from distributed_scoring.errors import DataLossError, UserError
+from distributed_scoring.workflows.submit import ADDRESS_VARIABLES, exit_code, job_server
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def no_address(monkeypatch):
+    for name in ADDRESS_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_no_cluster_answering_is_one_line_and_exit_2(no_address, monkeypatch, capsys):
+    """The address given wins over $RAY_ADDRESS (Ray's SDK would let the environment override it)."""
+    given, elsewhere = f"http://127.0.0.1:{closed_port()}", f"http://127.0.0.1:{closed_port()}"
+    monkeypatch.setenv("RAY_ADDRESS", elsewhere)
+    rc = main(["submit", "--address", given, "--", "python", "jobs/pppl_audit.py", "--input", "x"])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.startswith(f"dscore: error: no Ray cluster answers at {given}: ")
+    assert len(err.strip().splitlines()) == 1 and elsewhere not in err
+
+
+def test_addresses(no_address, monkeypatch):
+    with pytest.raises(UserError, match="no Ray job server given"):
+        job_server(None)
+    with pytest.raises(UserError, match="not a job server's address"):
+        job_server("127.0.0.1:6379")  # a GCS address: Ray's SDK would wait on it for minutes
+    monkeypatch.setenv("RAY_ADDRESS", "http://head:8265")
+    assert job_server(None) == "http://head:8265"
+    monkeypatch.setenv("RAY_API_SERVER_ADDRESS", "http://api:8265")  # the SDK's own order
+    assert job_server(None) == "http://api:8265"
+    assert job_server("https://given:443") == "https://given:443"
+
+
+def test_an_empty_entrypoint_or_a_missing_working_dir_is_refused(tmp_path, capsys):
+    assert main(["submit", "--address", "http://127.0.0.1:1", "--"]) == 2
+    assert "nothing to submit" in capsys.readouterr().err
+    assert main(["submit", "--working-dir", str(tmp_path / "absent"), "--", "python", "x.py"]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+# Job statuses as the job server writes them (ray.job_submission.JobStatus values; Ray is not imported at
+# collection: importing it then hands pytest's collection-time log handlers to Ray's loggers).
+@pytest.mark.parametrize("status, code, expected", [
+    ("SUCCEEDED", 0, 0), ("FAILED", 3, 3), ("FAILED", 2, 2), ("FAILED", 5, 5), ("FAILED", 1, 1),
+])
+def test_the_entrypoints_exit_code_is_the_commands(status, code, expected):
+    assert exit_code("raysubmit_1", SimpleNamespace(status=status, driver_exit_code=code, message="")) == expected
+
+
+@pytest.mark.parametrize("status, code, says", [
+    ("STOPPED", None, "is STOPPED"), ("FAILED", None, "is FAILED"), ("FAILED", -9, "ended by signal 9"),
+])
+def test_a_job_without_an_exit_code_of_its_own_is_incomplete(status, code, says):
+    details = SimpleNamespace(status=status, driver_exit_code=code, message="Job was intentionally stopped.\nmore")
+    with pytest.raises(DataLossError, match=says) as raised:
+        exit_code("raysubmit_1", details)
+    assert "ray job logs raysubmit_1" in str(raised.value) and "more" not in str(raised.value)
