@@ -74,6 +74,10 @@ def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True
     p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
     if per_token_flag:
         p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
+        p.add_argument("--conditionals", type=int, default=0, metavar="K",
+                       help="with --per-token: also write the K most probable tokens of each scored token's "
+                       "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
+                       "`dscore train maskless --target distribution` (default 0: off)")
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
     p.add_argument("--split-chars", action="store_true",
                    help="put a space between characters before tokenising: for per-residue models (protein, "
@@ -93,7 +97,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
                          args.partition_column, args.partition_by_file),
         model=_model(args, getattr(args, "maskless", None)),
         scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
-                               args.split_chars),
+                               args.split_chars, getattr(args, "conditionals", 0)),
         output=args.output,
     )
 

@@ -32,18 +32,36 @@ from distributed_scoring.offline.models import fetch_model
 SPECIES = ("human", "mouse")
 CHAINS = ("H", "K", "L")
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
+PARENT_SEPARATOR = "~"
 
 
-def write_corpus(path: Path, chains: int, seed: int) -> Path:
-    """One JSONL row per germline V gene (id species:chain:gene, residues space-separated), `chains` of
-    them drawn with `seed` from the distinct genes of SPECIES x CHAINS."""
+def write_corpus(path: Path, parents: int, mutants: int, seed: int) -> Path:
+    """A distillation corpus: `parents` germline V genes drawn with `seed` from the distinct genes of
+    SPECIES x CHAINS (id species:chain:gene), each followed by `mutants` point mutants with 1 to 3 random
+    residue substitutions (id <parent id>~m<j>: `--parent-separator ~`). One JSONL row each, residues
+    space-separated; families in random order, so that any prefix of the file holds whole families.
+    The file is rewritten only when its content would change (the teacher run's input stays as it was)."""
     genes = [(f"{s}:{c}:{name}", sequence) for s in SPECIES for c in CHAINS
              for name, sequence in sorted(v_genes(s, c).items())]
     unique = list({sequence: (name, sequence) for name, sequence in genes}.values())
-    drawn = random.Random(seed).sample(unique, min(chains, len(unique)))
+    rng = random.Random(seed)
+    rows = []
+    for name, parent in rng.sample(unique, min(parents, len(unique))):
+        rows.append((name, parent))
+        rows += [(f"{name}{PARENT_SEPARATOR}m{j}", mutated(parent, rng.randint(1, 3), rng)) for j in range(1, mutants + 1)]
+    text = "".join(json.dumps({"id": name, "text": spaced(s)}) + "\n" for name, s in rows)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"id": name, "text": spaced(s)}) + "\n" for name, s in drawn))
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
     return path
+
+
+def mutated(sequence: str, substitutions: int, rng: random.Random) -> str:
+    """`sequence` with `substitutions` residues at distinct random positions replaced by other amino acids."""
+    residues = list(sequence)
+    for position in rng.sample(range(len(residues)), substitutions):
+        residues[position] = rng.choice([a for a in AMINO_ACIDS if a != residues[position]])
+    return "".join(residues)
 
 
 def write_nbest(path: Path, chains: dict[str, str], n_best: int, seed: int) -> Path:

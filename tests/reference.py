@@ -83,8 +83,14 @@ class NaiveScorer:
         self.model = copy.deepcopy(model).to(dtype).eval()
         self.tokenizer = tokenizer
 
-    @torch.no_grad()
     def token_logprobs(self, text: str, variant: str = "original") -> np.ndarray:
+        ids = self.tokenizer(text)["input_ids"]
+        conditionals = self.conditionals(text, variant)
+        return np.array([row[ids[t]] for t, row in zip(scored_positions(self.tokenizer, ids), conditionals)])
+
+    @torch.no_grad()
+    def conditionals(self, text: str, variant: str = "original") -> np.ndarray:
+        """(n, V) the whole conditional log q(. | W with M(t) masked) at each scored position t."""
         encoding = self.tokenizer(text)
         ids = encoding["input_ids"]
         word_ids = encoding.word_ids()
@@ -94,7 +100,7 @@ class NaiveScorer:
             for u in masked_positions(word_ids, t, variant):
                 copy_ids[u] = self.tokenizer.mask_token_id
             logits = self.model(input_ids=torch.tensor([copy_ids])).logits[0, t].double()  # (V,)
-            out.append(torch.log_softmax(logits, dim=-1)[ids[t]].item())
+            out.append(torch.log_softmax(logits, dim=-1).numpy())
         return np.array(out)
 
 

@@ -36,6 +36,10 @@ PPPL_WORD = "pppl_word"
 TOKENS = "tokens"
 TOKEN_LOGPROBS = "token_logprobs"
 WORD_SCORES = "word_scores"
+# With --conditionals K, per scored token (aligned with `tokens`): the teacher's conditional p(. | W without w_t).
+COND_IDS = "cond_ids"  # the K most probable token ids, most probable first
+COND_LOGPROBS = "cond_logprobs"  # their natural-log probabilities
+COND_REST = "cond_rest"  # log of the probability of every other token (-inf when K covers the vocabulary)
 LOGP = "logp"  # causal LM: log P(W) including the end term (N_TOKENS = |W|)
 
 READ_FIELDS = [
@@ -69,7 +73,8 @@ def prepared_schema(partition: bool = False) -> pa.Schema:
     return _with_partition(READ_FIELDS + PREPARED_FIELDS, partition)
 
 
-def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False) -> pa.Schema:
+def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False,
+                  conditionals: bool = False) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
@@ -78,7 +83,9 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
     written without spaces for a per-residue model, English under an antibody model) still scores as
     `ok`, so this column is how such rows are found. `model` and `variant`
     say which scorer produced the row, so outputs of several runs can be concatenated safely.
-    `partition` is last, when the run was asked to partition its rows.
+    `conditionals` (with `per_token`) adds the top of each scored token's conditional, in float32: a
+    distillation target, not a published score. `partition` is last, when the run was asked to partition
+    its rows.
     """
     fields = [
         pa.field(ID, pa.string(), nullable=False),
@@ -101,4 +108,10 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
         ]
     if word_scores:
         fields.append(pa.field(WORD_SCORES, pa.list_(pa.float64())))
+    if conditionals:
+        fields += [
+            pa.field(COND_IDS, pa.list_(pa.list_(pa.int32()))),
+            pa.field(COND_LOGPROBS, pa.list_(pa.list_(pa.float32()))),
+            pa.field(COND_REST, pa.list_(pa.float32())),
+        ]
     return _with_partition(fields, partition)
