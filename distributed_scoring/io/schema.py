@@ -36,6 +36,7 @@ PPPL_WORD = "pppl_word"
 TOKENS = "tokens"
 TOKEN_LOGPROBS = "token_logprobs"
 WORD_SCORES = "word_scores"
+OUT_OF_RANGE = "out_of_range"  # maskless student rows: the prediction lies outside its training rows' span
 # With --conditionals K, per scored token (aligned with `tokens`): the teacher's conditional p(. | W without w_t).
 COND_IDS = "cond_ids"  # the K most probable token ids, most probable first
 COND_LOGPROBS = "cond_logprobs"  # their natural-log probabilities
@@ -74,7 +75,7 @@ def prepared_schema(partition: bool = False) -> pa.Schema:
 
 
 def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False,
-                  conditionals: bool = False) -> pa.Schema:
+                  conditionals: bool = False, out_of_range: bool = False) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
@@ -83,9 +84,10 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
     written without spaces for a per-residue model, English under an antibody model) still scores as
     `ok`, so this column is how such rows are found. `model` and `variant`
     say which scorer produced the row, so outputs of several runs can be concatenated safely.
-    `conditionals` (with `per_token`) adds the top of each scored token's conditional, in float32: a
-    distillation target, not a published score. `partition` is last, when the run was asked to partition
-    its rows.
+    `out_of_range` (a maskless student's rows) is true where the predicted PLL per token lies outside the
+    range the student's training rows spanned, null on error rows. `conditionals` (with `per_token`)
+    adds the top of each scored token's conditional, in float32: a distillation target, not a published
+    score. `partition` is last, when the run was asked to partition its rows.
     """
     fields = [
         pa.field(ID, pa.string(), nullable=False),
@@ -101,6 +103,8 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
         pa.field(MODEL, pa.string(), nullable=False),
         pa.field(VARIANT, pa.string(), nullable=False),
     ]
+    if out_of_range:
+        fields.append(pa.field(OUT_OF_RANGE, pa.bool_()))
     if per_token:
         fields += [
             pa.field(TOKENS, pa.list_(pa.string())),

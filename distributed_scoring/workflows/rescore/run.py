@@ -4,7 +4,8 @@ the same sharded pipeline as `dscore score` (in this process or on Ray), then co
 Layout of the output folder DIR:
     DIR/texts/texts.parquet      the unique hypothesis texts to score (sorted; id = their position)
     DIR/mlm/                     the masked LM's scoring run over them (rows/, summary.json, resumable)
-    DIR/maskless/                instead, with `maskless`: a maskless student's predicted PLLs
+    DIR/maskless/                instead, with method `maskless`: a maskless student's predicted PLLs
+    DIR/unmasked/                instead, with method `unmasked`: the masked LM's one-pass scores
     DIR/causal/                  the causal LM's run, when one is given
     DIR/hypotheses.parquet, DIR/best.parquet, DIR/{dev,test}.best.txt, DIR/report.json, DIR/report.md
 Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination.
@@ -26,7 +27,7 @@ from ...io.output import OutputDir
 from .rescoring import RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
 from ...io.output import ROWS_DIR
 from ...pipeline.runner import run
-from ..maskless import score_maskless
+from ..maskless import score_maskless, score_unmasked
 from ..score import score
 from ...io.storage import join
 from ...workloads.causal import causal_workload
@@ -34,6 +35,8 @@ from ...workloads.causal import causal_workload
 logger = logging.getLogger(__name__)
 
 TEXTS = "texts/texts.parquet"
+# How the masked-LM score of a hypothesis is had, and the subfolder its scoring run writes.
+SCORERS = {"pll": ("mlm", score), "maskless": ("maskless", score_maskless), "unmasked": ("unmasked", score_unmasked)}
 
 
 @dataclass(frozen=True)
@@ -55,11 +58,12 @@ class RescoreInputs:
 
 def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None,
                   scoring: ScoringOptions, options: RescoreOptions, ray: RayOptions | None = None,
-                  overwrite: bool = False, maskless: bool = False) -> Rescored:
+                  overwrite: bool = False, method: str = "pll") -> Rescored:
     """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
-    write the outputs. With `maskless`, `model` is a maskless student folder whose predicted PLLs stand in
-    for the masked LM's (`dscore train maskless`)."""
-    check_models(model, causal_model)
+    write the outputs. `method` says what stands for the masked LM's score: its PLL, a maskless student's
+    predicted PLL (`maskless`: `model` is the student folder from `dscore train maskless`), or its
+    one-pass score of the unmasked text (`unmasked`)."""
+    check_models(model, causal_model, method)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
     texts = unique_texts(dev, test)
@@ -69,8 +73,9 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
     mlm = causal = None
     if model is not None:
-        config = RunConfig(corpus, model, scoring, join(inputs.output, "maskless" if maskless else "mlm"))
-        (score_maskless if maskless else score)(config, ray, overwrite)
+        folder, scorer = SCORERS[method]
+        config = RunConfig(corpus, model, scoring, join(inputs.output, folder))
+        scorer(config, ray, overwrite)
         mlm = _scores(config.output, texts, S.PLL, "masked LM")
     if causal_model is not None:
         config = RunConfig(corpus, causal_model, scoring, join(inputs.output, "causal"))
@@ -90,14 +95,16 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     return result
 
 
-def check_models(model: ModelSpec | None, causal_model: ModelSpec | None) -> None:
-    """Every model the run needs loads its configuration and tokenizer, before any scoring: a bad
-    `--causal-model` must not wait for the whole masked-LM pass to fail."""
+def check_models(model: ModelSpec | None, causal_model: ModelSpec | None, method: str = "pll") -> None:
+    """Every model the run needs loads its configuration and tokenizer (a student its maskless.json too),
+    before any scoring: a bad `--causal-model` must not wait for the whole masked-LM pass to fail."""
     from ...engine.causal import load_causal_parts
-    from ...engine.model_files import load_tokenizer
+    from ...engine.model_files import check_student_tokenizer, load_tokenizer, read_student_info
 
     if model is not None:
-        load_tokenizer(model)
+        tokenizer, _ = load_tokenizer(model)
+        if method == "maskless":
+            check_student_tokenizer(model.name, read_student_info(model.name), tokenizer)
     if causal_model is not None:
         load_causal_parts(causal_model)
 
