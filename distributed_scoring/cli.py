@@ -73,7 +73,9 @@ def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
     p.add_argument("--id-column", default=None, help="column or JSON field holding a row id (default: file:line)")
     if per_token_flag:
-        p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
+        p.add_argument("--per-token", action="store_true",
+                       help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
+                       "student's prediction of each)")
         p.add_argument("--conditionals", type=int, default=0, metavar="K",
                        help="with --per-token: also write the K most probable tokens of each scored token's "
                        "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
@@ -124,6 +126,22 @@ def _score(args: argparse.Namespace) -> int:
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
     return 0
+
+
+def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
+    from .workflows.chain import ORDERS
+
+    g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
+                             "(the likelihood of a u-PMLM; for other MLMs an approximation)")
+    g.add_argument("--method", choices=("pll", "chain", "unmasked"), default="pll",
+                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order; "
+                   "unmasked: one pass of the unmasked sentence, sum of log p(w_t | W) (Salazar et al.'s "
+                   "\"no masking\"; a fast, rough stand-in for the PLL)")
+    g.add_argument("--order", choices=ORDERS, default=None, help="chain order: left to right (default), right to "
+                   "left, or random permutations")
+    g.add_argument("--orders", type=int, default=None,
+                   help="random orders per sentence, averaged in probability space (default 1)")
+    g.add_argument("--seed", type=int, default=None, help="seed of the random orders, with each row's id (default 0)")
 
 
 def _score_by_method(args: argparse.Namespace) -> int:
