@@ -151,6 +151,9 @@ def _score_by_method(args: argparse.Namespace) -> int:
         raise UserError("--order, --orders and --seed belong to --method chain")
     if args.conditionals and (args.method != "pll" or args.maskless):
         raise UserError("--conditionals saves the PLL's conditionals: it goes with --method pll and --model only")
+    if args.variant != "original" and (args.method == "unmasked" or args.maskless):
+        raise UserError("--variant chooses the PLL's masking; one pass of the unmasked sentence (--method unmasked, "
+                        "--maskless) masks nothing: drop it")
     if args.method == "pll":
         return _score(args)
     if _student(args):
@@ -473,7 +476,7 @@ def _train_maskless(args: argparse.Namespace) -> int:
         raise UserError("--nbest-dev and --nbest-test go together: weights are tuned on dev and applied to test")
     nbest = NBest(args.nbest_dev, args.nbest_test, args.nbest_metric) if args.nbest_dev else None
     report = train_maskless(args.teacher, model, args.output, options, resources, args.overwrite, args.batch_tokens,
-                            student, nbest)
+                            student, nbest, args.speed_sentences)
     print(json.dumps(report, indent=2), file=args.result)
     return 0
 
@@ -550,7 +553,7 @@ def _verify(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from .engine.model_files import TARGETS
     from .offline.models import MODELS
-    from .workflows.train.maskless import LR as MASKLESS_LR, StudentOptions
+    from .workflows.train.maskless import LR as MASKLESS_LR, SPEED_SENTENCES, StudentOptions
     from .workflows.train.pmlm import LR as PMLM_LR
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
@@ -638,6 +641,8 @@ def build_parser() -> argparse.ArgumentParser:
                           "`dscore rescore --dev`): the report rescores it with teacher, student and unmasked")
     maskless.add_argument("--nbest-test", default=None, help="the N-best list the tuned weights are applied to")
     maskless.add_argument("--nbest-metric", choices=("wer", "bleu"), default="wer", help="rescoring metric (default wer)")
+    maskless.add_argument("--speed-sentences", type=int, default=SPEED_SENTENCES, metavar="N",
+                          help=f"held-out rows the student and the PLL engine are timed on (default {SPEED_SENTENCES})")
     _add_train_arguments(maskless, lr=MASKLESS_LR)
     maskless.set_defaults(func=_train_maskless)
     pmlm = trainers.add_parser(

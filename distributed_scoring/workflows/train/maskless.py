@@ -51,7 +51,7 @@ RESCORE_DIR = "rescore"  # DIR/rescore/<teacher|student|unmasked>: `dscore resco
 # heldout_predictions.parquet's columns beside id and pll (the teacher's).
 PREDICTED, PREDICTED_TOKENS = "predicted", "predicted_token_logprobs"
 UNMASKED_PLL, UNMASKED_TOKENS = "unmasked", "unmasked_token_logprobs"
-SPEED_SENTENCES = 32  # held-out sentences both scorers are timed on (the PLL engine's share dominates)
+SPEED_SENTENCES = 32  # default held-out sentences both scorers are timed on (the PLL engine's share dominates)
 MIN_HELDOUT = 3  # rows a correlation needs
 TEACHER_COLUMNS = (S.ID, S.TEXT, S.PLL, S.STATUS, S.N_TOKENS)
 TEACHER_TOKENS = (S.TOKENS, S.TOKEN_LOGPROBS)
@@ -185,10 +185,11 @@ class MasklessJob:
 def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(lr=LR),
                    resources: TrainResources = TrainResources(), overwrite: bool = False,
                    batch_tokens: int | None = None, student: StudentOptions = StudentOptions(),
-                   nbest: NBest | None = None) -> dict:
+                   nbest: NBest | None = None, speed_sentences: int = SPEED_SENTENCES) -> dict:
     """Train a student on the teacher into `output`, evaluate it on the held-out rows; returns the report
-    (also DIR/report.json and DIR/report.md). Every check that needs no model weights runs before the folder
-    is touched."""
+    (also DIR/report.json and DIR/report.md). The student and the PLL engine are timed on the first
+    `speed_sentences` held-out rows (at least 2). Every check that needs no model weights runs before the
+    folder is touched."""
     from ...engine.model_files import load_tokenizer, tokenizer_digest
 
     teacher = read_teacher(teacher_folder)
@@ -205,6 +206,8 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
                         "workers: lower --batch-size, raise --max-length or score more rows")
     if nbest is not None:
         _check_nbest(nbest)
+    if speed_sentences < 2:
+        raise UserError(f"--speed-sentences must be at least 2 (one untimed warm-up call takes two), got {speed_sentences}")
     targets = np.asarray(train_table[TARGET].to_pylist())
     per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
     run = fingerprint("maskless", model, options, {"teacher": teacher_folder, "teacher_rows": teacher.digest,
@@ -221,7 +224,8 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
                           float(targets.mean()), float(targets.std()) or 1.0, meta, teacher.variant, batch_tokens)
         with on_ray(resources):
             fit_on_ray(maskless_worker, job, resources, out)
-            evaluation = run_task(evaluate_student, resources, job, heldout_path, resources.cpus_per_worker)
+            evaluation = run_task(evaluate_student, resources, job, heldout_path, resources.cpus_per_worker,
+                                  speed_sentences)
             rescored = _rescore(out, job, nbest, resources) if nbest is not None else None
         predictions = _predictions(heldout_table, evaluation)
         out.write_table(PREDICTIONS_FILE, predictions)
@@ -325,9 +329,9 @@ def maskless_worker(config: dict) -> None:
         save_student(mlm, job.location, job.meta, regressor)
 
 
-def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float) -> dict:
+def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float, speed_sentences: int) -> dict:
     """The student's and the unmasked masked LM's predictions on every held-out row, and the student and
-    the PLL engine timed on the first `SPEED_SENTENCES` of them in this process (a Ray task: imports torch)."""
+    the PLL engine timed on the first `speed_sentences` of them in this process (a Ray task: imports torch)."""
     import torch
 
     from ...engine.maskless import MasklessEngine, load_student, unmasked_scorer
@@ -345,7 +349,7 @@ def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float) -> dict:
     unmasked = MasklessEngine(unmasked_scorer(replace(job.model, device=device)), job.batch_tokens)
     predictions = {who: engine.predict(sentences) for who, engine in (("student", student), ("unmasked", unmasked))}
     teacher = PLLEngine(load_masked_lm(replace(job.model, device=device)), job.variant, job.batch_tokens)
-    k = min(SPEED_SENTENCES, len(sentences))
+    k = min(speed_sentences, len(sentences))
     student_s = _timed(student.predict, sentences[:k])
     teacher_s = _timed(teacher.token_logprobs, sentences[:k])
     return {**{who: {"pll": [p.pll for p in values],
@@ -455,7 +459,7 @@ def _rescore(out: OutputDir, job: MasklessJob, nbest: NBest, resources: TrainRes
                "unmasked": (job.model, "unmasked")}
     out_figures = {}
     for who, (model, method) in scorers.items():
-        inputs = RescoreInputs(nbest.dev, nbest.test, join(out.location, RESCORE_DIR, who))
+        inputs = RescoreInputs(nbest.dev, nbest.test, join(out.location, f"{RESCORE_DIR}/{who}"))
         report = rescore_nbest(inputs, model, None, scoring, RescoreOptions(metric=nbest.metric), ray,
                                method=method).report
         out_figures[who] = {"lambda": report["lambda"], "dev": report["dev"], "test": report["test"]}
