@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ...config import ModelSpec, RayOptions, ScoringOptions
+from ...config import ModelSpec, ScoringOptions
 from ...engine.model_files import STUDENT_FILE, TARGET_DISTRIBUTION, TARGET_SENTENCE, TARGET_TOKEN, TARGETS
 from ...errors import UserError
 from ...io import schema as S
@@ -226,7 +226,7 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
             fit_on_ray(maskless_worker, job, resources, out)
             evaluation = run_task(evaluate_student, resources, job, heldout_path, resources.cpus_per_worker,
                                   speed_sentences)
-            rescored = _rescore(out, job, nbest, resources) if nbest is not None else None
+            rescored = run_task(rescore_lists, resources, job, nbest, resources.cpus_per_worker) if nbest else None
         predictions = _predictions(heldout_table, evaluation)
         out.write_table(PREDICTIONS_FILE, predictions)
         heldout = heldout_figures(heldout_table, train_table, predictions, student.parent_separator)
@@ -447,23 +447,23 @@ def _summary_of(heldout: dict) -> dict:
             "mutant_minus_parent_spearman": student.get("mutant_minus_parent", {}).get("spearman")}
 
 
-def _rescore(out: OutputDir, job: MasklessJob, nbest: NBest, resources: TrainResources) -> dict:
-    """The N-best lists rescored with the teacher's PLL, the student and `unmasked`, into DIR/rescore/<who>
-    (resumable `dscore rescore` runs on this Ray): each one's dev and test error, lambda."""
+def rescore_lists(job: MasklessJob, nbest: NBest, cpus: float) -> dict:
+    """The N-best lists rescored with the teacher's PLL, the student and `unmasked`, into DIR/rescore/<who>:
+    resumable `dscore rescore` runs, in this process (a Ray task, as the evaluation: three small scoring
+    runs cost less here than three Ray Data pipelines); each one's lambda and dev and test figures."""
     from ..rescore.rescoring import RescoreOptions
     from ..rescore.run import RescoreInputs, rescore_nbest
 
-    ray = RayOptions(resources.address, 1, resources.cpus_per_worker)
+    set_threads(cpus)
     scoring = ScoringOptions(job.variant, job.batch_tokens, split_chars=bool(job.meta["split_chars"]))
     scorers = {"teacher": (job.model, "pll"), "student": (replace(job.model, name=job.location), "maskless"),
                "unmasked": (job.model, "unmasked")}
-    out_figures = {}
+    figures = {}
     for who, (model, method) in scorers.items():
-        inputs = RescoreInputs(nbest.dev, nbest.test, join(out.location, f"{RESCORE_DIR}/{who}"))
-        report = rescore_nbest(inputs, model, None, scoring, RescoreOptions(metric=nbest.metric), ray,
-                               method=method).report
-        out_figures[who] = {"lambda": report["lambda"], "dev": report["dev"], "test": report["test"]}
-    return {"metric": nbest.metric, "dev": nbest.dev, "test": nbest.test, **out_figures}
+        inputs = RescoreInputs(nbest.dev, nbest.test, join(job.location, f"{RESCORE_DIR}/{who}"))
+        report = rescore_nbest(inputs, model, None, scoring, RescoreOptions(metric=nbest.metric), method=method).report
+        figures[who] = {"lambda": report["lambda"], "dev": report["dev"], "test": report["test"]}
+    return {"metric": nbest.metric, "dev": nbest.dev, "test": nbest.test, **figures}
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
