@@ -190,7 +190,7 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
     (also DIR/report.json and DIR/report.md). The student and the PLL engine are timed on the first
     `speed_sentences` held-out rows (at least 2). Every check that needs no model weights runs before the
     folder is touched."""
-    from ...engine.model_files import load_tokenizer, tokenizer_digest
+    from ...engine.model_files import load_tokenizer
 
     teacher = read_teacher(teacher_folder)
     check_teacher_has(teacher, student)
@@ -218,8 +218,7 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
         steps = options.total_steps(train_table.num_rows)
         meta = {"target": student.target, "teacher": teacher_folder, "teacher_model": teacher.model,
                 "teacher_variant": teacher.variant, "teacher_rows": teacher.digest, "base_model": model.name,
-                "split_chars": teacher.split_chars, "teacher_tokenizer_digest": tokenizer_digest(tokenizer),
-                RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]}}
+                "split_chars": teacher.split_chars, RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]}}
         job = MasklessJob(model, out.location, options, student, steps, resources.checkpoint_every,
                           float(targets.mean()), float(targets.std()) or 1.0, meta, teacher.variant, batch_tokens)
         with on_ray(resources):
