@@ -1,16 +1,18 @@
-"""Sentences per second of a maskless student (`engine.maskless`) against the PLL engine, same sentences,
+"""Sentences per second of the maskless scorers (`engine.maskless`) against the PLL engine, same sentences,
 same machine.
 
-    python benchmarks/maskless_speed.py [--student DIR] [--update-results benchmarks/RESULTS.md]
+    python benchmarks/maskless_speed.py [--student DIR ...] [--update-results benchmarks/RESULTS.md]
 
 The PLL of a sentence of n scored tokens is n masked copies through the encoder and the LM head at each
-masked position; the student (Salazar et al., 2020, sec. 2.2) reads the sentence once and maps the first
-token's hidden state to a number. Both run the same AntiBERTy encoder (real weights) on the same IMGT
-germline heavy V genes, packed under the same token budget, in float32 on the CPU with the same torch
+masked position. A `sentence` student (Salazar et al., 2020, sec. 2.2) reads the sentence once and maps the
+first token's hidden state to a number; `unmasked` and the `token`/`distribution` students read it once and
+apply the LM head at its n scored positions. All run the same AntiBERTy encoder (real weights) on the same
+IMGT germline heavy V genes, packed under the same token budget, in float32 on the CPU with the same torch
 threads; tokenisation and model loading are not timed, a warm-up call runs first, rounds interleave the
-methods and the median is reported. The student's speed does not depend on its trained values, so
-without --student an untrained head is timed (the encoder is AntiBERTy's own); with --student (the
---output of `dscore train maskless` on AntiBERTy) the trained one is.
+methods and the median is reported. A scorer's speed does not depend on its trained values, so without
+--student an untrained sentence head is timed beside `unmasked` (which times every per-token student);
+each --student (an --output of `dscore train maskless` on AntiBERTy) is timed as trained. The load average
+at the start is recorded: time on a quiet machine.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import numpy as np
 import machine
 import results_md
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.maskless import MasklessEngine, load_student, regressor_for, save_student
+from distributed_scoring.engine.maskless import MasklessEngine, load_student, regressor_for, save_student, unmasked_scorer
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.models import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
@@ -55,7 +57,8 @@ def markdown(rows: list[dict], result: dict) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--student", type=Path, default=None, help="a trained student folder of AntiBERTy")
+    parser.add_argument("--student", type=Path, action="append", default=[], help="a trained student folder of AntiBERTy "
+                        "(repeatable)")
     parser.add_argument("--chains", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -67,14 +70,18 @@ def main() -> None:
     model = str(fetch_model("antiberty"))
     mlm = load_masked_lm(ModelSpec(model))
     batch = sentences(mlm, args.chains)
+    scorers = {"unmasked": unmasked_scorer(ModelSpec(model))}
     with tempfile.TemporaryDirectory() as folder:
-        if args.student is None:
-            save_student(regressor_for(mlm, 0.0, 1.0), mlm, folder, {"teacher": None})
-        student = load_student(ModelSpec(str(args.student or folder)))
+        if not args.student:
+            save_student(mlm, folder, {"target": "sentence", "teacher": None}, regressor_for(mlm, -100.0, 10.0))
+            scorers["sentence student (untrained head)"] = load_student(ModelSpec(folder))
+        for path in args.student:
+            student = load_student(ModelSpec(str(path)))
+            scorers[f"{student.info['target']} student ({path.name})"] = student
     rows = []
     for budget in (int(b) for b in args.budgets.split(",")):
         methods = {"PLL engine": lambda: PLLEngine(mlm, "original", budget).token_logprobs(batch),
-                   "maskless student": lambda: MasklessEngine(student, budget).predict([s.input_ids for s in batch])}
+                   **{name: (lambda s=s: MasklessEngine(s, budget).predict(batch)) for name, s in scorers.items()}}
         for run in methods.values():
             run()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in methods}
@@ -84,7 +91,7 @@ def main() -> None:
         pll = statistics.median(times["PLL engine"])
         for name, rounds in times.items():
             seconds = statistics.median(rounds)
-            rows.append({"model": "AntiBERTy" + (" (trained student)" if args.student else ""), "budget": budget,
+            rows.append({"model": "AntiBERTy", "budget": budget,
                          "sentences": len(batch), "tokens": float(np.mean([len(s.input_ids) for s in batch])),
                          "method": name, "seconds": seconds, "rounds": rounds,
                          "sentences_per_s": len(batch) / seconds, "speedup": pll / seconds})

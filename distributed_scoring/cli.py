@@ -84,7 +84,13 @@ def _add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True
     p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
     _add_id_arguments(p)
     if per_token_flag:
-        p.add_argument("--per-token", action="store_true", help="also write scored tokens and their log-probs")
+        p.add_argument("--per-token", action="store_true",
+                       help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
+                       "student's prediction of each)")
+        p.add_argument("--conditionals", type=int, default=0, metavar="K",
+                       help="with --per-token: also write the K most probable tokens of each scored token's "
+                       "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
+                       "`dscore train maskless --target distribution` (default 0: off)")
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
     p.add_argument("--split-chars", action="store_true",
                    help="put a space between characters before tokenising: for per-residue models (protein, "
@@ -105,7 +111,7 @@ def _config(args: argparse.Namespace) -> RunConfig:
                          allow_duplicate_ids=args.allow_duplicate_ids),
         model=_model(args, getattr(args, "maskless", None)),
         scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
-                               args.split_chars),
+                               args.split_chars, getattr(args, "conditionals", 0)),
         output=args.output,
     )
 
@@ -139,8 +145,10 @@ def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
                              "(the likelihood of a u-PMLM; for other MLMs an approximation)")
-    g.add_argument("--method", choices=("pll", "chain"), default="pll",
-                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order")
+    g.add_argument("--method", choices=("pll", "chain", "unmasked"), default="pll",
+                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order; "
+                   "unmasked: one pass of the unmasked sentence, sum of log p(w_t | W) (Salazar et al.'s "
+                   "\"no masking\"; a fast, rough stand-in for the PLL)")
     g.add_argument("--order", choices=ORDERS, default=None, help="chain order: left to right (default), right to "
                    "left, or random permutations")
     g.add_argument("--orders", type=int, default=None,
@@ -149,13 +157,25 @@ def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _score_by_method(args: argparse.Namespace) -> int:
-    """`dscore score`: the PLL, or with --method chain the chain rule; chain flags alone are an error."""
+    """`dscore score`: the PLL, with --method chain the chain rule, with --method unmasked one pass per
+    sentence; flags of another method are an error."""
+    if args.method != "chain" and (args.order, args.orders, args.seed) != (None, None, None):
+        raise UserError("--order, --orders and --seed belong to --method chain")
+    if args.conditionals and (args.method != "pll" or args.maskless):
+        raise UserError("--conditionals saves the PLL's conditionals: it goes with --method pll and --model only")
+    if args.variant != "original" and (args.method == "unmasked" or args.maskless):
+        raise UserError("--variant chooses the PLL's masking; one pass of the unmasked sentence (--method unmasked, "
+                        "--maskless) masks nothing: drop it")
     if args.method == "pll":
-        if (args.order, args.orders, args.seed) != (None, None, None):
-            raise UserError("--order, --orders and --seed belong to --method chain")
         return _score(args)
     if _student(args):
-        raise UserError("--maskless predicts PLLs; it does not go with --method chain")
+        raise UserError(f"--maskless predicts PLLs; it does not go with --method {args.method}")
+    if args.method == "unmasked":
+        from .workflows.maskless import score_unmasked
+
+        summary = score_unmasked(_config(args), _ray_options(args), overwrite=args.overwrite)
+        print(json.dumps(summary, indent=2), file=args.result)
+        return 0
     from .workflows.chain import ChainOptions, score_chain
 
     d = ChainOptions()
@@ -214,7 +234,8 @@ def _audit(args: argparse.Namespace) -> int:
                               confidence=args.confidence, seed=args.seed,
                               accept_insufficient=args.accept_insufficient),
     )
-    result = audit_snapshot(_config(args), _ray_options(args), args.baseline, config, overwrite=args.overwrite)
+    result = audit_snapshot(_config(args), _ray_options(args), args.baseline, config, overwrite=args.overwrite,
+                            maskless=_student(args) is not None)
     audit, comparison = result.record, result.comparison
     print(json.dumps({
         "rows": audit.overall.rows, "pppl_token": audit.overall.pppl_token,
@@ -226,6 +247,7 @@ def _audit(args: argparse.Namespace) -> int:
         "new_partitions": comparison.new_partitions if comparison else [],
         "vanished_partitions": comparison.vanished_partitions if comparison else [],
         "exit_code": result.exit_code, "report": result.report_path,
+        **({"estimate": audit.estimate} if audit.estimate else {}),
     }, indent=2), file=args.result)
     return result.exit_code
 
@@ -239,6 +261,9 @@ def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dev-refs", default=None, help="references of the dev set, if not in the N-best file (utt_id, ref)")
     p.add_argument("--test-refs", default=None, help="references of the test set, if not in the N-best file")
     _add_model_arguments(p, maskless=True)
+    p.add_argument("--method", choices=("pll", "unmasked"), default="pll",
+                   help="the masked LM's score of a hypothesis: its PLL (default), or one pass of the unmasked text "
+                   "(as `dscore score --method unmasked`); --maskless DIR uses a student instead")
     p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
     p.add_argument("--metric", choices=METRICS, default=d.metric, help="wer (ASR, minimised) or bleu (MT, maximised)")
     p.add_argument("--mlm-alpha", type=float, default=d.mlm_alpha,
@@ -266,8 +291,10 @@ def _rescore(args: argparse.Namespace) -> int:
     scoring = ScoringOptions(args.variant, args.batch_tokens)
     causal = _model(args, args.causal_model) if args.causal_model else None
     student = _student(args)
+    if student and args.method != "pll":
+        raise UserError(f"--maskless DIR scores with a student; it does not go with --method {args.method}")
     result = rescore_nbest(inputs, _model(args, student), causal, scoring, options, _ray_options(args), args.overwrite,
-                           maskless=student is not None)
+                           method="maskless" if student else args.method)
     keys = ("metric", "lambda", "gamma", "mlm_alpha", "causal_alpha", "dev", "test", "edges", "scoring")
     print(json.dumps({k: result.report[k] for k in keys}, indent=2), file=args.result)
     return 0
@@ -458,11 +485,16 @@ def _train_options(args: argparse.Namespace) -> tuple:
 
 
 def _train_maskless(args: argparse.Namespace) -> int:
-    from .workflows.train.maskless import train_maskless
+    from .workflows.train.maskless import NBest, StudentOptions, train_maskless
 
     options, resources = _train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
-    report = train_maskless(args.teacher, model, args.output, options, resources, args.overwrite, args.batch_tokens)
+    student = StudentOptions(args.target, args.parent_separator, args.freeze_layers, args.token_weight)
+    if (args.nbest_dev is None) != (args.nbest_test is None):
+        raise UserError("--nbest-dev and --nbest-test go together: weights are tuned on dev and applied to test")
+    nbest = NBest(args.nbest_dev, args.nbest_test, args.nbest_metric) if args.nbest_dev else None
+    report = train_maskless(args.teacher, model, args.output, options, resources, args.overwrite, args.batch_tokens,
+                            student, nbest, args.speed_sentences)
     print(json.dumps(report, indent=2), file=args.result)
     return 0
 
@@ -545,8 +577,9 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .engine.model_files import TARGETS
     from .offline.models import MODELS
-    from .workflows.train.maskless import LR as MASKLESS_LR
+    from .workflows.train.maskless import LR as MASKLESS_LR, SPEED_SENTENCES, StudentOptions
     from .workflows.train.pmlm import LR as PMLM_LR
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
@@ -593,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
         "compared), 1 rows lost, 2 bad input or options.",
     )
-    _add_score_arguments(audit, per_token_flag=False)
+    _add_score_arguments(audit, per_token_flag=False, maskless=True)
     _add_audit_arguments(audit)
     audit.set_defaults(func=_audit)
     verify = commands.add_parser(
@@ -610,12 +643,35 @@ def build_parser() -> argparse.ArgumentParser:
     trainers = train.add_subparsers(dest="trainer", required=True)
     maskless = trainers.add_parser(
         "maskless", help="distil a PLL run into a student that predicts each PLL in one forward pass",
-        description="Salazar et al. (2020), sec. 2.2: the MLM's encoder plus a linear head over [CLS], regressed "
-        "on the teacher's PLLs. DIR/report.json: held-out Pearson/Spearman against the teacher, speed-up over "
-        "the PLL. Score with `dscore score --maskless DIR`. Exit codes: 0 done, 1 the run failed (rerun the "
-        "command to continue from its latest checkpoint), 2 bad input or options.")
+        description="A student that predicts each PLL in one forward pass of the unmasked sentence: the MLM's encoder "
+        "and a head over [CLS] regressed on the PLL (--target sentence, Salazar et al. 2020, sec. 2.2), or the MLM "
+        "itself fitted per position to the teacher's terms or conditionals (--target token|distribution). "
+        "DIR/report.json and report.md: held-out agreement with the teacher beside the unmasked and length-only "
+        "baselines, mutant-minus-parent differences, N-best rescoring, speed-up over the PLL. Score with "
+        "`dscore score --maskless DIR`. Exit codes: 0 done, 1 the run failed (rerun the command to continue from "
+        "its latest checkpoint), 2 bad input or options.")
     maskless.add_argument("--teacher", required=True, metavar="SCORES_DIR",
-                          help="the --output folder of a `dscore score` run: its rows' PLLs are the targets")
+                          help="the --output folder of a `dscore score` run: its rows' PLLs are the targets (with "
+                          "--per-token for --target token, and --conditionals K too for --target distribution)")
+    student = StudentOptions()
+    maskless.add_argument("--target", choices=TARGETS, default=student.target,
+                          help="sentence: regress the PLL from the first token (Salazar et al.); token: regress each "
+                          "token's log q(w_t) on the teacher's term; distribution: fit each position's distribution "
+                          f"to the teacher's conditional by KL (word-level distillation) (default {student.target})")
+    maskless.add_argument("--parent-separator", default=None, metavar="SEP",
+                          help="a row id P<SEP>... is a variant (a point mutant) of row P: both stay on the same side "
+                          "of the held-out split, and the report compares their differences (default: none)")
+    maskless.add_argument("--freeze-layers", type=int, default=student.freeze_layers, metavar="N",
+                          help="keep the embeddings and the N lowest transformer layers as they are (default 0)")
+    maskless.add_argument("--token-weight", type=float, default=student.token_weight,
+                          help="distribution: weight of the per-token squared error beside the KL "
+                          f"(default {student.token_weight:g})")
+    maskless.add_argument("--nbest-dev", default=None, help="an N-best list to tune rescoring weights on (as "
+                          "`dscore rescore --dev`): the report rescores it with teacher, student and unmasked")
+    maskless.add_argument("--nbest-test", default=None, help="the N-best list the tuned weights are applied to")
+    maskless.add_argument("--nbest-metric", choices=("wer", "bleu"), default="wer", help="rescoring metric (default wer)")
+    maskless.add_argument("--speed-sentences", type=int, default=SPEED_SENTENCES, metavar="N",
+                          help=f"held-out rows the student and the PLL engine are timed on (default {SPEED_SENTENCES})")
     _add_train_arguments(maskless, lr=MASKLESS_LR)
     maskless.set_defaults(func=_train_maskless)
     pmlm = trainers.add_parser(

@@ -73,6 +73,8 @@ class ScoringOptions:
     `batch_tokens` bounds rows x padded length of one forward pass; None picks a default for the device.
     `split_chars` puts a space between the characters of each text before tokenising (per-residue models,
     see `prepare.split_characters`); it changes the scores, so it enters the run's fingerprint.
+    `conditionals` > 0 also writes the top that many tokens of each scored token's conditional (all of
+    it when at least the vocabulary's size): what `dscore train maskless --target distribution` fits.
     """
 
     variant: str = "original"
@@ -80,11 +82,16 @@ class ScoringOptions:
     per_token: bool = False
     word_scores: bool = False
     split_chars: bool = False
+    conditionals: int = 0
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise UserError(f"variant {self.variant!r} is not one of {VARIANTS}")
         check_bounds("--batch-tokens", self.batch_tokens, 1)
+        check_bounds("--conditionals", self.conditionals, 0)
+        if self.conditionals and not self.per_token:
+            raise UserError("--conditionals writes a conditional per scored token, beside the per-token columns: "
+                            "add --per-token")
 
 
 @dataclass(frozen=True)

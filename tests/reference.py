@@ -32,7 +32,10 @@ Any-order chain rule (`tests/engine/test_chain.py`, `engine/test_generate.py`; L
   `NaiveChain`: the chain's terms along an order, one masked copy per step, and greedy Algorithm 1.
 Training objectives (`tests/engine/test_training.py`; Liao et al., 2020; Salazar et al., 2020, sec. 2.2):
   `upmlm_loss`: the u-PMLM loss of a batch given its masked positions, one sequence per forward.
-  `maskless_prediction`: a student's PLL of one sentence, one unpadded forward in float64.
+  `maskless_prediction`: a `sentence` student's PLL of one sentence, one unpadded forward in float64.
+  `distillation_loss`: a `token`/`distribution` student's loss, token by token from its definition.
+Maskless scoring (`tests/engine/test_maskless.py`; Salazar et al., 2020, Table 6):
+  `unmasked_logprobs`: log q(w_t | W) of the unmasked sentence, one forward, float64.
 """
 
 from __future__ import annotations
@@ -83,8 +86,14 @@ class NaiveScorer:
         self.model = copy.deepcopy(model).to(dtype).eval()
         self.tokenizer = tokenizer
 
-    @torch.no_grad()
     def token_logprobs(self, text: str, variant: str = "original") -> np.ndarray:
+        ids = self.tokenizer(text)["input_ids"]
+        conditionals = self.conditionals(text, variant)
+        return np.array([row[ids[t]] for t, row in zip(scored_positions(self.tokenizer, ids), conditionals)])
+
+    @torch.no_grad()
+    def conditionals(self, text: str, variant: str = "original") -> np.ndarray:
+        """(n, V) the whole conditional log q(. | W with M(t) masked) at each scored position t."""
         encoding = self.tokenizer(text)
         ids = encoding["input_ids"]
         word_ids = encoding.word_ids()
@@ -94,7 +103,7 @@ class NaiveScorer:
             for u in masked_positions(word_ids, t, variant):
                 copy_ids[u] = self.tokenizer.mask_token_id
             logits = self.model(input_ids=torch.tensor([copy_ids])).logits[0, t].double()  # (V,)
-            out.append(torch.log_softmax(logits, dim=-1)[ids[t]].item())
+            out.append(torch.log_softmax(logits, dim=-1).numpy())
         return np.array(out)
 
 
@@ -604,8 +613,49 @@ def upmlm_loss(model, mask_id: int, sequences: list[list[int]], masked: list[lis
 
 def maskless_prediction(encoder, head_weight: torch.Tensor, head_bias: torch.Tensor, mean: float, std: float,
                         ids: list[int]) -> float:
-    """mean + std * (w . h_0 + b), h_0 the final hidden state of the first token of the unpadded sentence."""
+    """A `sentence` student's PLL: -softplus(c - s (w . h_0 + b)), h_0 the final hidden state of the first token
+    of the unpadded sentence, c = softplus^-1(-mean) and s = std / softplus'(c) (so that a head giving 0
+    predicts the mean, with slope std), all in float64 from their definitions."""
     encoder = copy.deepcopy(encoder).to(torch.float64).eval()
     with torch.no_grad():
         first = encoder(input_ids=torch.tensor([ids]))[0][0, 0].double()  # (H,)
-    return mean + std * float(first @ head_weight.detach().double().reshape(-1) + head_bias.detach().double().reshape(()))
+    a = float(first @ head_weight.detach().double().reshape(-1) + head_bias.detach().double().reshape(()))
+    c = math.log(math.expm1(-mean))
+    s = std * (1 + math.exp(-c))
+    x = c - s * a
+    return -(max(x, 0.0) + math.log1p(math.exp(-abs(x))))
+
+
+def unmasked_logprobs(model, tokenizer, text: str) -> np.ndarray:
+    """`--method unmasked` (and an untrained per-token student): log q(w_t | W) at each scored position of
+    the unmasked sentence, one forward pass, full logits, float64 model and log-softmax."""
+    model = copy.deepcopy(model).to(torch.float64).eval()
+    ids = tokenizer(text)["input_ids"]
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), dim=-1)  # (T, V)
+    return np.array([float(logp[t, ids[t]]) for t in scored_positions(tokenizer, ids)])
+
+
+def distillation_loss(model, sequences: list[list[int]], scored: list[list[int]], token_targets: list[list[float]],
+                      cond_ids: list, cond_logprobs: list, cond_rest: list, token_weight: float,
+                      kl_weight: float) -> float:
+    """A per-token student's loss from its definition: over every scored token of every sequence (each
+    sequence alone, unmasked, float64), token_weight (log q_t(w_t) - target_t)^2 + kl_weight KL(p_t || q_t),
+    p_t given by its top tokens and the mass of the rest (one bucket), then the mean over tokens."""
+    model = copy.deepcopy(model).to(torch.float64).eval()
+    terms = []
+    with torch.no_grad():
+        for b, ids in enumerate(sequences):
+            logq = torch.log_softmax(model(input_ids=torch.tensor([ids])).logits[0].double(), dim=-1)  # (T, V)
+            for k, t in enumerate(scored[b]):
+                term = token_weight * (float(logq[t, ids[t]]) - token_targets[b][k]) ** 2 if token_weight else 0.0
+                if kl_weight:
+                    top = [int(i) for i in cond_ids[b][k]]
+                    kl = sum(math.exp(p) * (p - float(logq[t, i])) for i, p in zip(top, cond_logprobs[b][k]))
+                    rest = cond_rest[b][k]
+                    if rest > float("-inf"):
+                        others = [float(logq[t, v]) for v in range(logq.shape[1]) if v not in top]
+                        kl += math.exp(rest) * (rest - math.log(sum(math.exp(x) for x in others)))
+                    term += kl_weight * kl
+                terms.append(term)
+    return sum(terms) / len(terms)

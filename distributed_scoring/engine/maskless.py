@@ -1,133 +1,192 @@
-"""Maskless scoring (Salazar et al., 2020, sec. 2.2 and 3.6): a sentence's PLL predicted in one forward pass.
+"""Maskless scoring (Salazar et al., 2020, sec. 2.2, 3.6 and Table 6): a sentence's PLL in one forward pass.
 
-A PLL costs one masked copy per token and a softmax over the vocabulary for each; the student reads the
-sentence once, unmasked, and a linear map of the hidden state at its first token ([CLS], <s>) regresses
-the teacher's PLL. The encoder starts from the masked LM itself (`dscore train maskless` finetunes it).
+A PLL costs one masked copy per token; these scorers read the sentence once, unmasked:
 
-The regression runs on standardised targets, z = (PLL - mean) / std, with the teacher's mean and std on
-the training split kept in the module (buffers): PLLs are sums over tokens, tens to hundreds of nats, and a
-head that starts near 0 would spend its first steps learning the offset. The loss, |z - z_hat|^2, is the
-paper's |PLL - q(W)|^2 divided by a constant, so it has the same minimiser.
+- `unmasked` (`dscore score --method unmasked`, the paper's "no masking" row): the masked LM itself on the
+  unmasked sentence, sum over the scored tokens of log p(w_t | W). No training; the floor a student must beat.
+- `token` and `distribution` students (`dscore train maskless --target token|distribution`): the same
+  computation with a fine-tuned masked LM. At initialisation they ARE `unmasked`; training moves each
+  position's distribution q_t towards the teacher's conditional p(. | W without w_t) (word-level knowledge
+  distillation, Kim and Rush, 2016), or its log q_t(w_t) towards the teacher's per-token term. Every
+  per-token prediction is a log-probability from a softmax, so no prediction can be above 0.
+- `sentence` student (the paper's method): the encoder and a linear head over the first token ([CLS], <s>)
+  regress the PLL itself. Its output is PLL = -softplus(a), never above 0, with a = offset - scale * head(h)
+  chosen so that a fresh head (near 0) predicts the teacher's mean with slope `std`: near the start the model
+  is the paper's standardised regression (PLL = mean + std * head(h)), so the loss |(PLL - q) / std|^2 has the
+  paper's minimiser.
 
-A student folder is an ordinary masked-LM folder (the finetuned encoder with the MLM's head, and the
-tokenizer: `load_masked_lm` reads it) plus `maskless.json` and the head's weights.
+A student folder is an ordinary masked-LM folder (the fine-tuned encoder with the MLM's head, and the
+tokenizer: `load_masked_lm` reads it) plus `maskless.json` (format, target, teacher, held-out figures, the
+range of the training rows) and, for `sentence`, the head's weights.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..config import ModelSpec
-from .model_files import STUDENT_FILE, STUDENT_FORMAT, STUDENT_HEAD_FILE, read_student_info
+from .masking import Sentence
+from .model_files import (
+    STUDENT_FILE, STUDENT_FORMAT, STUDENT_HEAD_FILE, TARGET_SENTENCE, check_student_tokenizer, read_student_info,
+    tokenizer_digest,
+)
 from .models import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
-from .packing import Piece, TokenBudget, pack, run_fitting
+from .packing import TokenBudget, pack, run_fitting
 
 
-class MasklessRegressor(nn.Module):
-    """Encoder + linear head over the first token: (B, T) ids -> (B,) standardised PLL z."""
+def softplus_inverse(y: float) -> float:
+    """x with softplus(x) = y > 0, without overflow for large y (y + log(1 - e^-y))."""
+    return y + math.log(-math.expm1(-y))
 
-    def __init__(self, encoder: nn.Module, hidden_size: int, mean: float = 0.0, std: float = 1.0, seed: int = 0) -> None:
+
+class SentenceRegressor(nn.Module):
+    """Encoder + linear head over the first token: (B, T) ids -> (B,) predicted PLL = -softplus(a) < 0."""
+
+    def __init__(self, encoder: nn.Module, hidden_size: int, mean: float, std: float, seed: int = 0) -> None:
         super().__init__()
         self.encoder = encoder
         self.head = nn.Linear(hidden_size, 1)
         nn.init.normal_(self.head.weight, std=0.02, generator=torch.Generator().manual_seed(seed))
         nn.init.zeros_(self.head.bias)
+        mean = min(mean, -1e-3)  # a teacher's mean PLL is below 0; a degenerate one still gets a finite offset
+        offset = softplus_inverse(-mean)
+        slope = 1.0 / (1.0 + math.exp(-offset))  # softplus' at the offset
         self.register_buffer("mean", torch.tensor(float(mean), dtype=torch.float64))
         self.register_buffer("std", torch.tensor(float(std), dtype=torch.float64))
+        self.register_buffer("offset", torch.tensor(offset, dtype=torch.float64))
+        self.register_buffer("scale", torch.tensor(std / slope, dtype=torch.float64))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """(B,) float64 predicted PLL, below 0 whatever the weights."""
         first = self.encoder(input_ids=input_ids, attention_mask=attention_mask)[0][:, 0]  # (B, H)
         with torch.autocast(first.device.type, enabled=False):  # the head in its own dtype, as the LM head
-            return self.head(first.to(self.head.weight.dtype)).squeeze(1)  # (B,)
-
-    def to_pll(self, z: torch.Tensor) -> torch.Tensor:
-        """Standardised predictions back on the teacher's scale (float64)."""
-        return self.mean + self.std * z.double()
-
-    def standardise(self, pll: torch.Tensor) -> torch.Tensor:
-        return ((pll.double() - self.mean) / self.std).float()
+            a = self.head(first.to(self.head.weight.dtype)).squeeze(1).double()  # (B,)
+        return -F.softplus(self.offset - self.scale * a)
 
 
-def regressor_for(mlm: MaskedLM, mean: float, std: float, seed: int = 0) -> MasklessRegressor:
-    """A fresh student initialised from the masked LM's encoder (shared, not copied) and a head drawn with
-    `seed`; the head in the LM head's dtype (float32, float64 for a model loaded in float64)."""
-    regressor = MasklessRegressor(mlm.encoder, mlm.model.config.hidden_size, mean, std, seed).to(mlm.device)
+def regressor_for(mlm: MaskedLM, mean: float, std: float, seed: int = 0) -> SentenceRegressor:
+    """A fresh `sentence` student on the masked LM's encoder (shared, not copied), its head drawn with `seed`
+    in the LM head's dtype (float32, float64 for a model loaded in float64)."""
+    regressor = SentenceRegressor(mlm.encoder, mlm.model.config.hidden_size, mean, std, seed).to(mlm.device)
     regressor.head.to(mlm.head_dtype)
     return regressor
 
 
-def save_student(regressor: MasklessRegressor, mlm: MaskedLM, folder: str | Path, meta: dict) -> None:
-    """Write a student folder: the masked LM (finetuned encoder, its own head) and tokenizer, the
-    regression head, and `maskless.json` (format, target scale and `meta`: what it was trained on)."""
+def save_student(mlm: MaskedLM, folder: str | Path, info: dict, regressor: SentenceRegressor | None = None) -> None:
+    """Write a student folder: the masked LM (fine-tuned, with its own head) and tokenizer, `maskless.json`
+    (`info`: target, teacher, figures; the format and the tokenizer's digest added here) and, for a
+    `sentence` student, its regression head."""
     folder = Path(folder)
     mlm.model.save_pretrained(folder)
     mlm.tokenizer.save_pretrained(folder)
-    head = {name: t.detach().cpu().contiguous() for name, t in regressor.head.state_dict().items()}
-    save_file(head, str(folder / STUDENT_HEAD_FILE))
-    info = {"format": STUDENT_FORMAT, "head": "linear over the first token's final hidden state",
-            "mean": float(regressor.mean), "std": float(regressor.std), **meta}
+    info = {**info, "format": STUDENT_FORMAT, "tokenizer_digest": tokenizer_digest(mlm.tokenizer)}
+    if regressor is not None:
+        head = {name: t.detach().cpu().contiguous() for name, t in regressor.head.state_dict().items()}
+        save_file(head, str(folder / STUDENT_HEAD_FILE))
+        info.update(head="-softplus of a linear map of the first token's final hidden state",
+                    mean=float(regressor.mean), std=float(regressor.std))
     (folder / STUDENT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
 
 
 @dataclass
 class Student:
-    """A loaded maskless scorer: the masked LM it was finetuned from (encoder, tokenizer, device) and its head."""
+    """A loaded maskless scorer: the masked LM (fine-tuned, or the base model for `unmasked`), the sentence
+    head of a `sentence` student (None otherwise), its maskless.json (empty for `unmasked`) and signature."""
 
     mlm: MaskedLM
-    regressor: MasklessRegressor
+    regressor: SentenceRegressor | None
     info: dict
     signature: dict
+
+    @property
+    def per_token(self) -> bool:
+        """Whether it predicts each scored token's term (token, distribution, unmasked), not only the sum."""
+        return self.regressor is None
 
 
 def load_student(spec: ModelSpec) -> Student:
     """Load a student folder (`save_student`) for inference."""
     info = read_student_info(spec.name)
     mlm = load_masked_lm(spec)
-    regressor = regressor_for(mlm, info["mean"], info["std"])
-    head = load_file(str(Path(spec.name).expanduser() / STUDENT_HEAD_FILE))
-    regressor.head.load_state_dict({k: v.to(regressor.head.weight.dtype) for k, v in head.items()})
-    regressor.eval()
-    signature = {**mlm.signature, "scorer": "maskless", "teacher": info.get("teacher")}
+    check_student_tokenizer(spec.name, info, mlm.tokenizer)
+    regressor = None
+    if info["target"] == TARGET_SENTENCE:
+        regressor = regressor_for(mlm, info["mean"], info["std"])
+        head = load_file(str(Path(spec.name).expanduser() / STUDENT_HEAD_FILE))
+        regressor.head.load_state_dict({k: v.to(regressor.head.weight.dtype) for k, v in head.items()})
+        regressor.eval()
+    signature = {**mlm.signature, "scorer": "maskless", "target": info["target"], "teacher": info.get("teacher")}
     return Student(mlm, regressor, info, signature)
 
 
+def unmasked_scorer(spec: ModelSpec) -> Student:
+    """The masked LM itself read unmasked (`--method unmasked`): a student before any training."""
+    mlm = load_masked_lm(spec)
+    return Student(mlm, None, {}, {**mlm.signature, "scorer": "unmasked"})
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A sentence's predicted PLL and, for per-token scorers, its terms (float64, in target order)."""
+
+    pll: float
+    token_logprobs: np.ndarray | None
+
+
 class MasklessEngine:
-    """Predicted PLLs of token sequences, one forward pass per sentence, packed under a token budget."""
+    """Predictions for prepared sentences, one forward pass each, packed under a token budget; results do
+    not depend on the batching."""
 
     def __init__(self, student: Student, batch_tokens: int | None = None) -> None:
         self.student = student
         self.budget = TokenBudget(batch_tokens or student.mlm.default_batch_tokens())
 
-    def predict(self, sequences: Sequence[np.ndarray]) -> np.ndarray:
-        """(N,) float64 predicted PLL of each sequence of token ids (special tokens included)."""
-        out = np.empty(len(sequences), dtype=np.float64)
-        lengths = [len(s) for s in sequences]
+    def predict(self, sentences: Sequence[Sentence]) -> list[Prediction]:
+        out: list[Prediction | None] = [None] * len(sentences)
+        lengths = [len(s.input_ids) for s in sentences]
         for pieces in pack(lengths, [1] * len(lengths), self.budget):
             for part, values in run_fitting(pieces, lengths, self.budget,
-                                            lambda p: self._forward(sequences, p), CUDA_OUT_OF_MEMORY):
-                out[[piece.group for piece in part]] = values
+                                            lambda p: self._forward([sentences[q.group] for q in p]), CUDA_OUT_OF_MEMORY):
+                for piece, prediction in zip(part, values):
+                    out[piece.group] = prediction
         return out
 
-    def _forward(self, sequences: Sequence[np.ndarray], pieces: list[Piece]) -> np.ndarray:
-        ids, mask = padded([sequences[p.group] for p in pieces], self.student.mlm.pad_token_id)
-        return self.forward(ids, mask).cpu().numpy()
+    def _forward(self, sentences: list[Sentence]) -> list[Prediction]:
+        ids, mask = padded([s.input_ids for s in sentences], self.student.mlm.pad_token_id)
+        if self.student.regressor is not None:
+            return [Prediction(float(p), None) for p in self.forward_sentence(ids, mask)]
+        rows = np.concatenate([np.full(len(s.targets), r, dtype=np.int64) for r, s in enumerate(sentences)])
+        positions = np.concatenate([s.targets for s in sentences]).astype(np.int64)
+        terms = np.split(self.forward_tokens(ids, mask, rows, positions), np.cumsum([len(s.targets) for s in sentences])[:-1])
+        return [Prediction(float(t.sum()), t) for t in terms]
 
     @torch.inference_mode()
-    def forward(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> torch.Tensor:
-        """(B,) float64 predicted PLLs of a padded batch."""
+    def forward_sentence(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+        """(B,) float64 predicted PLLs of a padded batch (`sentence` students)."""
         mlm = self.student.mlm
-        ids, mask = to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device)  # (B, T)
         with mlm.autocast():
-            z = self.student.regressor(ids, mask)  # (B,)
-        return self.student.regressor.to_pll(z)
+            return self.student.regressor(to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device)).cpu().numpy()
+
+    def forward_tokens(self, input_ids: np.ndarray, attention_mask: np.ndarray, rows: np.ndarray,
+                       positions: np.ndarray) -> np.ndarray:
+        """(Q,) float64 log q(w | W) of the token at position `positions[i]` of row `rows[i]`, the batch unmasked."""
+        labels = to_device(input_ids[rows, positions], self.student.mlm.device)  # (Q,)
+        out, start = [], 0
+        for logits in self.student.mlm.logits_at(input_ids, attention_mask, positions, rows):  # (C, V)
+            chunk = labels[start : start + len(logits)]
+            out.append(logits.gather(1, chunk[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1))
+            start += len(logits)
+        return torch.cat(out).double().cpu().numpy()
 
 
 def padded(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ this module (transformers may still import it while it reads a configuration).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,9 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
 # A maskless scorer's folder (`engine.maskless`): a masked-LM folder plus these two files.
 STUDENT_FILE = "maskless.json"
 STUDENT_HEAD_FILE = "maskless_head.safetensors"
-STUDENT_FORMAT = 1  # of maskless.json
+STUDENT_FORMAT = 2  # of maskless.json: 2 added targets, the tokenizer's digest and the -softplus sentence head
+TARGET_SENTENCE, TARGET_TOKEN, TARGET_DISTRIBUTION = "sentence", "token", "distribution"
+TARGETS = (TARGET_SENTENCE, TARGET_TOKEN, TARGET_DISTRIBUTION)
 
 
 def read_student_info(name: str) -> dict:
@@ -129,5 +132,26 @@ def read_student_info(name: str) -> dict:
                              "folder of a finished `dscore train maskless` run")
     info = json.loads(path.read_text())
     if info.get("format") != STUDENT_FORMAT:
-        raise ModelLoadError(f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT}")
+        raise ModelLoadError(f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT} "
+                             "(format 1 students could predict log-likelihoods above 0): train the student again "
+                             "with `dscore train maskless`")
+    if info.get("target") not in TARGETS:
+        raise ModelLoadError(f"{path} names target {info.get('target')!r}, not one of {', '.join(TARGETS)}")
     return info
+
+
+def tokenizer_digest(tokenizer: Any) -> str:
+    """Identity of a tokenizer's vocabulary (every token and its id): a student's per-token predictions and
+    its teacher's targets are only comparable under the same one."""
+    vocabulary = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    return hashlib.sha256(json.dumps(vocabulary).encode()).hexdigest()
+
+
+def check_student_tokenizer(name: str, info: dict, tokenizer: Any) -> None:
+    """A student folder whose tokenizer is not the one it was trained with (another model's files copied in)
+    is refused: its head and embeddings index the teacher's vocabulary."""
+    if tokenizer_digest(tokenizer) != info.get("tokenizer_digest"):
+        raise ModelLoadError(f"the tokenizer in student folder {name!r} is not the one the student was trained "
+                             "with (its vocabulary differs from the digest in maskless.json): a student scores only "
+                             "with its teacher's tokenizer; restore the folder's tokenizer files or train a student "
+                             "for this model")

@@ -4,10 +4,15 @@ For each packed batch of masked copies (see `masking`), the encoder runs once, o
 is gathered at its masked position, and only those rows go through the LM head and a float32
 log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head stays in float32
 (float64 throughout for a model loaded in float64).
+
+With `token_conditionals` the same passes also keep, at each scored position, the k most probable tokens of
+the conditional and the log of the mass of all the others: what a distilled student is fitted to
+(`dscore train maskless --target distribution`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -16,6 +21,16 @@ import torch
 from .masking import MaskedBatch, Sentence, build, shape_of
 from .models import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
 from .packing import Piece, TokenBudget, pack, run_fitting
+
+
+@dataclass(frozen=True)
+class Conditionals:
+    """One sentence's scored positions: the PLL's terms and the top of each conditional log p(. | W without w_t)."""
+
+    logprobs: np.ndarray  # (n,) float64 log p(w_t | W without w_t): the PLL's terms
+    ids: np.ndarray  # (n, k) int64 the k most probable tokens at t, most probable first
+    top: np.ndarray  # (n, k) float64 their log-probabilities
+    rest: np.ndarray  # (n,) float64 log of the probability of every other token (-inf when k covers V)
 
 
 class PLLEngine:
@@ -36,19 +51,35 @@ class PLLEngine:
         """Natural-log probability of each target token of each sentence, in target order (float64).
         `report(tokens of masked copies done, in all)` is called after each forward pass (tokens, not
         copies: the longest sentences go first and cost the most per copy)."""
-        out = [np.empty(len(s.targets), dtype=np.float64) for s in sentences]
+        return [values[:, 0] for values in self._per_target(sentences, 1, self.forward, report)]
+
+    def token_conditionals(self, sentences: Sequence[Sentence], k: int,
+                           report: Callable[[int, int], None] | None = None) -> list[Conditionals]:
+        """The PLL's terms and the top `k` of each conditional (all of it when k >= V), from the same passes."""
+        k = min(k, self.mlm.model.config.vocab_size)
+        out = []
+        for values in self._per_target(sentences, 2 + 2 * k, lambda batch: self.forward_top(batch, k), report):
+            out.append(Conditionals(values[:, 0], values[:, 1 : 1 + k].astype(np.int64), values[:, 1 + k : 1 + 2 * k],
+                                    values[:, -1]))
+        return out
+
+    def _per_target(self, sentences: Sequence[Sentence], width: int,
+                    forward: Callable[[MaskedBatch], torch.Tensor],
+                    report: Callable[[int, int], None] | None) -> list[np.ndarray]:
+        """(n, width) float64 per sentence: `forward`'s row for each target, whatever the packing."""
+        out = [np.empty((len(s.targets), width), dtype=np.float64) for s in sentences]
         lengths, counts = shape_of(sentences)
         total, done = int(np.dot(lengths, counts)), 0
 
         def score(pieces: list[Piece]) -> tuple[MaskedBatch, np.ndarray]:
             batch = build(sentences, pieces, self.variant, self.mlm.mask_token_id, self.mlm.pad_token_id)
-            return batch, self.forward(batch).double().cpu().numpy()
+            return batch, forward(batch).double().cpu().numpy().reshape(len(batch), width)
 
         for pieces in pack(lengths, counts, self.budget):
-            for part, (batch, logprobs) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+            for part, (batch, values) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
                 for sentence in np.unique(batch.sentence):
                     rows = batch.sentence == sentence
-                    out[sentence][batch.slot[rows]] = logprobs[rows]
+                    out[sentence][batch.slot[rows]] = values[rows]
                 done += sum(piece.rows * lengths[piece.group] for piece in part)
                 if report is not None:
                     report(done, total)
@@ -62,5 +93,20 @@ class PLLEngine:
         for logits in self.mlm.logits_at(batch.input_ids, batch.attention_mask, batch.positions):  # (C, V)
             rows = labels[start : start + len(logits)]
             out.append(logits.gather(1, rows[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1))
+            start += len(logits)
+        return torch.cat(out)
+
+    @torch.inference_mode()
+    def forward_top(self, batch: MaskedBatch, k: int) -> torch.Tensor:
+        """(B, 2 + 2k): per row the label's log-probability, the ids of the k most probable tokens (exact as
+        floats), their log-probabilities, and the log of the mass of the rest (-inf when k = V)."""
+        labels = to_device(batch.labels, self.mlm.device)  # (B,)
+        out, start = [], 0
+        for logits in self.mlm.logits_at(batch.input_ids, batch.attention_mask, batch.positions):  # (C, V)
+            logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)  # (C, V)
+            rows = labels[start : start + len(logits)]
+            top, ids = logp.topk(k, dim=-1)  # (C, k) each, most probable first
+            rest = torch.logsumexp(logp.scatter(1, ids, float("-inf")), dim=-1)  # (C,)
+            out.append(torch.cat([logp.gather(1, rows[:, None]), ids.to(logp.dtype), top, rest[:, None]], dim=1))
             start += len(logits)
         return torch.cat(out)

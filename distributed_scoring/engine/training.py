@@ -1,4 +1,5 @@
-"""Training an encoder: the loop, its resumable state, and the two objectives (u-PMLM, maskless regression).
+"""Training an encoder: the loop, its resumable state, and the objectives (u-PMLM; the maskless students:
+sentence regression, per-token regression, per-position distillation).
 
 The loop is data-parallel but knows nothing of Ray: the caller passes its rank and world size, a `wrap`
 for the model (DistributedDataParallel under Ray Train) and an `on_step` callback that reports metrics and
@@ -22,7 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .maskless import MasklessRegressor, padded
+from .maskless import SentenceRegressor, padded
 from .models import MaskedLM, to_device
 
 STATE_FILE = "training_state.pt"
@@ -35,11 +36,16 @@ HEAD_LR_SCALE = 20.0  # a freshly initialised head learns at this multiple of th
 @dataclass(frozen=True)
 class Example:
     """One training sequence: token ids with special tokens, the positions of its scorable (non-special)
-    tokens, and a regression target (the teacher's PLL; unused by u-PMLM)."""
+    tokens, and what a maskless student is fitted to (unused by u-PMLM): the teacher's PLL, its per-token
+    terms, and the top of its conditional at each scored position (`engine.pll.Conditionals`)."""
 
     input_ids: np.ndarray  # (L,) int64
     positions: np.ndarray  # (n,) int64
     target: float = 0.0
+    token_targets: np.ndarray | None = None  # (n,) float64 log p(w_t | W without w_t)
+    cond_ids: np.ndarray | None = None  # (n, k) int64 the teacher's k most probable tokens at t
+    cond_logprobs: np.ndarray | None = None  # (n, k) their log-probabilities
+    cond_rest: np.ndarray | None = None  # (n,) log of the mass of every other token (-inf when k = V)
 
 
 @dataclass(frozen=True)
@@ -82,26 +88,101 @@ class Objective(Protocol):
     def loss(self, module: nn.Module, examples: Sequence[Example], generator: torch.Generator) -> torch.Tensor: ...
 
 
-class MasklessObjective:
-    """Regression of the teacher's PLL from the first token (Salazar et al., 2020, sec. 2.2), on
-    standardised targets (see `engine.maskless`)."""
+class SentenceObjective:
+    """Regression of the teacher's PLL from the first token (Salazar et al., 2020, sec. 2.2): the squared
+    error of the predicted PLL divided by the teacher's std (see `engine.maskless.SentenceRegressor`)."""
 
-    def __init__(self, regressor: MasklessRegressor, mlm: MaskedLM) -> None:
+    def __init__(self, regressor: SentenceRegressor, mlm: MaskedLM) -> None:
         self.module = regressor
         self.mlm = mlm
 
     def groups(self, lr: float) -> list[dict]:
         """The encoder at `lr`; the head, which starts from nothing, faster (Adam moves a weight by about the
         rate per step: at an encoder's 1e-4 a head of unit-scale features would take thousands of steps)."""
-        return [{"params": list(self.module.encoder.parameters()), "lr": lr},
-                {"params": list(self.module.head.parameters()), "lr": lr * HEAD_LR_SCALE}]
+        return [{"params": trainable(self.module.encoder), "lr": lr},
+                {"params": trainable(self.module.head), "lr": lr * HEAD_LR_SCALE}]
 
     def loss(self, module: nn.Module, examples: Sequence[Example], generator: torch.Generator) -> torch.Tensor:
         ids, mask = padded([e.input_ids for e in examples], self.mlm.pad_token_id)
         targets = torch.tensor([e.target for e in examples], dtype=torch.float64, device=self.mlm.device)  # (B,)
         with self.mlm.autocast():
-            z = module(to_device(ids, self.mlm.device), to_device(mask, self.mlm.device))  # (B,)
-        return F.mse_loss(z.float(), self.module.standardise(targets))
+            predicted = module(to_device(ids, self.mlm.device), to_device(mask, self.mlm.device))  # (B,) float64
+        return (((predicted - targets) / self.module.std) ** 2).mean().float()
+
+
+class TokenObjective:
+    """The masked LM on the unmasked sentence, fitted position by position to the teacher (the `token` and
+    `distribution` students): `token_weight` times the squared error of log q_t(w_t) against the teacher's
+    log p(w_t | W without w_t), plus `kl_weight` times KL(p_t || q_t), the teacher's conditional at t against
+    the student's distribution there (word-level knowledge distillation, Kim and Rush, 2016), over the
+    teacher's top k and the mass of the rest; both averaged over the scored tokens of the batch."""
+
+    def __init__(self, mlm: MaskedLM, token_weight: float, kl_weight: float) -> None:
+        self.module = MaskedPositionsLM(mlm)
+        self.mlm = mlm
+        self.token_weight = token_weight
+        self.kl_weight = kl_weight
+
+    def groups(self, lr: float) -> list[dict]:
+        return [{"params": trainable(self.module), "lr": lr}]
+
+    def loss(self, module: nn.Module, examples: Sequence[Example], generator: torch.Generator) -> torch.Tensor:
+        device = self.mlm.device
+        ids, mask = padded([e.input_ids for e in examples], self.mlm.pad_token_id)
+        rows = np.concatenate([np.full(len(e.positions), b, dtype=np.int64) for b, e in enumerate(examples)])  # (Q,)
+        positions = np.concatenate([e.positions for e in examples]).astype(np.int64)  # (Q,)
+        with self.mlm.autocast():
+            logits = module(to_device(ids, device), to_device(mask, device), to_device(rows, device),
+                            to_device(positions, device))  # (Q, V)
+        logq = F.log_softmax(logits.float(), dim=-1)  # (Q, V)
+        loss = torch.zeros((), device=device)
+        if self.token_weight:
+            predicted = logq.gather(1, to_device(ids[rows, positions], device)[:, None]).squeeze(1)  # (Q,)
+            targets = torch.tensor(np.concatenate([e.token_targets for e in examples]), dtype=torch.float32,
+                                   device=device)  # (Q,)
+            loss = loss + self.token_weight * F.mse_loss(predicted, targets)
+        if self.kl_weight:
+            loss = loss + self.kl_weight * top_k_kl(logq, *(torch.tensor(np.concatenate(
+                [getattr(e, name) for e in examples]), device=device) for name in ("cond_ids", "cond_logprobs", "cond_rest")))
+        return loss
+
+
+def top_k_kl(logq: torch.Tensor, ids: torch.Tensor, logp: torch.Tensor, rest: torch.Tensor) -> torch.Tensor:
+    """Mean over positions of KL(p || q), p known by its top k (`ids`, `logp`, (Q, k)) and the log of the
+    mass of the rest (`rest`, (Q,), -inf when k = V), q a full log-distribution (`logq`, (Q, V)): the KL
+    between the two distributions over the k tokens and one bucket for all others."""
+    logp = logp.to(logq.dtype)
+    rest = rest.to(logq.dtype)
+    top = (logp.exp() * (logp - logq.gather(1, ids))).sum(1)  # (Q,)
+    left = torch.isfinite(rest)  # rows whose teacher kept mass outside its top k (none when k = V)
+    if not left.any():
+        return top.mean()
+    others = logq[left].scatter(1, ids[left], float("-inf")).logsumexp(1)  # (R,) log q of the bucket
+    bucket = torch.zeros_like(top)  # (Q,)
+    bucket[left] = rest[left].exp() * (rest[left] - others)
+    return (top + bucket).mean()
+
+
+def trainable(module: nn.Module) -> list[nn.Parameter]:
+    """The parameters of `module` that are trained (not frozen by `freeze_lower`)."""
+    return [p for p in module.parameters() if p.requires_grad]
+
+
+def freeze_lower(model: nn.Module, layers: int) -> None:
+    """Keep the embeddings and the lowest `layers` transformer layers of a masked LM as they are: a student
+    on a small corpus fine-tunes what sits above them, at a fraction of the backward pass's cost. (With tied
+    input and output embeddings, as most MLMs have, the LM head's decoder matrix stays too.)"""
+    if layers <= 0:
+        return
+    stack = next((m for m in model.base_model.modules() if isinstance(m, nn.ModuleList)
+                  and len(m) == model.config.num_hidden_layers), None)
+    if stack is None or layers > len(stack):
+        raise ValueError(f"cannot freeze {layers} layers: the model has {len(stack) if stack else 'no'} "
+                         "recognisable transformer layers")
+    embeddings = getattr(model.base_model, "embeddings", None) or model.get_input_embeddings()
+    for module in (embeddings, *stack[:layers]):
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
 
 
 class MaskedPositionsLM(nn.Module):
@@ -133,7 +214,7 @@ class PMLMObjective:
         self.mlm = mlm
 
     def groups(self, lr: float) -> list[dict]:
-        return [{"params": list(self.module.parameters()), "lr": lr}]
+        return [{"params": trainable(self.module), "lr": lr}]
 
     def loss(self, module: nn.Module, examples: Sequence[Example], generator: torch.Generator) -> torch.Tensor:
         ids, mask = padded([e.input_ids for e in examples], self.mlm.pad_token_id)
@@ -223,7 +304,7 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
         loss = objective.loss(trained, [examples[i] for i in rows], generator)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(module.parameters(), MAX_GRAD_NORM)
+        torch.nn.utils.clip_grad_norm_(trainable(module), MAX_GRAD_NORM)
         optimizer.step()
         scheduler.step()
         done = step + 1

@@ -37,6 +37,11 @@ PPPL_WORD = "pppl_word"
 TOKENS = "tokens"
 TOKEN_LOGPROBS = "token_logprobs"
 WORD_SCORES = "word_scores"
+OUT_OF_RANGE = "out_of_range"  # maskless student rows: the prediction lies outside its training rows' span
+# With --conditionals K, per scored token (aligned with `tokens`): the teacher's conditional p(. | W without w_t).
+COND_IDS = "cond_ids"  # the K most probable token ids, most probable first
+COND_LOGPROBS = "cond_logprobs"  # their natural-log probabilities
+COND_REST = "cond_rest"  # log of the probability of every other token (-inf when K covers the vocabulary)
 LOGP = "logp"  # causal LM: log P(W) including the end term (N_TOKENS = |W|)
 
 READ_FIELDS = [
@@ -79,7 +84,8 @@ def prepared_schema(partition: bool = False) -> pa.Schema:
     return _with_partition(READ_FIELDS + PREPARED_FIELDS, partition)
 
 
-def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False) -> pa.Schema:
+def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False,
+                  conditionals: bool = False, out_of_range: bool = False) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and
@@ -88,7 +94,10 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
     written without spaces for a per-residue model, English under an antibody model) still scores as
     `ok`, so this column is how such rows are found. `model` and `variant`
     say which scorer produced the row, so outputs of several runs can be concatenated safely.
-    `partition` is last, when the run was asked to partition its rows.
+    `out_of_range` (a maskless student's rows) is true where the predicted PLL per token lies outside the
+    range the student's training rows spanned, null on error rows. `conditionals` (with `per_token`)
+    adds the top of each scored token's conditional, in float32: a distillation target, not a published
+    score. `partition` is last, when the run was asked to partition its rows.
     """
     fields = [
         pa.field(ID, pa.string(), nullable=False),
@@ -104,6 +113,8 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
         pa.field(MODEL, pa.string(), nullable=False),
         pa.field(VARIANT, pa.string(), nullable=False),
     ]
+    if out_of_range:
+        fields.append(pa.field(OUT_OF_RANGE, pa.bool_()))
     if per_token:
         fields += [
             pa.field(TOKENS, pa.list_(pa.string())),
@@ -111,4 +122,10 @@ def output_schema(per_token: bool = False, word_scores: bool = False, partition:
         ]
     if word_scores:
         fields.append(pa.field(WORD_SCORES, pa.list_(pa.float64())))
+    if conditionals:
+        fields += [
+            pa.field(COND_IDS, pa.list_(pa.list_(pa.int32()))),
+            pa.field(COND_LOGPROBS, pa.list_(pa.list_(pa.float32()))),
+            pa.field(COND_REST, pa.list_(pa.float32())),
+        ]
     return _with_partition(fields, partition)

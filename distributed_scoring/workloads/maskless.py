@@ -1,86 +1,123 @@
-"""The maskless workload (`dscore score --maskless DIR`): each sentence's PLL predicted by a maskless
-student (`dscore train maskless`) in one forward pass, written in the PLL's row schema.
+"""The maskless workloads: each sentence's PLL in one forward pass of the unmasked sentence, written in the
+PLL's row schema.
 
-The rows are the PLL rows (`schema.output_schema`) with `pll` the student's prediction and `variant`
-`maskless`, so the summary, PPPLs and everything that reads PLL rows work unchanged; `n_tokens` is the
-number of tokens the teacher would have scored. The prepare stage is the PLL's own tokenising stage.
+- `maskless` (`dscore score --maskless DIR`): predicted by a student (`dscore train maskless`); the rows
+  add `out_of_range`, true where the predicted PLL per token lies outside the range the teacher's
+  training rows spanned (the student extrapolates there).
+- `unmasked` (`dscore score --method unmasked`): the masked LM itself read unmasked, sum over the scored
+  tokens of log p(w_t | W) (Salazar et al., 2020, Table 6, "no masking"); no training.
+
+`pll` holds the score and `variant` says `maskless` or `unmasked`, so the summary, PPPLs and everything
+that reads PLL rows work unchanged; `n_tokens` is the number of tokens the teacher would have scored. With
+`per_token` (per-token scorers: `unmasked`, `token` and `distribution` students) `tokens` and
+`token_logprobs` hold each scored token's predicted term. The prepare stage is the PLL's own tokenising stage.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, ScoringOptions
 from ..io import schema as S
+from ..io.output import ADDED_LATER
 from ..measures import pppl
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Workload
-from .pll import isolated, pll_preparer
+from .pll import isolated, pll_preparer, to_sentence
 
-VARIANT = "maskless"
+if TYPE_CHECKING:
+    from ..engine.maskless import Prediction
+
+MASKLESS, UNMASKED = "maskless", "unmasked"  # the workloads' names, and their rows' `variant`
+RANGE = "range"  # maskless.json: the training rows' span, {"pll_per_token": [lowest, highest]}
 
 
 @dataclass(frozen=True)
 class MasklessOptions:
-    """What changes a maskless run's rows besides the student folder (the run's model): per-residue
-    splitting. Batch size is not one of them."""
+    """What changes a maskless or unmasked run's rows besides the model or student folder: per-residue
+    splitting and the per-token columns. Batch size is not one of them."""
 
     split_chars: bool
+    per_token: bool = field(default=False, metadata=ADDED_LATER)
+
+
+def out_of_range(pll: float, n_tokens: int, span: Sequence[float] | None) -> bool | None:
+    """Whether a predicted PLL per token lies outside the training rows' [lowest, highest]; None when the
+    student records no span."""
+    if span is None:
+        return None
+    per_token = pll / n_tokens
+    return bool(per_token < span[0] or per_token > span[1])
 
 
 class MasklessScorer(Stage):
-    """Adds the predicted PLL, counts and PPPLs to prepared rows; rows that could not be tokenised stay
-    error rows, as does a row whose forward pass fails on its own (`pll.isolated`)."""
+    """Adds the predicted PLL, counts and PPPLs (and optionally the per-token terms) to prepared rows; rows
+    that could not be tokenised stay error rows, as does a row whose forward pass fails on its own
+    (`pll.isolated`)."""
 
     reads = {
         S.ID: "the row's id, kept",
         S.TEXT: "the text, kept",
         S.STATUS: "ok, or error for a row that could not be read or tokenised (kept as an error row)",
         S.ERROR: "why the row could not be read or tokenised",
-        S.INPUT_IDS: "the model's token ids, special tokens included: the student's one input",
-        S.TARGETS: "the tokens a PLL would score (their number is n_tokens)",
+        S.INPUT_IDS: "the model's token ids, special tokens included: the one input",
+        S.TARGETS: "the tokens a PLL would score (their number is n_tokens; per-token scorers predict each)",
+        S.PIECE_WORDS: "the tokenizer's word of each token (carried into the engine's sentence)",
         S.N_WORDS: "the number of whitespace words (PPPL per word)",
         S.N_UNKNOWN: "the number of targets that are the unknown token",
     }
 
-    def __init__(self, model: ModelSpec, batch_tokens: int | None) -> None:
-        from ..engine.maskless import MasklessEngine, load_student
+    def __init__(self, model: ModelSpec, batch_tokens: int | None, per_token: bool, method: str) -> None:
+        from ..engine.maskless import MasklessEngine, load_student, unmasked_scorer
 
-        self.engine = MasklessEngine(load_student(model), batch_tokens)
-        self.signature = self.engine.student.signature
+        student = unmasked_scorer(model) if method == UNMASKED else load_student(model)
+        self.engine = MasklessEngine(student, batch_tokens)
+        self.signature = student.signature
         self.model_name = model.name
+        self.per_token = per_token
+        self.method = method
+        self.span = student.info.get(RANGE, {}).get("pll_per_token") if method == MASKLESS else None
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
-        return S.output_schema(partition=S.PARTITION in columns)
+        return S.output_schema(self.per_token, partition=S.PARTITION in columns, out_of_range=self.method == MASKLESS)
 
     def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        predicted: list[float | str | None] = [None] * len(rows)
-        sequences = [np.asarray(rows[i][S.INPUT_IDS], dtype=np.int64) for i in ok]
-        for i, result in zip(ok, isolated(lambda s: self.engine.predict(s).tolist(), sequences) if ok else []):
+        predicted: list[Prediction | str | None] = [None] * len(rows)
+        sentences = [to_sentence(rows[i]) for i in ok]
+        for i, result in zip(ok, isolated(self.engine.predict, sentences) if ok else []):
             predicted[i] = result
         return [self._row(row, result) for row, result in zip(rows, predicted)]
 
-    def _row(self, row: Row, result: float | str | None) -> Row:
-        """The output row of a prepared row and its predicted PLL (or its error)."""
-        ok = isinstance(result, float)
-        pll = result if ok else None
+    def _row(self, row: Row, result: Prediction | str | None) -> Row:
+        """The output row of a prepared row and its prediction (or its error)."""
+        ok = result is not None and not isinstance(result, str)
+        pll = result.pll if ok else None
         n_tokens = len(row[S.TARGETS]) if ok else 0
         n_words = row[S.N_WORDS] if ok else 0
-        return {
+        out = {
             **row, S.PLL: pll, S.N_TOKENS: n_tokens, S.N_WORDS: n_words, S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
             S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None, S.PPPL_WORD: pppl(pll, n_words) if ok else None,
             S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else (result or row[S.ERROR]),
-            S.MODEL: self.model_name, S.VARIANT: VARIANT,
+            S.MODEL: self.model_name, S.VARIANT: self.method,
         }
+        if self.method == MASKLESS:
+            out[S.OUT_OF_RANGE] = out_of_range(pll, n_tokens, self.span) if ok else None
+        if self.per_token:
+            ids = [row[S.INPUT_IDS][t] for t in row[S.TARGETS]] if ok else None
+            out[S.TOKENS] = self.engine.student.mlm.tokenizer.convert_ids_to_tokens(ids) if ok else None
+            out[S.TOKEN_LOGPROBS] = np.asarray(result.token_logprobs).tolist() if ok else None
+        return out
 
 
-def maskless_workload(student: ModelSpec, scoring: ScoringOptions) -> Workload:
-    """Predicted PLLs from a maskless student folder (`dscore score --maskless`)."""
-    return Workload("maskless", MasklessOptions(scoring.split_chars), partial(pll_preparer, student, scoring.split_chars),
-                    partial(MasklessScorer, student, scoring.batch_tokens), student.device)
+def maskless_workload(model: ModelSpec, scoring: ScoringOptions, method: str = MASKLESS) -> Workload:
+    """Predicted PLLs from a student folder (`dscore score --maskless`), or with `method` UNMASKED the
+    masked LM's one-pass scores (`dscore score --method unmasked`)."""
+    return Workload(method, MasklessOptions(scoring.split_chars, scoring.per_token),
+                    partial(pll_preparer, model, scoring.split_chars),
+                    partial(MasklessScorer, model, scoring.batch_tokens, scoring.per_token, method), model.device)

@@ -27,6 +27,7 @@ from ..pipeline.workload import Workload
 
 if TYPE_CHECKING:
     from ..engine.models import MaskedLM
+    from ..engine.pll import Conditionals
 
 logger = logging.getLogger(__name__)
 
@@ -37,16 +38,18 @@ R = TypeVar("R")
 @dataclass(frozen=True)
 class PLLOptions:
     """What changes a PLL run's rows: the masking variant, the optional columns, per-residue splitting
-    (added later, so it enters the fingerprint only when set). Batch size is not one of them."""
+    and the saved conditionals (added later, so they enter the fingerprint only when set). Batch size is
+    not one of them."""
 
     variant: str
     per_token: bool
     word_scores: bool
     split_chars: bool = field(default=False, metadata=ADDED_LATER)
+    conditionals: int = field(default=0, metadata=ADDED_LATER)
 
     @classmethod
     def of(cls, scoring: ScoringOptions) -> "PLLOptions":
-        return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars)
+        return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars, scoring.conditionals)
 
 
 def to_sentence(row: Row) -> Sentence:
@@ -84,21 +87,28 @@ class Scorer(Stage):
         self.signature = self.mlm.signature
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
-        return S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in columns)
+        return S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in columns,
+                               self.options.conditionals > 0)
 
     def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        scored: list[np.ndarray | str | None] = [None] * len(rows)
+        scored: list[np.ndarray | Conditionals | str | None] = [None] * len(rows)
         for i, result in zip(ok, self._score([to_sentence(rows[i]) for i in ok])):
             scored[i] = result
         return [self._row(row, result) for row, result in zip(rows, scored)]
 
-    def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | str]:
-        """Token log-probs per sentence, or an error message for a sentence that fails on its own."""
+    def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | Conditionals | str]:
+        """Token log-probs (with --conditionals, and the conditionals) per sentence, or an error message for
+        a sentence that fails on its own."""
+        k = self.options.conditionals
+        if k:
+            return isolated(lambda batch: self.engine.token_conditionals(batch, k, self.report), sentences)
         return isolated(lambda batch: self.engine.token_logprobs(batch, self.report), sentences)
 
-    def _row(self, row: Row, result: np.ndarray | str | None) -> Row:
+    def _row(self, row: Row, scored: np.ndarray | Conditionals | str | None) -> Row:
         """The output row of a prepared row and its token log-probs (or error); `partition` passes through."""
+        conditionals = None if scored is None or isinstance(scored, (str, np.ndarray)) else scored
+        result = conditionals.logprobs if conditionals is not None else scored
         error = result if isinstance(result, str) else row[S.ERROR]
         ok = error is None and result is not None
         logprobs = result if ok else None
@@ -118,6 +128,10 @@ class Scorer(Stage):
         if self.options.word_scores:
             words = np.bincount(row[S.TARGET_WORDS], weights=logprobs, minlength=n_words) if ok else None
             out[S.WORD_SCORES] = words.tolist() if ok else None
+        if self.options.conditionals:
+            out[S.COND_IDS] = conditionals.ids.tolist() if ok else None
+            out[S.COND_LOGPROBS] = conditionals.top.tolist() if ok else None
+            out[S.COND_REST] = conditionals.rest.tolist() if ok else None
         return out
 
 

@@ -47,6 +47,38 @@ def test_engine_in_float64_equals_reference_to_rounding(family, tiny_model_dir):
             np.testing.assert_allclose(g, naive.token_logprobs(text, variant), rtol=0, atol=1e-9)
 
 
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_saved_conditionals_equal_the_naive_reference(family, tiny_model_dir):
+    """The teacher's top-k of each conditional (a distillation target): the k most probable tokens of the
+    naive reference's conditional, their log-probabilities, the mass of the rest; the PLL's terms as
+    without conditionals; k = V keeps the whole conditional."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir(family))))
+    naive = NaiveScorer(mlm.model, mlm.tokenizer)
+    sentences = sentences_of(mlm, TEXTS[:4])
+    vocab = mlm.model.config.vocab_size
+    for variant in VARIANTS:
+        expected = [naive.conditionals(text, variant) for text in TEXTS[:4]]
+        plain = PLLEngine(mlm, variant, BUDGETS[0]).token_logprobs(sentences)
+        for k in (3, vocab, vocab + 5):
+            got = PLLEngine(mlm, variant, BUDGETS[0]).token_conditionals(sentences, k)
+            for text, g, e, p in zip(TEXTS, got, expected, plain):
+                message = f"{family} {variant} k={k} {text!r}"
+                kept = min(k, vocab)
+                assert g.ids.shape == g.top.shape == (len(e), kept), message
+                np.testing.assert_array_equal(g.logprobs, p, err_msg=message)
+                order = np.argsort(-e, axis=1, kind="stable")[:, :kept]
+                np.testing.assert_allclose(g.top, np.take_along_axis(e, order, 1), rtol=0, atol=1e-5, err_msg=message)
+                np.testing.assert_allclose(np.take_along_axis(e, g.ids, 1), g.top, rtol=0, atol=1e-5, err_msg=message)
+                if kept == vocab:
+                    assert np.isneginf(g.rest).all(), message
+                    assert sorted(g.ids[0]) == list(range(vocab)), message
+                else:
+                    others = np.ones_like(e, dtype=bool)
+                    np.put_along_axis(others, g.ids, False, 1)
+                    rest = np.log(np.where(others, np.exp(e), 0.0).sum(1))
+                    np.testing.assert_allclose(g.rest, rest, rtol=0, atol=1e-5, err_msg=message)
+
+
 def test_full_logits_fallback_is_exact(tiny_model_dir):
     """Architectures outside the head table go through the full model; that path must agree too."""
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("roberta"))))

@@ -37,7 +37,8 @@ def registered(out: Path) -> bool:
 
 def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, tiny_model_dir):
     corpus, model = make_corpus(tmp_path / "in", 40), str(tiny_model_dir("bert"))
-    assert main(["score", corpus, "--model", model, "--output", str(tmp_path / "teacher")]) == 0
+    assert main(["score", corpus, "--model", model, "--per-token", "--conditionals", "1000", "--output",
+                 str(tmp_path / "teacher")]) == 0  # what the default student (distribution) is fitted to
     out = tmp_path / "student"
     command = [sys.executable, "-m", "distributed_scoring.cli", "train", "maskless", "--teacher",
                str(tmp_path / "teacher"), "--model", model, "--output", str(out), "--steps", str(STEPS),

@@ -142,7 +142,8 @@ def test_infill_sample_generate_and_train_jobs(cluster, tmp_path, tiny_model_dir
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS * 3) + "\n")
-    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--output", str(tmp_path / "teacher"))
+    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--per-token", "--conditionals", "1000",
+           "--output", str(tmp_path / "teacher"))  # the default student (distribution) needs the conditionals
     done = submit(cluster, "train.py", "maskless", "--teacher", str(tmp_path / "teacher"), "--model", model,
                   "--output", str(tmp_path / "student"), "--steps", "6", "--checkpoint-every", "3", "--batch-size", "4",
                   "--num-workers", "2", "--cpus-per-worker", "1", "--heldout", "0.25")

@@ -1,6 +1,8 @@
 """`dscore train` end to end: bad teachers and corpora refused in one line before any work; on the local Ray,
-a tiny model trained a few steps (the loss falls, checkpoints and metrics.jsonl written, the folder loads
-with `dscore score --maskless` / `--model`, the student's rows in the teacher's schema, rescoring with it)."""
+a tiny model trained a few steps (the loss falls, checkpoints and metrics.jsonl written, the report's
+student/unmasked/length-only table, mutant pairs and rescoring, the folder loads with `dscore score
+--maskless` / `--model`, the student's rows in the teacher's schema, rescoring with it), for the default
+`distribution` target and the paper's `sentence` target."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import rescoring_helpers as H
 import tiny
 from distributed_scoring.cli import main
 from distributed_scoring.io import schema as S
+from test_maskless_command import write_family_corpus
 
 # One local-Ray worker of one CPU: a second torch thread on a shared 2-core machine only waits.
 FAST = ["--cpus-per-worker", "1", "--batch-size", "8", "--lr", "1e-3"]
@@ -101,16 +104,30 @@ def test_score_takes_either_a_model_or_a_student_folder(tmp_path, tiny_model_dir
     assert not (tmp_path / "out").exists()
 
 
+def write_nbest(folder: Path) -> dict[str, Path]:
+    paths = {}
+    for split, seed in (("dev", 1), ("test", 2)):
+        records, _ = H.synthetic_nbest(4, 3, seed=seed, prefix=split[0])
+        paths[split] = folder / f"{split}.jsonl"
+        paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
+    return paths
+
+
 @pytest.fixture(scope="module")
 def student(ray_local, tiny_model_dir, tmp_path_factory):
-    """A teacher scored in process, a student trained on it on the local Ray: (corpus, teacher, student, report)."""
+    """A teacher (per-token terms and whole conditionals) scored in process, a `distribution` student trained on
+    it on the local Ray with N-best rescoring: (corpus, teacher, student, report)."""
     folder = tmp_path_factory.mktemp("maskless")
-    corpus = write_corpus(folder / "corpus.txt", 48)
+    corpus = write_family_corpus(folder / "corpus.jsonl", parents=16)
     model = str(tiny_model_dir("bert"))
-    code, _ = run("score", str(corpus), "--model", model, "--output", str(folder / "teacher"))
+    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--conditionals", "1000",
+                  "--output", str(folder / "teacher"))
     assert code == 0
+    nbest = write_nbest(folder)
     code, report = run("train", "maskless", "--teacher", str(folder / "teacher"), "--model", model, "--output",
-                       str(folder / "student"), "--steps", "24", "--checkpoint-every", "10", "--heldout", "0.25", *FAST)
+                       str(folder / "student"), "--steps", "24", "--checkpoint-every", "10", "--heldout", "0.25",
+                       "--parent-separator", "~", "--nbest-dev", str(nbest["dev"]), "--nbest-test", str(nbest["test"]),
+                       *FAST)
     assert code == 0
     return corpus, folder / "teacher", folder / "student", report
 
@@ -119,12 +136,22 @@ def student(ray_local, tiny_model_dir, tmp_path_factory):
 def test_a_maskless_student_trains_reports_and_checkpoints(student):
     _, _, out, report = student
     assert json.loads((out / "report.json").read_text()) == report
+    assert report["target"] == "distribution" and (out / "report.md").read_text().startswith("# Maskless student")
     assert report["rows"]["train"] + report["rows"]["heldout"] == report["rows"]["usable"] == 48
     assert report["training"]["steps"] == 24
     assert report["training"]["loss_last"] < report["training"]["loss_first"]
     heldout = report["heldout"]
-    assert heldout["rows"] == report["rows"]["heldout"] >= 3
-    assert -1 <= heldout["pearson"] <= 1 and -1 <= heldout["spearman"] <= 1 and heldout["rmse"] > 0
+    assert heldout["rows"] == report["rows"]["heldout"] >= 3 and heldout["mutant_pairs"] == 2 * heldout["rows"] / 3
+    for scorer in ("student", "unmasked", "length_baseline"):
+        figures = heldout[scorer]
+        assert -1 <= figures["pearson"] <= 1 and figures["rmse"] > 0 and figures["above_zero"] == 0, scorer
+    for scorer in ("student", "unmasked"):
+        assert heldout[scorer]["token_terms"]["tokens"] > heldout["rows"]
+        assert heldout[scorer]["mutant_minus_parent"]["pairs"] == heldout["mutant_pairs"]
+    assert set(report["rescoring"]) >= {"teacher", "student", "unmasked"}
+    for who in ("teacher", "student", "unmasked"):
+        assert {"baseline", "rescored", "oracle"} <= set(report["rescoring"][who]["test"])
+        assert (out / "rescore" / who / "report.json").exists()
     assert report["speed"]["student_sentences_per_s"] > 0 and report["speed"]["pll_sentences_per_s"] > 0
     assert report["speed"]["speedup"] == pytest.approx(
         report["speed"]["student_sentences_per_s"] / report["speed"]["pll_sentences_per_s"])
@@ -132,31 +159,53 @@ def test_a_maskless_student_trains_reports_and_checkpoints(student):
     assert steps == list(range(1, 25))
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-00000020", "step-00000024"]
     predictions = pq.read_table(out / "heldout_predictions.parquet")
-    assert predictions.num_rows == heldout["rows"] and predictions.column_names == [S.ID, S.PLL, "predicted"]
+    assert predictions.num_rows == heldout["rows"]
+    assert predictions.column_names == [S.ID, S.PLL, "predicted", "unmasked", "predicted_token_logprobs",
+                                        "unmasked_token_logprobs"]
+    info = json.loads((out / "maskless.json").read_text())
+    assert info["target"] == "distribution" and info["heldout"]["pearson"] == heldout["student"]["pearson"]
+    low, high = info["range"]["pll_per_token"]
+    assert low < high < 0
+
+
+@pytest.mark.ray
+def test_a_sentence_student_trains_and_predicts_below_zero(ray_local, tiny_model_dir, tmp_path):
+    """The paper's target: a head over the first token; no per-token columns, every prediction below 0."""
+    corpus, model = write_corpus(tmp_path / "c.txt", 30), str(tiny_model_dir("bert"))
+    assert run("score", str(corpus), "--model", model, "--output", str(tmp_path / "teacher"))[0] == 0
+    code, report = run("train", "maskless", "--teacher", str(tmp_path / "teacher"), "--model", model, "--output",
+                       str(tmp_path / "student"), "--target", "sentence", "--steps", "8", "--heldout", "0.2", *FAST)
+    assert code == 0 and report["target"] == "sentence" and "token_terms" not in report["heldout"]["student"]
+    assert report["heldout"]["student"]["above_zero"] == 0 and report["rescoring"] is None
+    code, summary = run("score", str(corpus), "--maskless", str(tmp_path / "student"), "--output", str(tmp_path / "s"))
+    rows = pq.read_table(tmp_path / "s" / "rows")
+    assert code == 0 and summary["target"] == "sentence" and max(rows[S.PLL].to_pylist()) < 0
+    assert S.TOKEN_LOGPROBS not in rows.column_names
 
 
 @pytest.mark.ray
 def test_the_student_scores_in_the_teachers_schema_and_loads_as_a_masked_lm(student, tmp_path):
     corpus, teacher, out, _ = student
-    code, summary = run("score", str(corpus), "--maskless", str(out), "--output", str(tmp_path / "s"))
+    code, summary = run("score", str(corpus), "--id-column", "id", "--maskless", str(out), "--per-token", "--output",
+                        str(tmp_path / "s"))
     assert code == 0 and summary["rows"] == summary["ok"] == 48 and summary["variant"] == "maskless"
     assert json.loads((tmp_path / "s" / "summary.json").read_text())["variant"] == "maskless"
     rows, teacher_rows = pq.read_table(tmp_path / "s" / "rows"), pq.read_table(teacher / "rows")
-    assert rows.schema.remove_metadata() == teacher_rows.schema.remove_metadata()
+    pll_columns = [c for c in teacher_rows.column_names if not c.startswith("cond_")]
+    assert rows.select(pll_columns).schema.remove_metadata() == teacher_rows.select(pll_columns).schema.remove_metadata()
+    assert rows.column_names == pll_columns[:12] + [S.OUT_OF_RANGE] + pll_columns[12:]
     assert set(rows[S.VARIANT].to_pylist()) == {"maskless"}
     assert rows[S.N_TOKENS].to_pylist() == teacher_rows[S.N_TOKENS].to_pylist()  # the tokens a PLL would score
-    code, summary = run("score", str(corpus), "--model", str(out), "--output", str(tmp_path / "m"))
+    assert rows[S.TOKENS].to_pylist() == teacher_rows[S.TOKENS].to_pylist()
+    assert max(rows[S.PLL].to_pylist()) < 0
+    code, summary = run("score", str(corpus), "--id-column", "id", "--model", str(out), "--output", str(tmp_path / "m"))
     assert code == 0 and summary["ok"] == 48
 
 
 @pytest.mark.ray
 def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
     _, _, out, _ = student
-    paths = {}
-    for split, seed in (("dev", 1), ("test", 2)):
-        records, _ = H.synthetic_nbest(5, 3, seed=seed, prefix=split[0])
-        paths[split] = tmp_path / f"{split}.jsonl"
-        paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
+    paths = write_nbest(tmp_path)
     code, printed = run("rescore", "--dev", str(paths["dev"]), "--test", str(paths["test"]), "--maskless", str(out),
                         "--output", str(tmp_path / "r"))
     assert code == 0 and {"baseline", "rescored", "oracle"} <= set(printed["test"])
@@ -168,7 +217,8 @@ def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
 def test_another_command_in_a_training_folder_is_refused_unless_overwritten(student, tiny_model_dir, capsys):
     _, teacher, out, _ = student
     args = ["train", "maskless", "--teacher", str(teacher), "--model", str(tiny_model_dir("bert")), "--output",
-            str(out), "--steps", "25", "--checkpoint-every", "10", "--heldout", "0.25", *FAST]
+            str(out), "--steps", "25", "--checkpoint-every", "10", "--heldout", "0.25", "--parent-separator", "~",
+            "--nbest-dev", str(teacher.parent / "dev.jsonl"), "--nbest-test", str(teacher.parent / "test.jsonl"), *FAST]
     code, _ = run(*args)
     assert code == 2 and "holds results of a different run (it differs in: steps)" in error_line(capsys)
     code, _ = run("score", str(teacher / "rows"), "--model", str(tiny_model_dir("bert")), "--output", str(out))

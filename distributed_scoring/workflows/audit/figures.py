@@ -239,7 +239,8 @@ def run_audit(
         scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
     )
     folder.record(OUTLIERS_FILE)
-    audit = _audit_record(rows_dir, scan, outliers, config, _scorer_signature(fs, root))
+    summary = _summary(fs, root)
+    audit = _audit_record(rows_dir, scan, outliers, config, summary.get("signature"), student_estimate(summary))
     if base is not None:
         current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs)
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
@@ -346,7 +347,7 @@ def _nll_per_token(batch: pa.RecordBatch) -> np.ndarray:
 
 
 def _audit_record(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfig,
-                  scorer: dict | list | None) -> AuditRecord:
+                  scorer: dict | list | None, estimate: dict | None = None) -> AuditRecord:
     """audit.json of the first pass's figures and the outliers (`write_outliers`' object)."""
     overall = sum(scan.stats.values(), CorpusStats())
     signatures = [{S.MODEL: m, S.VARIANT: v} for m, v in sorted(scan.signatures)]
@@ -367,6 +368,7 @@ def _audit_record(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfi
         histogram=_histogram(scan, config.histogram),
         positionwise=scan.curves.record() if scan.curves is not None else None,
         outliers=flagged,
+        estimate=estimate,
     )
 
 
@@ -390,10 +392,25 @@ def _bins(counts: np.ndarray) -> Bins:
     return Bins(underflow=int(counts[0]), counts=counts[1:-1].tolist(), overflow=int(counts[-1]))
 
 
-def _scorer_signature(fs: pafs.FileSystem, root: str) -> dict | list | None:
-    """The scoring run's reproducibility signature from its summary.json, when the folder has one."""
+def _summary(fs: pafs.FileSystem, root: str) -> dict:
+    """The scoring run's summary.json, when the folder has one (its signature, and what scored it)."""
     path = posixpath.join(root, SUMMARY_FILE)
     if fs.get_file_info(path).type != pafs.FileType.File:
-        return None
+        return {}
     with fs.open_input_stream(path) as stream:
-        return json.loads(stream.read()).get("signature")
+        return json.loads(stream.read())
+
+
+def student_estimate(summary: dict) -> dict | None:
+    """What audit.json says of rows a maskless student scored (`dscore audit --maskless`): that their PPPLs
+    are its estimate of the teacher's, with its held-out error against the teacher; None for other rows."""
+    if summary.get("method") != "maskless":
+        return None
+    return {
+        "scorer": "maskless student", "student": summary.get("model"), "target": summary.get("target"),
+        "teacher": summary.get("teacher"), "heldout": summary.get("heldout"),
+        "out_of_range": summary.get("out_of_range"),
+        "note": "a fast screening audit: every PLL here is a maskless student's estimate of its teacher's PLL, not "
+                "the PLL; heldout gives its agreement with the teacher on rows it was not trained on (rmse in "
+                "nats per sentence). Confirm a finding with `dscore audit --model` before acting on it",
+    }

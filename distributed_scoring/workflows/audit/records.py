@@ -198,6 +198,7 @@ class AuditRecord:
     positionwise: Positionwise | None
     outliers: Outliers
     baseline: Comparison | None = None
+    estimate: dict | None = None  # scored by a maskless student: what it is and its held-out error (absent else)
 
     @property
     def metric(self) -> str:
@@ -215,6 +216,8 @@ class AuditRecord:
             "outliers": self.outliers.to_json(),
             "baseline": self.baseline.to_json() if self.baseline else None,
         }
+        if self.estimate is not None:
+            data["estimate"] = self.estimate
         return data if self.row_stats is not None else {k: v for k, v in data.items() if k != "row_stats"}
 
     @classmethod
@@ -229,5 +232,6 @@ class AuditRecord:
             Positionwise.from_json(positionwise) if positionwise else None,
             Outliers.from_json(data["outliers"]),
             Comparison.from_json(baseline) if baseline else None,
+            data.get("estimate"),
         )
 

@@ -70,6 +70,7 @@ def _render(audit: AuditRecord, baseline: AuditRecord | None) -> str:
     comparison = audit.baseline
     body = [
         f"<h1>PPPL audit</h1><p class='meta'>{_meta(audit)}</p>",
+        _estimate(audit.estimate),
         _verdict(comparison),
         _cards(audit),
         *_changes(comparison),
@@ -109,6 +110,20 @@ def _meta(audit: AuditRecord) -> str:
     scorers = audit.signature if isinstance(audit.signature, list) else [audit.signature]
     who = "; ".join(f"{s[S.MODEL]} ({s[S.VARIANT]})" for s in scorers)
     return _e(f"{audit.rows_dir} · scored by {who} · audited {audit.created}")
+
+
+def _estimate(estimate: dict | None) -> str:
+    """For rows a maskless student scored: that every figure is its estimate, and how far it is from its teacher."""
+    if estimate is None:
+        return ""
+    heldout = estimate.get("heldout") or {}
+    error = (f"held-out agreement with the teacher: Pearson {_num(heldout.get('pearson'))}, RMSE "
+             f"{_num(heldout.get('rmse'))} nats per sentence on {heldout.get('rows')} rows" if heldout else
+             "no held-out figures recorded")
+    return (f"<div class='verdict none'><h2>Estimate: scored by a maskless student ({_e(str(estimate.get('target')))}), "
+            f"not by the PLL</h2><ul><li>student {_e(str(estimate.get('student')))} of teacher "
+            f"{_e(str(estimate.get('teacher')))}; {_e(error)}</li><li>{_e(str(estimate.get('out_of_range')))} rows "
+            f"predicted outside the student's training range</li><li>{_e(estimate['note'])}</li></ul></div>")
 
 
 def _verdict(comparison: Comparison | None) -> str:

@@ -5,7 +5,8 @@ Layout of the output folder DIR (held, locked, from the first byte to the last):
     DIR/_run.json                what the run is (its inputs and models), and what it wrote
     DIR/texts/texts.parquet      the unique hypothesis texts to score (sorted; id = their position)
     DIR/mlm/                     the masked LM's scoring run over them (rows/, summary.json, resumable)
-    DIR/maskless/                instead, with `maskless`: a maskless student's predicted PLLs
+    DIR/maskless/                instead, with method `maskless`: a maskless student's predicted PLLs
+    DIR/unmasked/                instead, with method `unmasked`: the masked LM's one-pass scores
     DIR/causal/                  the causal LM's run, when one is given
     DIR/hypotheses.parquet, DIR/best.parquet, DIR/{dev,test}.best.txt, DIR/report.json, DIR/report.md
 Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination. Scores
@@ -28,7 +29,7 @@ from ...io.nbest import read_nbest, require_references, unique_texts
 from ...io.output import OutputDir
 from .rescoring import OUTPUT_FILES, RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
 from ...pipeline import runner
-from ..maskless import score_maskless
+from ..maskless import score_maskless, score_unmasked
 from ..score import score
 from ...workloads.causal import causal_workload
 
@@ -36,7 +37,9 @@ logger = logging.getLogger(__name__)
 
 TEXTS = "texts/texts.parquet"
 RESCORE = "rescore"  # the workload of DIR/_run.json
-MLM, MASKLESS, CAUSAL = "mlm", "maskless", "causal"  # the LM runs' sub-folders
+MLM, MASKLESS, UNMASKED, CAUSAL = "mlm", "maskless", "unmasked", "causal"  # the LM runs' sub-folders
+# How the masked-LM score of a hypothesis is had (`method`), and the sub-folder its scoring run writes.
+SCORERS = {"pll": (MLM, score), "maskless": (MASKLESS, score_maskless), "unmasked": (UNMASKED, score_unmasked)}
 # What an earlier dscore's rescore folder held, without a _run.json of its own (its LM runs had theirs).
 EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, *OUTPUT_FILES)
 
@@ -64,12 +67,13 @@ class RescoreInputs:
 
 def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None,
                   scoring: ScoringOptions, options: RescoreOptions, ray: RayOptions | None = None,
-                  overwrite: bool = False, maskless: bool = False) -> Rescored:
+                  overwrite: bool = False, method: str = "pll") -> Rescored:
     """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
-    write the outputs. With `maskless`, `model` is a maskless student folder whose predicted PLLs stand in
-    for the masked LM's (`dscore train maskless`). The folder is held from before the texts are written
+    write the outputs. `method` says what stands for the masked LM's score: its PLL, a maskless student's
+    predicted PLL (`maskless`: `model` is the student folder from `dscore train maskless`), or its
+    one-pass score of the unmasked text (`unmasked`). The folder is held from before the texts are written
     until the reports are, its LM runs claiming their sub-folders inside it."""
-    check_models(model, causal_model)
+    check_models(model, causal_model, method)
     dev = _read(inputs.dev, inputs.dev_refs, "dev")
     test = _read(inputs.test, inputs.test_refs, "test")
     _refuse_empty({"--dev": (inputs.dev, dev), "--test": (inputs.test, test)})
@@ -77,10 +81,10 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     logger.info("%d + %d hypotheses, %d unique texts", dev.num_rows, test.num_rows, len(texts))
     scored = [t + inputs.append for t in texts]
     sources = [p for p in (inputs.dev, inputs.test, inputs.dev_refs, inputs.test_refs) if p]
-    lm_folder = MASKLESS if maskless else MLM
+    lm_folder, scorer = SCORERS[method]
     run = {"workload": RESCORE, **{k: v for k, v in asdict(inputs).items() if k != "output"},
            "model": model.name if model else None, "causal_model": causal_model.name if causal_model else None,
-           "maskless": maskless}
+           "method": method}
     with claim(inputs.output, sources, [m.name for m in (model, causal_model) if m]) as folder:
         folder.begin(run, folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
                      [TEXTS, *([lm_folder] if model else []), *([CAUSAL] if causal_model else []), *OUTPUT_FILES])
@@ -90,7 +94,7 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
         mlm = causal = None
         if model is not None:
             config = RunConfig(corpus, model, scoring, folder.subfolder(lm_folder))
-            (score_maskless if maskless else score)(config, ray, overwrite)
+            scorer(config, ray, overwrite)
             mlm = _scores(config.output, texts, scored, S.PLL, "masked LM")
         if causal_model is not None:
             config = RunConfig(corpus, causal_model, scoring, folder.subfolder(CAUSAL))
@@ -110,14 +114,16 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     return result
 
 
-def check_models(model: ModelSpec | None, causal_model: ModelSpec | None) -> None:
-    """Every model the run needs loads its configuration and tokenizer, before any scoring: a bad
-    `--causal-model` must not wait for the whole masked-LM pass to fail."""
+def check_models(model: ModelSpec | None, causal_model: ModelSpec | None, method: str = "pll") -> None:
+    """Every model the run needs loads its configuration and tokenizer (a student its maskless.json too),
+    before any scoring: a bad `--causal-model` must not wait for the whole masked-LM pass to fail."""
     from ...engine.causal import load_causal_parts
-    from ...engine.model_files import load_tokenizer
+    from ...engine.model_files import check_student_tokenizer, load_tokenizer, read_student_info
 
     if model is not None:
-        load_tokenizer(model)
+        tokenizer, _ = load_tokenizer(model)
+        if method == "maskless":
+            check_student_tokenizer(model.name, read_student_info(model.name), tokenizer)
     if causal_model is not None:
         load_causal_parts(causal_model)
 

@@ -58,8 +58,9 @@ CHECKPOINTS_KEPT = 2
 PROGRESS_S = 10.0  # seconds between progress lines (and rewrites of metrics.jsonl) on worker 0
 RELAY_S = 1.0  # seconds between the driver's collections of the workers' log lines
 
-# Columns of the tokenised split (the prepare stage's names where they exist).
+# Columns of the tokenised split (the prepare stage's and the teacher's names where they exist).
 TARGET = "target"
+TOKEN_TARGETS = "token_targets"  # maskless: the teacher's log p(w_t | W without w_t) at each scored position
 
 
 @dataclass(frozen=True)
@@ -153,13 +154,25 @@ def heldout_rows(ids: Sequence[str], seed: int, share: float) -> np.ndarray:
 
 
 def read_examples(path: str) -> list[Example]:
-    """The engine's training examples from a tokenised split (input_ids, targets, and `target` if any)."""
+    """The engine's training examples from a tokenised split (input_ids, targets, and whichever of the
+    maskless targets it has: `target`, `token_targets`, the teacher's conditionals)."""
     from ...engine.training import Example
 
     table = pq.read_table(path)
-    targets = table[TARGET].to_pylist() if TARGET in table.column_names else [0.0] * table.num_rows
-    return [Example(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), float(target))
-            for ids, positions, target in zip(table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(), targets)]
+    names = table.column_names
+    n = table.num_rows
+
+    def column(name: str, dtype: type) -> list:
+        if name not in names:
+            return [None] * n
+        return [np.asarray(v, dtype=dtype) for v in table[name].to_pylist()]
+
+    targets = table[TARGET].to_pylist() if TARGET in names else [0.0] * n
+    return [Example(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), float(target), *extra)
+            for ids, positions, target, *extra in zip(
+                table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(), targets,
+                column(TOKEN_TARGETS, np.float64), column(S.COND_IDS, np.int64), column(S.COND_LOGPROBS, np.float64),
+                column(S.COND_REST, np.float64))]
 
 
 # Driver: the Ray Train launch and Ray tasks.

@@ -1,0 +1,215 @@
+"""One pass per sentence from the command line, in this process (no Ray, no training: students are saved
+straight from a tiny model): `dscore score --method unmasked`, `--maskless` with `--per-token` and the
+out-of-range flag, `dscore audit --maskless` saying it is a student's estimate, `dscore rescore --method
+unmasked`; and the distillation data `dscore train maskless` reads from a teacher run (its per-token targets
+are the teacher's, mutants on their parent's side of the split), refusals in one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import torch
+
+import rescoring_helpers as H
+import tiny
+from distributed_scoring.cli import main
+from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.maskless import regressor_for, save_student
+from distributed_scoring.engine.model_files import load_tokenizer
+from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.io import schema as S
+from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
+from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
+from distributed_scoring.workloads.prepare import Preparer
+from reference import unmasked_logprobs
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run(*args: str) -> tuple[int, dict | None]:
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(list(args))
+    return code, json.loads(buffer.getvalue()) if code == 0 else None
+
+
+def error_line(capsys) -> str:
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines and lines[-1].startswith("dscore: error: "), lines
+    return lines[-1]
+
+
+def write_family_corpus(path: Path, parents: int = 12, mutants: int = 2, seed: int = 0) -> Path:
+    """Parents of tiny-corpus words (ids p<i>) and their one-word substitutions (ids p<i>~m<j>)."""
+    rng = random.Random(seed)
+    words = " ".join(tiny.CORPUS).split()
+    rows = []
+    for i in range(parents):
+        parent = [rng.choice(words) for _ in range(rng.randint(4, 12))]
+        rows.append({"id": f"p{i}", "text": " ".join(parent)})
+        for j in range(1, mutants + 1):
+            child = list(parent)
+            child[rng.randrange(len(child))] = rng.choice(words)
+            rows.append({"id": f"p{i}~m{j}", "text": " ".join(child)})
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def make_student(mlm, folder: Path, target: str, span: tuple[float, float] = (-50.0, 0.0)) -> Path:
+    """A student folder as `dscore train maskless` writes it, without the training."""
+    info = {"target": target, "teacher": "teacher/", "range": {"pll_per_token": list(span)},
+            "heldout": {"rows": 5, "pearson": 0.9, "rmse": 3.0}}
+    regressor = None
+    if target == "sentence":
+        regressor = regressor_for(mlm, mean=-40.0, std=10.0)
+        torch.nn.init.normal_(regressor.head.weight, std=0.5)
+    save_student(mlm, folder, info, regressor)
+    return folder
+
+
+def test_unmasked_scores_in_the_pll_schema_and_equal_the_reference(tmp_path, tiny_model_dir):
+    model = str(tiny_model_dir("roberta"))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(tiny.CORPUS[:6]) + "\n")
+    code, summary = run("score", str(corpus), "--model", model, "--method", "unmasked", "--per-token",
+                        "--output", str(tmp_path / "u"))
+    assert code == 0 and summary["method"] == summary["variant"] == "unmasked" and summary["ok"] == 6
+    code, _ = run("score", str(corpus), "--model", model, "--per-token", "--output", str(tmp_path / "pll"))
+    rows, pll_rows = pq.read_table(tmp_path / "u" / "rows"), pq.read_table(tmp_path / "pll" / "rows")
+    assert rows.schema.remove_metadata() == pll_rows.schema.remove_metadata()
+    mlm = load_masked_lm(ModelSpec(model))
+    for row in rows.to_pylist():
+        expected = unmasked_logprobs(mlm.model, mlm.tokenizer, row[S.TEXT])
+        np.testing.assert_allclose(row[S.TOKEN_LOGPROBS], expected, rtol=0, atol=1e-5)
+        assert row[S.PLL] == pytest.approx(expected.sum(), abs=1e-4) and row[S.VARIANT] == "unmasked"
+    assert rows[S.N_TOKENS].to_pylist() == pll_rows[S.N_TOKENS].to_pylist()  # the PLL's scored tokens
+
+
+def test_a_student_flags_predictions_outside_its_training_range(tmp_path, tiny_model_dir, caplog):
+    """The per-token columns of a token student, `out_of_range` per row, and the summary's count and warning."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    wide = make_student(mlm, tmp_path / "wide", "token")
+    code, summary = run("score", str(corpus), "--maskless", str(wide), "--per-token", "--output", str(tmp_path / "w"))
+    assert code == 0 and summary["out_of_range"] == 0 and summary["target"] == "token"
+    rows = pq.read_table(tmp_path / "w" / "rows").to_pylist()
+    assert all(r[S.OUT_OF_RANGE] is False and r[S.PLL] <= 0 for r in rows)
+    assert all(r[S.PLL] == pytest.approx(sum(r[S.TOKEN_LOGPROBS])) for r in rows)
+    per_token = sorted(r[S.PLL] / r[S.N_TOKENS] for r in rows)
+    middle = (per_token[3] + per_token[4]) / 2  # a range that leaves the 4 lowest rows out
+    narrow = make_student(mlm, tmp_path / "narrow", "token", (middle, 0.0))
+    code, summary = run("score", str(corpus), "--maskless", str(narrow), "--output", str(tmp_path / "n"))
+    flagged = [r[S.OUT_OF_RANGE] for r in pq.read_table(tmp_path / "n" / "rows").to_pylist()]
+    assert code == 0 and summary["out_of_range"] == sum(flagged) == 4
+    assert any("4 of 14 rows have a predicted PLL per token outside" in w for w in summary["warnings"])
+    assert json.loads((tmp_path / "n" / "summary.json").read_text())["out_of_range"] == 4
+
+
+def test_audit_with_a_student_says_it_is_an_estimate(tmp_path, tiny_model_dir):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    student = make_student(mlm, tmp_path / "student", "sentence")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    code, printed = run("audit", str(corpus), "--maskless", str(student), "--output", str(tmp_path / "a"))
+    assert code == 0 and printed["estimate"]["scorer"] == "maskless student"
+    audit = json.loads((tmp_path / "a" / "audit.json").read_text())
+    assert audit["estimate"]["heldout"]["rmse"] == 3.0 and "estimate of its teacher's PLL" in audit["estimate"]["note"]
+    assert "Estimate: scored by a maskless student" in (tmp_path / "a" / "report.html").read_text()
+    code, printed = run("audit", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "p"))
+    assert code == 0 and "estimate" not in printed
+    assert "estimate" not in json.loads((tmp_path / "p" / "audit.json").read_text())
+
+
+def test_rescoring_with_the_unmasked_masked_lm(tmp_path, tiny_model_dir):
+    paths = {}
+    for split, seed in (("dev", 1), ("test", 2)):
+        records, _ = H.synthetic_nbest(4, 3, seed=seed, prefix=split[0])
+        paths[split] = tmp_path / f"{split}.jsonl"
+        paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, printed = run("rescore", "--dev", str(paths["dev"]), "--test", str(paths["test"]), "--model",
+                        str(tiny_model_dir("bert")), "--method", "unmasked", "--output", str(tmp_path / "r"))
+    assert code == 0 and {"baseline", "rescored", "oracle"} <= set(printed["test"])
+    assert set(pq.read_table(tmp_path / "r" / "unmasked" / "rows")[S.VARIANT].to_pylist()) == {"unmasked"}
+    assert not (tmp_path / "r" / "mlm").exists()
+
+
+def test_one_pass_options_that_do_not_go_together_are_refused(tmp_path, tiny_model_dir, capsys):
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    sentence = make_student(mlm, tmp_path / "sentence", "sentence")
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a sentence\n")
+    model = str(tiny_model_dir("bert"))
+    for args, message in [
+        (["--maskless", str(sentence), "--per-token"], "is a `sentence` student"),
+        (["--maskless", str(sentence), "--method", "unmasked"], "does not go with --method unmasked"),
+        (["--model", model, "--method", "unmasked", "--order", "r2l"], "belong to --method chain"),
+        (["--model", model, "--conditionals", "5"], "add --per-token"),
+        (["--model", model, "--method", "unmasked", "--per-token", "--conditionals", "5"], "goes with --method pll"),
+        (["--model", model, "--per-token", "--conditionals", "-1"], "--conditionals must be"),
+        (["--model", model, "--method", "unmasked", "--variant", "word_l2r"], "masks nothing"),
+    ]:
+        code, _ = run("score", str(corpus), "--output", str(tmp_path / "out"), *args)
+        assert code == 2 and message in error_line(capsys), args
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_per_token_targets_are_the_teachers_and_mutants_stay_with_their_parent(tmp_path, tiny_model_dir):
+    """data/train.parquet's per-token targets and conditionals, read back by id, are the teacher run's own
+    per-token scores; with --parent-separator every family falls on one side of the split."""
+    model = str(tiny_model_dir("bert"))
+    corpus = write_family_corpus(tmp_path / "c.jsonl", parents=20)
+    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--conditionals", "4",
+                  "--output", str(tmp_path / "teacher"))
+    assert code == 0
+    teacher = read_teacher(str(tmp_path / "teacher"))
+    tokenizer, longest = load_tokenizer(ModelSpec(model))
+    train, heldout, _ = _split(teacher, Preparer(tokenizer, longest), TrainOptions(heldout=0.3),
+                               StudentOptions("distribution", "~"))
+    scored = {r[S.ID]: r for r in pq.read_table(tmp_path / "teacher" / "rows").to_pylist()}
+    assert train.num_rows + heldout.num_rows == len(scored) == 60 and heldout.num_rows >= 6
+    for row in train.to_pylist():
+        assert row[TOKEN_TARGETS] == scored[row[S.ID]][S.TOKEN_LOGPROBS]
+        assert sum(row[TOKEN_TARGETS]) == pytest.approx(scored[row[S.ID]][S.PLL], abs=1e-9)
+        for name in (S.COND_IDS, S.COND_LOGPROBS, S.COND_REST):
+            assert row[name] == scored[row[S.ID]][name], name
+    sides = {}
+    for side, table in (("train", train), ("heldout", heldout)):
+        for row_id in table[S.ID].to_pylist():
+            sides.setdefault(row_id.split("~")[0], set()).add(side)
+    assert all(len(s) == 1 for s in sides.values()) and len(sides) == 20
+
+
+def test_teachers_without_what_a_target_needs_and_other_tokenizers_are_refused(tmp_path, tiny_model_dir, capsys):
+    model = str(tiny_model_dir("bert"))
+    corpus = write_family_corpus(tmp_path / "c.jsonl", parents=4)
+    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--output", str(tmp_path / "plain"))
+    assert code == 0
+    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--output",
+                  str(tmp_path / "tokens"))
+    assert code == 0
+    out = tmp_path / "student"
+    for teacher, args, message in [
+        ("plain", ["--target", "token"], "score it with `dscore score --per-token`"),
+        ("tokens", ["--target", "distribution"], "--conditionals K"),
+        ("tokens", ["--target", "token", "--model", str(tiny_model_dir("roberta"))], "must use its teacher's tokenizer"),
+        ("plain", ["--target", "sentence", "--nbest-dev", str(corpus)], "go together"),
+        ("plain", ["--target", "sentence", "--freeze-layers", "-1"], "--freeze-layers"),
+    ]:
+        code, _ = run("train", "maskless", "--teacher", str(tmp_path / teacher), "--model", model, "--output", str(out),
+                      *args)
+        assert code == 2 and message in error_line(capsys), args
+        assert not out.exists()
