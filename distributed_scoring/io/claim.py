@@ -153,7 +153,8 @@ class Claim:
         earlier = previous.get(OUTPUTS, []) if previous else []
         self.outputs = sorted({*earlier, *self.outputs, *outputs})
         self.run = {**run, OUTPUTS: self.outputs}
-        self.out.write_json(RUN_FILE, self.run)
+        with self.out.writing():  # before any work: a full disk here is an error line (exit 2), not a traceback
+            self.out.write_json(RUN_FILE, self.run)
 
     def declare(self, *names: str) -> None:
         """Files the run will write beside its shards, recorded when it begins (`begin`'s `outputs`)."""
