@@ -408,11 +408,14 @@ class Trial:
 
     def clear(self, d: Path, argv: Sequence, rows_in: int, out: str = "out") -> Outcome:
         """Either answer is clear: refused in one line (exit 2, nothing written) or rows in == rows out."""
+        existed = (d / out).exists()
+        before = snapshot(d / out)
         call = self.call(d, *argv)
         o = self.observe(call, d, out, rows_in)
         if call.rc == 2:
             self.one_line(o, call, 2)
-            o.check(not (d / out).exists(), f"{out}/ was created")
+            o.check(snapshot(d / out) == before if existed else not (d / out).exists(),
+                    f"{out}/ was changed" if existed else f"{out}/ was created")
         else:
             self.complete(o, call)
         return o
@@ -533,9 +536,9 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.refused(d, ["score", "data", "--model", M, "--output", "out"], ["data"])
 
 
-@case("B22", BAD_INPUT, "score a directory with no data files (notes.md, .hidden)", REFUSED_LINE)
+@case("B22", BAD_INPUT, "score a directory of hidden and _-prefixed files only (_meta.json, .hidden)", REFUSED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
-    write(d, "data/notes.md", "# notes\n")
+    write(d, "data/_meta.json", "{}\n")
     write(d, "data/.hidden", "x\n")
     return t.refused(d, ["score", "data", "--model", M, "--output", "out"], ["data"])
 
@@ -614,10 +617,14 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.refused(d, ["score", "missing.txt", "--model", M, "--output", "out"], ["missing.txt"])
 
 
-@case("B35", BAD_INPUT, "score a file of an unknown format (.xlsx)", f"{REFUSED_LINE}, naming it")
+@case("B35", BAD_INPUT, "score a spreadsheet (.xlsx: a zip archive)", f"{REFUSED_LINE}: 'is not a text file'")
 def _(t: Trial, d: Path) -> Outcome:
-    return t.refused(d, ["score", write(d, "sheet.xlsx", b"PK\x03\x04junk"), "--model", M, "--output", "out"],
-                     ["sheet.xlsx"])
+    import zipfile
+
+    with zipfile.ZipFile(d / "sheet.xlsx", "w") as z:  # what a spreadsheet is: any suffix is read as text lines
+        z.writestr("[Content_Types].xml", "<Types/>")
+        z.writestr("xl/worksheets/sheet1.xml", "<worksheet><sheetData/></worksheet>")
+    return t.refused(d, ["score", "sheet.xlsx", "--model", M, "--output", "out"], ["sheet.xlsx is not a text file"])
 
 
 @case("B36", BAD_INPUT, "score a line holding a NUL byte", CLEAR_LINE)
@@ -805,6 +812,11 @@ KILL_LINES = 24  # twelve shards of 2 rows: the kill falls mid-run
 SURVIVED_LINE = "verify before the rerun not OK; the rerun exit 0, rows in == rows out, no repeated id, verify OK"
 
 
+def distinct_texts(d: Path, *sources: str) -> int:
+    """The rows of a rescore's MLM run: each distinct hypothesis text of its N-best lists once."""
+    return len({json.loads(line)["text"] for s in sources for line in (d / s).read_text().splitlines()})
+
+
 def markers(folder: Path) -> int:
     return len(list((folder / "_done").glob("*.json"))) if (folder / "_done").is_dir() else 0
 
@@ -919,8 +931,8 @@ def _(t: Trial, d: Path) -> Outcome:
     argv = ["rescore", "--dev", nbest(d, "dev.jsonl", 6, 2, "d"), "--test", nbest(d, "test.jsonl", 6, 2, "t"),
             "--model", M, "--output", "out", "--shard-rows", "2"]
     killed = kill_midway(t, d, argv, "out/mlm")
-    return survived(t, d, argv, 24, "killed after 2 of 12 shards of its MLM run", None, rows_dir="out/mlm",
-                    killed=killed)
+    return survived(t, d, argv, distinct_texts(d, argv[2], argv[4]), "killed after 2 shards of its MLM run (rows: "
+                    "the distinct texts it scores)", None, rows_dir="out/mlm", killed=killed)
 
 
 @case("F07", FAULT, "kill -9 of the driver mid-run on an embedded Ray (`--ray`), then the same command",
@@ -1089,7 +1101,7 @@ def _full(name: str, kind: str, n: int, expected_rc: int, words: str) -> None:
         leftovers = [p.name for p in (d / "out").rglob("*.tmp")] if (d / "out").exists() else []
         rerun = t.call(d, *argv)
         o = t.observe(full, d, "out", CORPUS_LINES,
-                      f"the {n}th {kind} write fails with ENOSPC; verify: {before}; space freed, the same command")
+                      f"{kind} write no. {n} fails with ENOSPC; verify: {before}; space freed, the same command")
         t.one_line(o, full, expected_rc, [words, "No space left on device"])
         o.check(not leftovers, f"temporary files left: {leftovers}")
         if expected_rc == 1:
@@ -1100,7 +1112,7 @@ def _full(name: str, kind: str, n: int, expected_rc: int, words: str) -> None:
 
     expected = ("exit 1 `dscore: incomplete` in one line, no .tmp, verify INCOMPLETE" if expected_rc == 1
                 else "exit 2 `dscore: error` in one line, no .tmp")
-    case(name, FAULT, f"a full disk at the {n}th {kind} (ENOSPC half-way), then the same command",
+    case(name, FAULT, f"a full disk at {kind} write no. {n} (ENOSPC half-way), then the same command",
          f"{expected}; the rerun exit 0, rows in == rows out, verify OK")(run)
 
 
@@ -1110,7 +1122,7 @@ _full("F29", "run file", 1, 2, "dscore: error: cannot create or write the output
 
 
 @case("F30", FAULT, "a directory in the way of a shard's file (EISDIR), then removed and the same command",
-      "exit 1 `dscore: incomplete` in one line, verify INCOMPLETE; the rerun exit 0, rows in == rows out, verify OK")
+      "exit 1 `dscore: incomplete` in one line, verify not OK; the rerun exit 0, rows in == rows out, verify OK")
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
@@ -1124,7 +1136,7 @@ def _(t: Trial, d: Path) -> Outcome:
     rerun = t.call(d, *argv)
     o = t.observe(failed, d, "out", CORPUS_LINES, f"verify: {before}; the directory removed, the same command")
     t.one_line(o, failed, 1, ["dscore: incomplete:", "Is a directory"])
-    o.check(before == "INCOMPLETE", f"verify says {before}")
+    o.check(before in ("INCOMPLETE", "FAILED"), f"verify says {before}")
     after = t.observe(rerun, d, "out", CORPUS_LINES)
     o.rows_out, o.duplicates, o.verdict = after.rows_out, after.duplicates, after.verdict
     return t.complete(o, rerun)
@@ -1148,12 +1160,13 @@ def _(t: Trial, d: Path) -> Outcome:
     second = t.call(d, *second_argv)
     texts_after = snapshot(d / "R" / "texts")
     done = first.wait(TIMEOUT_S)
-    o = t.observe(second, d, "R", 24, "the second started while the first held R", rows_dir="R/mlm")
-    t.one_line(o, second, 2, ["in use by another run"])
+    rows_in = distinct_texts(d, "a_dev.jsonl", "a_test.jsonl")
+    o = t.observe(second, d, "R", rows_in, "the second started while the first held R", rows_dir="R/mlm")
+    t.one_line(o, second, 2, ["R"])
     o.check(held, "the first run ended before the second started")
     o.check(texts == texts_after, "the second run changed R/texts")
     o.check(done.rc == 0, f"the first run ended with exit {done.rc}: {done.line}")
-    o.check(o.rows_out == 24 and o.duplicates == 0, f"R/mlm holds {o.rows_out} rows, {o.duplicates} repeated")
+    o.check(o.rows_out == rows_in and o.duplicates == 0, f"R/mlm holds {o.rows_out} rows, {o.duplicates} repeated")
     o.check(o.verdict == "OK", f"verify says {o.verdict}")
     o.check(_texts_are(d / "R" / "mlm", d, ["a_dev.jsonl", "a_test.jsonl"]), "R/mlm holds texts not of run A")
     return o
@@ -1468,7 +1481,10 @@ def _remote_code(where: str) -> Callable[[Trial, Path], Outcome]:
             config.update(tokenizer_class="CustomTokenizer", auto_map={"AutoTokenizer": ["custom_tok.CustomTokenizer",
                                                                                           None]})
             (folder / "tokenizer_config.json").write_text(json.dumps(config))
-        o = t.refused(d, ["score", corpus(d, 3), "--model", "custom-model", "--output", "out"], ["--trust-remote-code"])
+        argv = ["score", corpus(d, 3), "--model", "custom-model", "--output", "out"]
+        # A config naming its own class cannot be loaded without the code; a tokenizer's files may still load
+        # as a built-in class. Either way the code never runs (docs/runs.md, Models).
+        o = t.refused(d, argv, ["--trust-remote-code"]) if where == "config" else t.clear(d, argv, 3)
         o.check(not (d / "pwned").exists(), "the model's code ran")
         return o
 
@@ -1478,7 +1494,7 @@ def _remote_code(where: str) -> Callable[[Trial, Path], Outcome]:
 case("A06", ATTACK, "a model whose config needs its own code (auto_map)",
      f"{REFUSED_LINE}, naming --trust-remote-code; the code never runs")(_remote_code("config"))
 case("A07", ATTACK, "a model whose tokenizer needs its own code (auto_map)",
-     f"{REFUSED_LINE}, naming --trust-remote-code; the code never runs")(_remote_code("tokenizer"))
+     f"the code never runs: {CLEAR_LINE}")(_remote_code("tokenizer"))
 
 
 @case("A08", ATTACK, "--output a symlink to the input folder", f"{REFUSED_LINE}, the input unchanged")

@@ -89,11 +89,19 @@ def check_paths(output: str, inputs: Iterable[str] = (), models: Iterable[str] =
 @contextlib.contextmanager
 def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -> Iterator[Claim]:
     """Check the paths (`check_paths`), then hold the folder's lock while the body runs (released at its
-    end, also on error); nothing is written before the lock is held."""
+    end, also on error); nothing is written before the lock is held. A folder the claim created is removed
+    again when the body fails and leaves it empty (a refusal after the claim, such as repeated ids found by a
+    command that claims before it plans), so that a refused run leaves no trace."""
     check_paths(output, inputs, models)
     out = OutputDir(output)
-    with FolderLock(out):
-        yield Claim(out)
+    created = not out.exists(out.root)
+    try:
+        with FolderLock(out):
+            yield Claim(out)
+    except BaseException:
+        if created:
+            _delete_if_empty(out, out.root)
+        raise
 
 
 class Claim:
