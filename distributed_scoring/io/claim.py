@@ -89,11 +89,19 @@ def check_paths(output: str, inputs: Iterable[str] = (), models: Iterable[str] =
 @contextlib.contextmanager
 def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -> Iterator[Claim]:
     """Check the paths (`check_paths`), then hold the folder's lock while the body runs (released at its
-    end, also on error); nothing is written before the lock is held."""
+    end, also on error); nothing is written before the lock is held. A folder the claim created is removed
+    again when the body fails and leaves it empty (a refusal after the claim, such as repeated ids found by a
+    command that claims before it plans), so that a refused run leaves no trace."""
     check_paths(output, inputs, models)
     out = OutputDir(output)
-    with FolderLock(out):
-        yield Claim(out)
+    created = not out.exists(out.root)
+    try:
+        with FolderLock(out):
+            yield Claim(out)
+    except BaseException:
+        if created:
+            _delete_if_empty(out, out.root)
+        raise
 
 
 class Claim:
@@ -153,7 +161,8 @@ class Claim:
         earlier = previous.get(OUTPUTS, []) if previous else []
         self.outputs = sorted({*earlier, *self.outputs, *outputs})
         self.run = {**run, OUTPUTS: self.outputs}
-        self.out.write_json(RUN_FILE, self.run)
+        with self.out.writing():  # before any work: a full disk here is an error line (exit 2), not a traceback
+            self.out.write_json(RUN_FILE, self.run)
 
     def declare(self, *names: str) -> None:
         """Files the run will write beside its shards, recorded when it begins (`begin`'s `outputs`)."""
