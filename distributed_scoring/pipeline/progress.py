@@ -34,7 +34,7 @@ WAITING = "waiting for the first forward pass"
 # A process's forward passes: the first WARM_PASSES are not timed (allocations, lazy initialisation),
 # the next BASELINE_PASSES are its pace when the run began, and once the median of its latest
 # RECENT_PASSES is COLLAPSE_RATIO times theirs, the pace has collapsed. A forward pass is packed up to the
-# same token budget all run long, so its time stays about the same; a 5-fold change is no sentence length.
+# same token budget all run long, so its time stays about the same: sentence lengths alone do not make it 5-fold.
 WARM_PASSES, BASELINE_PASSES, RECENT_PASSES = 2, 5, 5
 COLLAPSE_RATIO = 5.0
 
@@ -81,10 +81,10 @@ class Pace:
         last = [time.monotonic()]
 
         def timed(done: int, total: int) -> None:
-            report(done, total)
             now = time.monotonic()
             self.passed(now - last[0])
             last[0] = now
+            report(done, total)
 
         return timed
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import time
@@ -275,8 +276,7 @@ class PacedStage(Stage):
 def test_in_process_a_run_whose_passes_collapse_says_so_once_with_what_to_do(tmp_path, monkeypatch, caplog):
     """One shard at 0.1 s a forward pass, then two at 1 s, with torch on 2 threads: one warning, naming the
     threads and the fix."""
-    import torch  # noqa: F401 - a scorer that brought torch: the run sizes its threads
-
+    importlib.import_module("torch")  # as a scorer that brought torch: the run then sizes torch's threads
     monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: CLOCK[0]))
     monkeypatch.setattr(runner, "set_torch_threads", lambda: 2)  # as on 2 free CPUs; this process's threads kept
     caplog.set_level(logging.INFO, "distributed_scoring.pipeline")
