@@ -12,6 +12,7 @@ import sys
 from typing import Sequence
 
 from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from .cpus import thread_env
 from .errors import DataLossError, UserError
 from .quiet import quiet_transformers
 
@@ -746,6 +747,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     quiet_transformers()
+    os.environ.update(thread_env())  # before torch starts: OpenMP reads its wait policy once
     # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,
     # anything else printed there (Ray streams its workers' and raylets' messages to stdout) goes to stderr.
     args.result = sys.stdout

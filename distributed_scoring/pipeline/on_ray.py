@@ -27,9 +27,10 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from ..config import InputSpec, RayOptions, RunConfig
+from ..cpus import set_torch_threads, thread_env, usable_cpus
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
-from .progress import Progress, ignore, rows_done
+from .progress import Pace, Progress, ignore, rows_done
 from .watchdog import watching
 from .ray_log import RunLog, ray_output_to
 from ..io.provenance import rows_digest
@@ -41,7 +42,7 @@ from .workload import Workload
 logger = logging.getLogger(__name__)
 
 UNIT, SHARD, TABLE, SIGNATURE, DIGEST = "unit", "shard", "table", "signature", "digest"
-LOCAL_SPARE_CPUS = 2  # logical CPUs an embedded Ray declares beyond the cores, for read/prepare/write
+LOCAL_SPARE_CPUS = 2  # CPUs an embedded Ray declares beyond the usable ones (cpus.usable_cpus), for read/prepare/write
 GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
 NODE_WAIT_S = 60.0  # how long a run on a joined cluster waits for a node that can hold a scoring actor
 NODE_POLL_S = 5.0
@@ -54,6 +55,7 @@ MAX_RETRIES = 3
 ACTORS_WAITING = "waiting for the scoring actors to start and load the model"
 REPORT_EVERY_S = 1.0  # the most often a scoring actor posts how far its shard has got
 POLL_S = 1.0  # how often the driver collects those posts
+FEWER_THREADS = "give the scoring actors fewer CPUs each (--cpus-per-actor 1: one torch thread each)"  # see Pace
 
 
 class StallError(DataLossError):
@@ -260,42 +262,47 @@ class PrepareStage:
 
 class ScoreStage:
     """One model replica per actor; `threads` sizes torch's CPU thread pool to the actor's CPUs, never
-    beyond the node's cores (Ray's CPUs may be over-declared, and more threads than cores spin). How far
-    each shard has got goes to the run's `ProgressBoard` as the workload's stage reports it."""
+    beyond the CPUs this actor really has (`cpus.usable_cpus`: Ray's CPUs may be over-declared, and more
+    threads than CPUs fight). How far each shard has got goes to the run's `ProgressBoard` as the
+    workload's stage reports it, and so does a collapse of its forward passes' pace (`Pace`)."""
 
     def __init__(self, workload: Workload, threads: int, board=None) -> None:
-        import torch
-
-        torch.set_num_threads(max(1, min(threads, os.cpu_count() or 1)))
+        threads = set_torch_threads(threads)
         quiet_transformers()
         self.scorer = workload.make_scorer()
         self.signature = json.dumps(self.scorer.signature)
         self.board = board
+        self.pace = None if board is None else Pace(board.warn.remote, threads, FEWER_THREADS)
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         tables = []
         for r in _each(batch):
             shard = Shard.from_json(r[SHARD])
-            report = ignore if self.board is None else BoardReport(self.board, shard.key, shard.rows)
-            scored = self.scorer(unpack(r[TABLE]), report)
+            prepared = unpack(r[TABLE])
+            report = ignore if self.board is None else self.pace.watch(BoardReport(self.board, shard.key, shard.rows))
+            scored = self.scorer(prepared, report)
             tables.append(payload(r[SHARD], scored, signature=self.signature, digest=r[DIGEST]))
         return pa.concat_tables(tables)
 
 
 class ProgressBoard:
-    """A small actor (no CPU) where scoring actors post how many rows of their shards are done, for the
-    driver to collect: Ray Data hands the driver a shard only once it is written."""
+    """A small actor (no CPU) where scoring actors post how many rows of their shards are done, and any
+    warning of theirs, for the driver to collect: Ray Data hands the driver a shard only once it is written."""
 
     def __init__(self) -> None:
         self.rows: dict[str, float] = {}
+        self.warnings: list[str] = []
 
     def post(self, key: str, rows: float) -> None:
         self.rows[key] = rows
 
-    def collect(self) -> dict[str, float]:
-        """The rows done of every shard posted since the last collection."""
-        rows, self.rows = self.rows, {}
-        return rows
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+
+    def collect(self) -> tuple[dict[str, float], list[str]]:
+        """The rows done of every shard posted since the last collection, and the warnings posted since."""
+        rows, warnings, self.rows, self.warnings = self.rows, self.warnings, {}, []
+        return rows, warnings
 
 
 class BoardReport:
@@ -345,11 +352,13 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
         PrepareStage, fn_constructor_kwargs={"workload": workload}, num_cpus=1,
         compute=ray.data.ActorPoolStrategy(min_size=prepare_min, max_size=prepare_max), **common,
     )
+    env = thread_env()  # before torch starts in the actor; nodes of a joined cluster lack the driver's
     ds = ds.map_batches(
         ScoreStage,
         fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor, "board": board},
         num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
         compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
+        **({"runtime_env": {"env_vars": env}} if env else {}),
     )
     return ds.map_batches(write_stage, fn_kwargs={"output": output}, num_cpus=IO_CPUS, **common)
 
@@ -380,7 +389,7 @@ def ray_session(options: RayOptions) -> Iterator[None]:
             context = ray.init(address=address, **kwargs)
         else:
             logger.info("starting an embedded Ray (seconds on a quiet machine, a minute on a busy one)")
-            context = ray.init(num_cpus=(os.cpu_count() or 1) + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
+            context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
             stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
             stack.callback(ray.shutdown)
         logger.info("Ray is up (%.0f s)", time.monotonic() - began)
@@ -550,8 +559,11 @@ def _collector(board, display: Progress) -> Callable[[], None]:
 
     def collect() -> None:
         if ray.wait(pending, timeout=0)[0]:
-            for key, rows in ray.get(pending.pop()).items():
+            posted, warnings = ray.get(pending.pop())
+            for key, rows in posted.items():
                 display.partial(key, rows)
+            for message in warnings:
+                display.warn(message)
             pending.append(board.collect.remote())
         display.tick()
 

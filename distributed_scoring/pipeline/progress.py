@@ -7,15 +7,19 @@ its engine counts: masked copies, beam steps, sampler steps), and the display mo
 the shard's rows, in fractions of a row (`3.4/24 rows`). So a shard that takes minutes, even a single row
 that does (a long protein scored on two cores), shows progress after every forward pass, not only at its end.
 Until the first forward pass is done the line says what it waits for and for how long: starting Ray's
-actors and loading the model on them can take a minute.
+actors and loading the model on them can take a minute. Where the forward passes themselves grow several
+times slower than the run's first ones (`Pace`: torch's threads fighting other work for the CPUs), the
+display says so once, with what to do.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import statistics
 import sys
 import time
+from collections import deque
 from typing import Callable
 
 from tqdm import tqdm
@@ -27,6 +31,12 @@ Report = Callable[[int, int], None]
 
 EVERY_S = 10.0  # the longest a run without a bar stays silent while rows are being done
 WAITING = "waiting for the first forward pass"
+# A process's forward passes: the first WARM_PASSES are not timed (allocations, lazy initialisation),
+# the next BASELINE_PASSES are its pace when the run began, and once the median of its latest
+# RECENT_PASSES is COLLAPSE_RATIO times theirs, the pace has collapsed. A forward pass is packed up to the
+# same token budget all run long, so its time stays about the same: sentence lengths alone do not make it 5-fold.
+WARM_PASSES, BASELINE_PASSES, RECENT_PASSES = 2, 5, 5
+COLLAPSE_RATIO = 5.0
 
 
 def ignore(done: int, total: int) -> None:
@@ -50,6 +60,59 @@ def part(report: Report, index: int, parts: int) -> Report:
     """The `Report` of part `index` of `parts` equal parts of one shard's work (a stage that calls its
     engine more than once per shard)."""
     return lambda done, total: report(index * total + done, parts * total)
+
+
+class Pace:
+    """The time of this process's forward passes against its first ones: `watch` a shard's `Report` (each
+    call ends a forward pass; the first one of a shard is timed from the watch's start), and the first
+    time the latest passes are COLLAPSE_RATIO times slower than the first, `on_collapse` gets a warning
+    that says so and what to do. `threads`: torch's intra-op threads here (None where unknown); `fix`:
+    how to give the run fewer threads where it runs."""
+
+    def __init__(self, on_collapse: Callable[[str], None], threads: int | None, fix: str) -> None:
+        self.on_collapse, self.threads, self.fix = on_collapse, threads, fix
+        self.passes = 0
+        self.baseline: list[float] = []
+        self.recent: deque[float] = deque(maxlen=RECENT_PASSES)
+        self.warned = False
+
+    def watch(self, report: Report) -> Report:
+        """`report`, timing each call since the one before (or since now, for the first)."""
+        last = [time.monotonic()]
+
+        def timed(done: int, total: int) -> None:
+            now = time.monotonic()
+            self.passed(now - last[0])
+            last[0] = now
+            report(done, total)
+
+        return timed
+
+    def passed(self, seconds: float) -> None:
+        """One forward pass took `seconds`."""
+        self.passes += 1
+        if self.passes <= WARM_PASSES:
+            return
+        if len(self.baseline) < BASELINE_PASSES:
+            self.baseline.append(seconds)
+            return
+        self.recent.append(seconds)
+        if self.warned or len(self.recent) < RECENT_PASSES:
+            return
+        first, now = statistics.median(self.baseline), statistics.median(self.recent)
+        if now > COLLAPSE_RATIO * first:
+            self.warned = True
+            self.on_collapse(collapse_warning(first, now, self.threads, self.fix))
+
+
+def collapse_warning(first_s: float, now_s: float, threads: int | None, fix: str) -> str:
+    """What a run says when its forward passes take `now_s` seconds against `first_s` at its start."""
+    head = (f"forward passes now take {now_s / first_s:.0f}x as long as this run's first ones ({now_s:.3g} s "
+            f"against {first_s:.3g} s): other work is likely using the CPUs")
+    if threads is None or threads > 1:
+        pool = f"torch's {threads} threads" if threads else "torch's threads"
+        return f"{head}, and {pool} here wait for each other at every op when fewer CPUs are free; {fix}"
+    return f"{head} (torch runs 1 thread here: fewer threads will not help; the machine needs free CPUs)"
 
 
 class _Bar(tqdm):
@@ -78,6 +141,7 @@ class Progress:
         self._finished: set[str] = set()
         self.started = self.last_log = time.monotonic()
         self.first_moved: tuple[float, float] | None = None  # (when, rows shown) at the first rows done
+        self.warned = False
         show_bar = sys.stderr.isatty() if bar is None else bar
         self.bar = _Bar(total=total, unit=what, dynamic_ncols=True, smoothing=0.1, postfix=waiting,
                         bar_format=_Bar.FORMAT) if show_bar else None
@@ -98,6 +162,13 @@ class Progress:
         self._in_flight.pop(key, None)
         self.finished_rows += rows
         self._show()
+
+    def warn(self, message: str) -> None:
+        """Says `message` (a `Pace`'s) once in this run's display: the same news from another actor is not
+        repeated."""
+        if not self.warned:
+            self.warned = True
+            logger.warning("%s", message)
 
     def tick(self) -> None:
         """Logs a line if one is due, also when nothing moved (the run is alive, its ETA grows)."""

@@ -9,22 +9,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import time
 from typing import Iterator
 
 from .aggregate import check_complete
 from ..config import InputSpec, RayOptions, RunConfig
+from ..cpus import set_torch_threads, usable_cpus
 from ..errors import DataLossError
 from ..io.ids import check_unique_ids
 from ..io.claim import Claim, check_paths, claim
 from ..io.output import ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
-from .progress import Progress
+from .progress import Pace, Progress
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
 from ..io.storage import error_reason
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
+
+FEWER_THREADS = "on a shared machine, run the command with OMP_NUM_THREADS=1"  # in process (see progress.Pace)
 
 
 @contextlib.contextmanager
@@ -93,17 +97,25 @@ def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: Input
 def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
                   progress: bool | None = None) -> None:
     """Read, prepare, score and write each shard in this process (one model load); the display moves
-    as the score stage reports, not only when a shard is written."""
+    as the score stage reports, not only when a shard is written, and says so should the forward passes
+    slow down. A scorer that brought torch runs it on the CPUs this process really has (`cpus`), unless
+    OMP_NUM_THREADS says otherwise."""
     logger.info("loading the model for %s (seconds to a few minutes, by its size)", workload.name)
     began = time.monotonic()
     scorer = workload.make_scorer()
     preparer = workload.make_preparer()
     logger.info("model loaded (%.0f s)", time.monotonic() - began)
+    threads = set_torch_threads() if "torch" in sys.modules else None
+    if threads is not None:
+        logger.info("torch runs %d thread%s (%d usable CPUs%s)", threads, "s" * (threads > 1), usable_cpus(),
+                    ", OMP_NUM_THREADS set" if os.environ.get("OMP_NUM_THREADS") else "")
     display = Progress(sum(s.rows for s in todo), bar=progress)
+    pace = Pace(display.warn, threads, FEWER_THREADS)
     try:
         for unit in read_units(todo):
             for shard, rows in read_unit(unit, config.inputs):
-                scored = scorer(preparer(rows), display.report(shard.key, shard.rows))
+                prepared = preparer(rows)
+                scored = scorer(prepared, pace.watch(display.report(shard.key, shard.rows)))
                 out.write_shard(shard.key, scored, scorer.signature, rows_digest(rows))
                 display.finished(shard.key, shard.rows)
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
 import time
@@ -14,8 +15,9 @@ import pytest
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline import on_ray, progress, runner
-from distributed_scoring.pipeline.progress import Progress, count, part, rows_done
-from distributed_scoring.io.sources import plan_shards
+from distributed_scoring.pipeline.progress import (BASELINE_PASSES, RECENT_PASSES, WARM_PASSES, Pace, Progress, count,
+                                                   part, rows_done)
+from distributed_scoring.io.sources import plan_shards, read_unit, read_units
 from distributed_scoring.pipeline.runner import claimed, execute
 from distributed_scoring.pipeline.stage import Stage
 from distributed_scoring.pipeline.workload import Workload
@@ -197,3 +199,172 @@ def test_on_ray_the_driver_sees_a_shard_move_before_it_is_written(ray_local, tmp
     assert moved_before_written(display.events, 10) == {s.key for s in plan}, display.events
     assert display.shown == 20
     assert "2 scoring actors asked for: 2.25 CPUs each fit on 1 node(s) of 6 CPUs" in caplog.text
+
+
+# The pace of the forward passes: a run whose passes collapse against its first ones says so once.
+
+
+def paced(seconds: list[float], threads: int | None = 2) -> list[str]:
+    """The warnings of a `Pace` told of forward passes of `seconds` each."""
+    said: list[str] = []
+    pace = Pace(said.append, threads, "do this")
+    for s in seconds:
+        pace.passed(s)
+    return said
+
+
+def test_the_pace_warns_once_when_the_forward_passes_collapse():
+    warm, first = [3.0, 1.0], [0.1] * BASELINE_PASSES  # the first passes load and allocate: not the baseline
+    assert paced(warm + first + [0.6] * (RECENT_PASSES - 1)) == []  # not yet RECENT_PASSES slow ones
+    [said] = paced(warm + first + [0.6] * RECENT_PASSES + [0.9] * 20)
+    assert said.startswith("forward passes now take 6x as long as this run's first ones (0.6 s against 0.1 s)")
+    assert "torch's 2 threads here wait for each other" in said and said.endswith("; do this")
+    [alone] = paced(warm + first + [0.6] * RECENT_PASSES, threads=1)
+    assert "fewer threads will not help" in alone and "do this" not in alone
+
+
+def test_the_pace_stays_quiet_at_a_steady_pace_with_spikes_and_slow_starts():
+    steady = [0.1, 0.45, 0.1, 2.0, 0.1] * 10  # 4.5x and 20x spikes, never most of the latest passes
+    assert paced([0.1] * (WARM_PASSES + BASELINE_PASSES) + steady) == []
+    assert paced([9.0] * WARM_PASSES + [0.1] * BASELINE_PASSES + [0.4] * 50) == []  # 4x: below the ratio
+    assert paced([0.5] * WARM_PASSES + [0.5] * BASELINE_PASSES + [0.1] * 50) == []  # faster is no news
+
+
+def test_a_watched_report_times_each_pass_of_its_shard_from_the_watch(monkeypatch):
+    """A shard's first pass is timed from its watch, the next ones from the pass before; the time between
+    two shards (reading, writing) is no forward pass."""
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    seen, timed = [], []
+    pace = Pace(lambda message: None, 1, "")
+    monkeypatch.setattr(pace, "passed", timed.append)
+    for shard, steps in (("a", (0.5, 0.25)), ("b", (2.0,))):
+        clock[0] += 100  # between shards
+        report = pace.watch(lambda done, total, shard=shard: seen.append((shard, done, total)))
+        for i, step in enumerate(steps, 1):
+            clock[0] += step
+            report(i, len(steps))
+    assert seen == [("a", 1, 2), ("a", 2, 2), ("b", 1, 1)]
+    assert timed == [0.5, 0.25, 2.0]
+
+
+def test_the_display_says_a_warning_once(caplog):
+    caplog.set_level(logging.INFO, "distributed_scoring.pipeline.progress")
+    display = Progress(10, bar=False)
+    display.warn("slow")
+    display.warn("slow, from another actor")
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [("WARNING", "slow")]
+
+
+CLOCK = [0.0]  # the fake clock of the paced stage below
+
+
+class PacedStage(Stage):
+    """Passes rows through after 10 forward passes of a fake clock: 0.1 s each on rows saying "fast",
+    1 s on rows saying "slow"."""
+
+    reads, writes, signature = SlowStage.reads, SlowStage.writes, {"model": "paced"}
+
+    def process(self, rows):
+        step = 1.0 if rows[0][S.TEXT].startswith("slow") else 0.1
+        for done in range(1, 11):
+            CLOCK[0] += step
+            self.report(done, 10)
+        return rows
+
+
+def test_in_process_a_run_whose_passes_collapse_says_so_once_with_what_to_do(tmp_path, monkeypatch, caplog):
+    """One shard at 0.1 s a forward pass, then two at 1 s, with torch on 2 threads: one warning, naming the
+    threads and the fix."""
+    importlib.import_module("torch")  # as a scorer that brought torch: the run then sizes torch's threads
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: CLOCK[0]))
+    monkeypatch.setattr(runner, "set_torch_threads", lambda: 2)  # as on 2 free CPUs; this process's threads kept
+    caplog.set_level(logging.INFO, "distributed_scoring.pipeline")
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(f"fast {i}\n" for i in range(5)) + "".join(f"slow {i}\n" for i in range(10)))
+    config = RunConfig(InputSpec((str(corpus),), shard_rows=5), ModelSpec("unused"), ScoringOptions(),
+                       str(tmp_path / "out"))
+    workload = Workload("paced", SlowOptions(), make_unchanged, PacedStage, "cpu")
+    with claimed(config, workload) as (plan, out, todo):
+        execute(workload, config, todo, out, progress=False)
+        assert out.done_keys() == {s.key for s in plan}
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("forward passes now take 10x as long as this run's first ones (1 s against 0.1 s)")
+    assert "torch's 2 threads here wait for each other" in warning
+    assert warning.endswith(runner.FEWER_THREADS) and "OMP_NUM_THREADS=1" in warning
+
+
+def test_in_process_torch_runs_on_the_usable_cpus_unless_omp_num_threads_is_set(tmp_path, tiny_model_dir,
+                                                                               monkeypatch):
+    import torch
+
+    from distributed_scoring import cpus
+
+    before = torch.get_num_threads()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("A short sentence.\n")
+    model = ModelSpec(str(tiny_model_dir("bert")))
+    monkeypatch.setattr(cpus.os, "sched_getaffinity", lambda pid: {0}, raising=False)  # one CPU of this machine's
+    try:
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        torch.set_num_threads(3)
+        score(RunConfig(InputSpec((str(corpus),)), model, ScoringOptions(), str(tmp_path / "set")), progress=False)
+        assert torch.get_num_threads() == 3  # the user's choice
+        monkeypatch.delenv("OMP_NUM_THREADS")
+        score(RunConfig(InputSpec((str(corpus),)), model, ScoringOptions(), str(tmp_path / "unset")), progress=False)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+class Board:
+    """A `ProgressBoard` handle's stand-in in this process: `board.post.remote(...)` records."""
+
+    def __init__(self) -> None:
+        self.posts, self.warnings = [], []
+        self.post = SimpleNamespace(remote=lambda key, rows: self.posts.append((key, rows)))
+        self.warn = SimpleNamespace(remote=self.warnings.append)
+
+
+def test_a_scoring_actors_collapse_goes_to_the_board(tmp_path, monkeypatch):
+    """A scoring actor's stage, here in this process with a stand-in board: 2 shards at 0.1 s a pass, then
+    3 at 1 s; the board is told once, with the fix that fits Ray."""
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: CLOCK[0]))
+    monkeypatch.setattr(on_ray, "set_torch_threads", lambda asked: asked)  # as on free CPUs; this process's kept
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("fast\nfast\nslow\nslow\nslow\n")
+    spec = InputSpec((str(corpus),), shard_rows=1)
+    board = Board()
+    stage = on_ray.ScoreStage(Workload("paced", SlowOptions(), make_unchanged, PacedStage, "cpu"), 2, board)
+    for unit in read_units(plan_shards(spec)):
+        for shard, rows in read_unit(unit, spec):
+            stage(on_ray.payload(shard.to_json(), rows, digest="-"))
+    [warning] = board.warnings
+    assert "10x as long" in warning and "torch's 2 threads" in warning and warning.endswith(on_ray.FEWER_THREADS)
+
+
+@pytest.mark.ray
+def test_a_ray_actor_of_one_cpu_runs_one_torch_thread_and_its_warning_reaches_the_display(ray_local, caplog):
+    """The scoring actor asks for 4 threads on a Ray of 6 CPUs (2 cores): Ray gave it 1 CPU, so torch runs 1
+    thread (the node's cores alone would allow 2). A warning posted to the board is said once by the driver."""
+    import ray
+    from ray import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test file
+    caplog.set_level(logging.INFO, "distributed_scoring.pipeline.progress")
+    workload = Workload("slow", SlowOptions(), make_unchanged, SlowStage, "cpu")
+    actor = ray.remote(num_cpus=1)(on_ray.ScoreStage).remote(workload, 4)
+    board = ray.remote(num_cpus=0)(on_ray.ProgressBoard).remote()
+    try:
+        assert ray.get(actor.__ray_call__.remote(lambda stage: __import__("torch").get_num_threads())) == 1
+        ray.get([board.warn.remote("slow down"), board.warn.remote("slow down, from another actor")])
+        display = Progress(10, bar=False)
+        collect = on_ray._collector(board, display)
+        deadline = time.monotonic() + 60
+        while not display.warned and time.monotonic() < deadline:
+            collect()
+            time.sleep(0.1)
+    finally:
+        ray.kill(actor)
+        ray.kill(board)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == ["slow down"]

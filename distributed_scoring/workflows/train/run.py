@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import posixpath
 import time
 from dataclasses import asdict, dataclass
@@ -35,6 +34,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from ...config import ModelSpec, RayOptions, check_bounds
+from ...cpus import set_torch_threads
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim
@@ -294,12 +294,10 @@ def start_worker(config: dict) -> Worker:
 
 
 def set_threads(cpus: float, relay: Any = None) -> None:
-    """torch's CPU threads to the worker's CPUs, never beyond the node's cores; transformers quiet; our
+    """torch's CPU threads to the worker's CPUs, never beyond the CPUs it really has; transformers quiet; our
     INFO lines (the progress) shown, Ray Train's per-report INFO lines not. With a `relay`, our lines go
     to the driver through it instead of to this worker's output."""
-    import torch
-
-    torch.set_num_threads(max(1, min(int(cpus), os.cpu_count() or 1)))
+    set_torch_threads(max(1, int(cpus)))
     quiet_transformers()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger().setLevel(logging.WARNING)
