@@ -182,9 +182,19 @@ class OutputDir:
     def read_rows(self, columns: list[str] | None = None) -> pa.Table:
         """The marked shards' rows (`columns` of them), as one table."""
         parts = self.marked_parts()
+        if not parts and self._planned_nothing():  # an empty input: a finished run of no rows
+            return pa.table({name: pa.array([], pa.null()) for name in columns or ()})
         if not parts:
             raise OutputError(f"{self.uri} holds no finished shard: rerun the command that wrote it")
         return pq.ParquetDataset(parts, filesystem=self.fs).read(columns=columns)
+
+    def _planned_nothing(self) -> bool:
+        """Whether the folder's run planned no shard (its inputs hold no row)."""
+        try:
+            run = self.read_json(RUN_FILE)
+        except ValueError:
+            return False
+        return run is not None and run.get(SHARDS) == {}
 
     def done_keys(self) -> set[str]:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts

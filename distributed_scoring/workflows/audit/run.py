@@ -16,6 +16,8 @@ from dataclasses import replace
 from .figures import AUDIT_OUTPUTS, AuditConfig, AuditResult, run_audit
 from .baseline import load_baseline
 from ...config import RayOptions, RunConfig
+from ...errors import UserError
+from ...io.sources import plan_shards
 from ...io.claim import claim
 from ..maskless import score_maskless
 from ..score import score
@@ -32,6 +34,8 @@ def audit_snapshot(config: RunConfig, ray: RayOptions | None = None, baseline: s
         inputs = replace(inputs, partition_by_file=True)
     if baseline:
         load_baseline(baseline)  # a bad baseline fails before the snapshot is scored, not after
+    if not any(shard.rows for shard in plan_shards(inputs)):  # (planned again by the run: a read of the input)
+        raise UserError(f"{', '.join(inputs.paths)}: no rows to audit (the input is empty); check the snapshot's files")
     per_token = not maskless or read_student_info(config.model.name)["target"] != TARGET_SENTENCE
     scored = replace(config, inputs=inputs, scoring=replace(config.scoring, per_token=per_token))
     with claim(scored.output, [*inputs.paths, *([baseline] if baseline else [])], [config.model.name]) as folder:
