@@ -110,9 +110,13 @@ def corpus_with_trigger(tmp_path: Path) -> tuple[RunConfig, Path]:
 
 
 def run_on_ray(config: RunConfig) -> None:
+    """One actor of 1 CPU: the failed run's actor lives on while pytest's log capture holds its error (and the
+    traceback's frames, the executor among them) till the test ends, and the rerun's actor must still fit
+    beside it in the shared Ray's CPUs."""
     workload = killed_workload()
     with claimed(config, workload) as (plan, out, todo):
-        execute(workload, config, todo, out, RayOptions(num_actors=1, stall_timeout_s=600), progress=False)
+        execute(workload, config, todo, out, RayOptions(num_actors=1, cpus_per_actor=1, stall_timeout_s=600),
+                progress=False)
 
 
 @pytest.mark.ray
