@@ -13,6 +13,7 @@ their tasks). The stages are the workload's own (`workloads/`), as in the in-pro
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -487,6 +488,10 @@ def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: O
     import ray
 
     bar = sys.stderr.isatty() if progress is None else progress  # before Ray's output is piped off fd 2
+    # A pipeline that failed earlier in this process (a rerun from Python, a notebook, a test session) keeps
+    # its actors, and their CPUs, until the garbage collector frees the reference cycles of its error's
+    # traceback; this pipeline's actors would wait for those CPUs. Free them first.
+    gc.collect()
     with ray_session(options):
         resources = _plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
