@@ -159,7 +159,7 @@ def test_one_pass_options_that_do_not_go_together_are_refused(tmp_path, tiny_mod
         (["--model", model, "--method", "unmasked", "--order", "r2l"], "belong to --method chain"),
         (["--model", model, "--conditionals", "5"], "add --per-token"),
         (["--model", model, "--method", "unmasked", "--per-token", "--conditionals", "5"], "goes with --method pll"),
-        (["--model", model, "--per-token", "--conditionals", "-1"], "--conditionals must be"),
+        (["--model", model, "--per-token", "--conditionals", "-1"], "--conditionals -1 is out of bounds"),
         (["--model", model, "--method", "unmasked", "--variant", "word_l2r"], "masks nothing"),
     ]:
         code, _ = run("score", str(corpus), "--output", str(tmp_path / "out"), *args)

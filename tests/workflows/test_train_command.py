@@ -50,11 +50,11 @@ def error_line(capsys) -> str:
 
 def test_bad_teacher_folders_are_refused_in_one_line(tmp_path, tiny_model_dir, capsys):
     model, out = str(tiny_model_dir("bert")), tmp_path / "out"
-    ok_rows = {S.ID: ["a", "b"], S.TEXT: ["x y", "y z"], S.STATUS: ["ok", "ok"]}
+    ok_rows = {S.ID: ["a", "b"], S.TEXT: ["x y", "y z"], S.STATUS: ["ok", "ok"], S.N_TOKENS: [2, 2]}
     cases = {
         "missing": (None, "does not exist"),
         "empty": ({}, "holds no scored rows"),
-        "no pll": ({"rows/part-0.parquet": pa.table(ok_rows)}, "no pll column"),
+        "no pll": ({"rows/part-0.parquet": pa.table(ok_rows)}, "have no pll column(s)"),
         "all errors": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: pa.array([None, None], pa.float64()),
                                                          S.STATUS: ["error", "error"]})}, "are error rows"),
         "another workload": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: [-1.0, -2.0]}),
