@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import io
 import json
 import os
@@ -42,7 +41,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
