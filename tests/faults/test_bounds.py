@@ -12,6 +12,7 @@ import logging
 
 import pytest
 
+from cli_helpers import refusal
 from distributed_scoring.cli import main
 
 # (command and its arguments before the flag, flag, absurd value, the bounds the line must give)
@@ -65,15 +66,6 @@ ABSURD = [
     (TRAIN, "--cpus-per-worker", "nan", "a finite number above 0"),
     (TRAIN, "--checkpoint-every", "0", "at least 1"),
 ]
-
-
-def refusal(capsys, args: list[str]) -> str:
-    capsys.readouterr()
-    rc = main(args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("dscore: ")]
-    assert rc == 2 and "Traceback" not in err and len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("command, flag, value, bounds", ABSURD, ids=[f"{c[0]} {f} {v}" for c, f, v, _ in ABSURD])

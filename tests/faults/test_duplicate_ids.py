@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from cli_helpers import refusal
 from distributed_scoring.cli import main
 
 JSONL_RECORDS = [{"id": 1, "text": "the [MASK] fox"}, {"id": "2", "text": "a [MASK] dog"},
@@ -33,15 +34,6 @@ def write_inputs(folder: Path) -> dict[str, Path]:
     pq.write_table(pa.table({"id": [1, 2, 2, None], "text": ["the [MASK] fox", "a [MASK]", "b [MASK]", "c [MASK]"]}),
                    parquet, row_group_size=2)
     return {"jsonl": jsonl, "parquet": parquet}
-
-
-def refusal(capsys, args: list[str]) -> str:
-    capsys.readouterr()
-    rc = main(args)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("dscore: ")]
-    assert rc == 2 and "Traceback" not in err and len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.mark.parametrize("command", ["score", "audit", "infill", "sample", "generate", "score --method chain"])
