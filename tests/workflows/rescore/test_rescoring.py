@@ -204,6 +204,22 @@ def test_wer_statistics_sum_to_jiwers_corpus_figure():
     assert WerStats().corpus(stats[5:20].sum(axis=0)) == pytest.approx(jiwer.wer(refs[5:20], hyps[5:20]), abs=1e-12)
 
 
+def test_wer_statistics_are_jiwers_counts_per_hypothesis():
+    """Each hypothesis's edits and reference words are jiwer's own (S + D + I and its word count), spaces,
+    tabs, empty and non-ASCII texts included: the C distance must count what jiwer's alignment counts."""
+    rng = random.Random(2)
+    words = ["a", "b", "é", "ß", "a\tb", "c"]
+    seps = [" ", "  ", "\t ", " \n "]
+    def text() -> str:
+        return rng.choice(["", " "]) + "".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.randint(0, 9)))
+    refs, hyps = [text() for _ in range(300)], [text() for _ in range(300)]
+    stats = WerStats().statistics(refs, hyps)
+    for row, (ref, hyp) in enumerate(zip(refs, hyps)):
+        out = jiwer.process_words(ref, hyp)
+        assert stats[row].tolist() == [out.substitutions + out.deletions + out.insertions, len(out.references[0])]
+    assert WerStats().statistics([], []).shape == (0, 2)
+
+
 def test_length_penalties_and_component_columns():
     """With alpha = 1 the MLM score is per-token-like, so a long fluent hypothesis beats a short one
     whose raw PLL sum is higher; with alpha = 0 the short one wins."""
