@@ -321,6 +321,8 @@ class _Judge:
     current_rows: pa.Table | None
     baseline_rows: pa.Table | None
     methods: set[str] = field(default_factory=set)
+    # `_by_partition` of each side's rows, made once (keyed by the table's id: the two sides are held above)
+    partitions: dict[int, dict[str, pa.Table]] = field(default_factory=dict)
 
     def check(self, name: str, now: ScopeFigures | None, before: ScopeFigures | None) -> Check:
         metric = self.t.metric
@@ -364,7 +366,9 @@ class _Judge:
     def _rows(self, name: str, rows: pa.Table | None) -> pa.Table | None:
         if rows is None or name == OVERALL:
             return rows
-        return rows.filter(pc.equal(rows[S.PARTITION], name))
+        if id(rows) not in self.partitions:
+            self.partitions[id(rows)] = _by_partition(rows)
+        return self.partitions[id(rows)].get(name, rows.slice(0, 0))
 
     def _pppl(self, cur: pa.Table | None, base: pa.Table | None, paired: bool,
               rng: np.random.Generator) -> tuple[str, Interval | None, str]:
@@ -409,6 +413,17 @@ class _Judge:
         if -tol <= interval.low and interval.high <= tol:
             return NO_CHANGE, interval, ""
         return INSUFFICIENT, interval, f"{said} crosses the edge of the no-change band +-{tol * 100:.2f} points"
+
+
+def _by_partition(rows: pa.Table) -> dict[str, pa.Table]:
+    """The rows of each partition, in their order (a stable sort, then zero-copy slices): one pass over
+    the table, where a filter per partition made N x partitions comparisons (hours at 10^6 rows in 10^4
+    files, partitioned by file)."""
+    ordered = rows.take(pc.sort_indices(rows[S.PARTITION]))  # stable: each partition keeps its row order
+    counts = pc.value_counts(ordered[S.PARTITION])  # in order of appearance, which is sorted order
+    names, sizes = counts.field("values").to_pylist(), counts.field("counts").to_numpy()
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return {name: ordered.slice(int(start), int(size)) for name, start, size in zip(names, starts, sizes)}
 
 
 def _sums(rows: pa.Table, denominator: str) -> Sums:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -571,3 +572,59 @@ def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_mo
     assert rc == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "malformed" in err and "pass a previous run's audit.json" in err
     assert not out.exists()
+
+
+def many_partitions(seed: int, shift: float = 0.0, parts: int = 40) -> pa.Table:
+    """`parts` partitions of 25 rows each (some of them harder), their rows interleaved across the files."""
+    rng = np.random.default_rng(seed)
+    table = pa.concat_tables([
+        scored_table(rng, 25, f"p{p:02d}", nll=1.5 + 0.05 * p + shift, spread=0.3, lengths=(4, 20), error_rate=0.04)
+        for p in range(parts)
+    ])
+    return table.take(pa.array(rng.permutation(table.num_rows)))
+
+
+def test_outliers_per_partition_equal_a_rule_applied_to_each_partition_alone(tmp_path):
+    """The rule is applied to each partition's rows alone (here: a filter per partition, the reference), with
+    40 partitions interleaved in 5 files: the grouped computation must give each flagged row the same z."""
+    table = many_partitions(7)
+    write_rows(tmp_path / "run", table, files=5, row_group_rows=60)
+    rule = OutlierRule(k=1.5, low_tail=True)  # a low k: many rows flagged in every partition
+    result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=replace(SMALL, outliers=rule))
+    nll = audit_figures(table, SMALL)["nll"]  # NLL per token of the eligible rows, by id
+    partition_of = dict(zip(table[S.ID].to_pylist(), table[S.PARTITION].to_pylist()))
+    want = {}
+    for name in set(partition_of.values()):
+        ids = [i for i in nll if partition_of[i] == name]
+        cutoff = robust_cutoff(np.array([nll[i] for i in ids]), rule)
+        want.update({i: z for i, z in zip(ids, cutoff.z(np.array([nll[i] for i in ids]))) if abs(z) > rule.k})
+    flagged = pq.read_table(result.outliers_path).to_pylist()
+    assert {row[S.ID] for row in flagged} == set(want) and len(want) > 100
+    for row in flagged:
+        assert row[ROBUST_Z] == pytest.approx(want[row[S.ID]], abs=1e-12)
+        assert row[S.PARTITION] == partition_of[row[S.ID]]
+
+
+def test_each_partitions_verdict_is_judged_on_its_own_rows(tmp_path):
+    """With 40 interleaved partitions against a baseline, every partition's figures and interval are those of
+    its own rows: its PPPL ratio estimate is the ratio of its rows' PPPLs computed here, paired or not."""
+    from distributed_scoring.workflows.audit.baseline import _by_partition
+
+    base = many_partitions(8)
+    now = many_partitions(9, shift=0.02)
+    audit_rows(tmp_path, "base", base)
+    result = audit_rows(tmp_path, "now", now, str(tmp_path / "base"), Thresholds(min_rows=10))
+    checks = {c.name: c for c in result.comparison.partitions}
+    assert len(checks) == 40
+
+    def pppl(table: pa.Table, name: str) -> float:
+        rows = table.filter(pc.and_(pc.equal(table[S.PARTITION], name),
+                                            pc.equal(table[S.STATUS], S.STATUS_OK)))
+        return math.exp(-sum(rows[S.PLL].to_pylist()) / sum(rows[S.N_TOKENS].to_pylist()))
+
+    for name, check in checks.items():
+        assert check.pppl_ratio == pytest.approx(pppl(now, name) / pppl(base, name), rel=1e-9), name
+        assert check.rows == 25 and check.baseline_rows == 25
+    grouped = _by_partition(now)
+    for name in checks:  # each partition's rows, in their order: what a filter gives
+        assert grouped[name].equals(now.filter(pc.equal(now[S.PARTITION], name)))
