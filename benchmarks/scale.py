@@ -511,12 +511,14 @@ def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
                per_token=True, partition_column="source")
     scoring = finished_child(*run_in_child(job, scratch, "scoring"), scratch, "scoring")
     rss_start = peak_rss_kb()
-    out, again = Path(job.output), scratch / "again"
+    # The audit writes beside the rows in `dscore audit`, under the scoring run's claim; here the scored
+    # folder is an input and the audit claims a folder of its own (the same work, timed apart).
+    scored, out, again = Path(job.output), scratch / "audit", scratch / "again"
     started = time.perf_counter()
-    first = run_audit(str(out), str(out))
+    first = run_audit(str(scored), str(out))
     audited = time.perf_counter()
     rss_audit = peak_rss_kb()
-    second = run_audit(str(out), str(again), baseline=str(out))
+    second = run_audit(str(scored), str(again), baseline=str(out))
     ended = time.perf_counter()
     return {
         "scoring": scoring, "partitions": len(first.record.partitions), "audit_s": audited - started,
