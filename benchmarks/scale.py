@@ -9,10 +9,12 @@ Measurements, each in a process of its own (so that its peak memory is its own):
               `pipeline.runner` (plan and claim the folder, execute, summarize), as `dscore score` runs it,
               with the no-op scorer (`scale_stages.noop_workload`: the PLL's columns, zero scores, no
               model: the run layer's own cost) and with a tiny model (BERT 2x64, V = 1,000, random
-              weights, the PLL workload; up to --model-max rows), in this process and on an embedded Ray
-              with 1 and 2 scoring actors. Measured: rows/s, time to the first finished shard (its
-              marker), aggregation (summary.json), driver peak RSS, scoring and tokenising actors' peak
-              RSS (each actor records its own), files and bytes written.
+              weights; up to --model-max rows) scored three ways: the PLL (`tiny`), one pass of the
+              unmasked sentence (`tiny-unmasked`, `--method unmasked`) and a `sentence` maskless student
+              of it (`tiny-student`, `--maskless`), in this process and on an embedded Ray with 1 and 2
+              scoring actors. Measured: rows/s, time to the first finished shard (its marker), rows/s
+              after it (without the fixed start), aggregation (summary.json), driver peak RSS, scoring
+              and tokenising actors' peak RSS (each actor records its own), files and bytes written.
   resume      the no-op run started in a subprocess and SIGKILLed (its whole process tree, Ray's
               included) once half its shards are marked, then rerun: the rerun's start-up, its claim
               (planning, checking the done shards' markers and files) and the time until its first new
@@ -63,7 +65,8 @@ SCRIPT = Path(__file__).resolve()
 SIZES = (10**3, 10**4, 10**5, 10**6)
 QUICK_SIZES = (10**3, 10**4)
 MODES = ("in-process", "ray-1", "ray-2")
-SCORERS = ("noop", "tiny")  # see RUNS
+SCORERS = ("noop", "tiny", "tiny-unmasked", "tiny-student")  # see RUNS
+MODEL_SCORERS = SCORERS[1:]  # those that run the tiny model (up to --model-max rows)
 KINDS = ("run", "resume", "audit", "rescore", "many-files", "large-file")
 MODEL_MAX = 10**5  # the tiny model's largest corpus by default: 10^6 rows take hours on 2 cores
 HYPOTHESES_PER_UTTERANCE = 10
@@ -81,6 +84,10 @@ DEFAULT_COST = {
     ("run", "noop", "ray"): (25.0, 400.0),
     ("run", "tiny", "in-process"): (10.0, 12000.0),
     ("run", "tiny", "ray"): (30.0, 15000.0),
+    ("run", "tiny-unmasked", "in-process"): (10.0, 1000.0),
+    ("run", "tiny-unmasked", "ray"): (30.0, 1500.0),
+    ("run", "tiny-student", "in-process"): (10.0, 1000.0),
+    ("run", "tiny-student", "ray"): (30.0, 1500.0),
     ("resume", "noop", "in-process"): (6.0, 250.0),
     ("resume", "noop", "ray"): (50.0, 700.0),
     ("audit", "noop", "in-process"): (10.0, 500.0),
@@ -134,7 +141,7 @@ def plan(sizes: Iterable[int], scorers: Iterable[str], modes: Iterable[str], kin
     specs: list[Spec] = []
     for n in sizes:
         if "run" in kinds:
-            specs += [Spec("run", s, m, n) for s in scorers if s == "noop" or n <= model_max for m in modes]
+            specs += [Spec("run", s, m, n) for s in scorers if s not in MODEL_SCORERS or n <= model_max for m in modes]
         if "resume" in kinds and n // shard_rows >= MIN_SHARDS_TO_RESUME:
             specs += [Spec("resume", "noop", m, n) for m in modes]
         if "audit" in kinds:
@@ -376,7 +383,48 @@ def pll_run(job: RunJob, inputs) -> tuple:
 
 # Scorer name -> (RunJob, InputSpec) -> (RunConfig, Workload): a new scorer (`--method unmasked`, a maskless
 # student) is one entry here and one in SCORERS.
-RUNS = {"noop": noop_run, "tiny": pll_run}
+def unmasked_run(job: RunJob, inputs) -> tuple:
+    """`dscore score --method unmasked` on `job.model`: one forward pass of the unmasked sentence."""
+    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
+    from distributed_scoring.engine.model_files import load_tokenizer
+    from distributed_scoring.workloads.maskless import UNMASKED, maskless_workload
+
+    config = RunConfig(inputs, ModelSpec(job.model, device="cpu"), ScoringOptions(per_token=job.per_token),
+                       output=job.output)
+    load_tokenizer(config.model)
+    return config, maskless_workload(config.model, config.scoring, UNMASKED)
+
+
+def student_run(job: RunJob, inputs) -> tuple:
+    """`dscore score --maskless DIR` with a `sentence` student of the tiny model (`tiny_student`)."""
+    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
+    from distributed_scoring.workflows.maskless import check_student
+    from distributed_scoring.workloads.maskless import maskless_workload
+
+    config = RunConfig(inputs, ModelSpec(tiny_student(job.model), device="cpu"),
+                       ScoringOptions(per_token=job.per_token), output=job.output)
+    check_student(config)
+    return config, maskless_workload(config.model, config.scoring)
+
+
+def tiny_student(model: str) -> str:
+    """A `sentence` maskless student of the tiny model, saved beside it once: its encoder and a fresh
+    head (what `dscore train maskless --target sentence` writes; untrained, as the model is random)."""
+    folder = Path(model).with_name(Path(model).name + "-student")
+    if not (folder / "maskless.json").exists():
+        from distributed_scoring.config import ModelSpec
+        from distributed_scoring.engine.maskless import regressor_for, save_student
+        from distributed_scoring.engine.models import load_masked_lm
+
+        mlm = load_masked_lm(ModelSpec(model, device="cpu"))
+        scratch = folder.with_name(folder.name + ".tmp")
+        save_student(mlm, scratch, {"target": "sentence", "teacher": "none: a random model (scale benchmark)"},
+                     regressor_for(mlm, mean=-40.0, std=10.0))
+        scratch.rename(folder)
+    return str(folder)
+
+
+RUNS = {"noop": noop_run, "tiny": pll_run, "tiny-unmasked": unmasked_run, "tiny-student": student_run}
 
 
 def run_job(job: RunJob) -> dict:
@@ -674,7 +722,7 @@ def measure_all(args: argparse.Namespace, journal_path: Path, work: Path, info: 
                  args.large_gb)
     todo = [s for s in specs if not is_finished(journal.get(s.key), args.timeout)]
     tiny = None
-    if any(s.scorer == "tiny" for s in todo):
+    if any(s.scorer in MODEL_SCORERS for s in todo):
         from joints_speed import tiny_bert
 
         tiny = str(tiny_bert(args.models_dir or cache_root() / "bench-models"))
@@ -764,7 +812,7 @@ def parse_args() -> argparse.Namespace:
                         help="10^3 and 10^4 rows (the tiny model 10^3 only), 1,000 small files, a 50 MB large "
                              "file: checks every path")
     parser.add_argument("--kinds", type=_names(KINDS), default=list(KINDS), help=f"comma-separated, of {KINDS}")
-    parser.add_argument("--scorers", type=_names(SCORERS), default=list(SCORERS), help="noop, tiny")
+    parser.add_argument("--scorers", type=_names(SCORERS), default=list(SCORERS), help=", ".join(SCORERS))
     parser.add_argument("--modes", type=_names(MODES), default=list(MODES), help=f"comma-separated, of {MODES}")
     parser.add_argument("--model-max", type=int, default=MODEL_MAX, help="largest corpus for the tiny model")
     parser.add_argument("--shard-rows", type=int, default=1000)

@@ -44,24 +44,37 @@ def not_ok(record: dict, columns: int) -> str | None:
 
 
 def run_table(records: list[dict]) -> list[str]:
-    lines = ["| scorer | execution | rows | seconds | rows/s | ms/row | first shard s | summary s | driver peak MiB "
-             "(at start) | scoring actor MiB | tokenising actor MiB | files | MB written | load start / end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = ["| scorer | execution | rows | seconds | rows/s | ms/row | first shard s | rows/s after it | summary s "
+             "| driver peak MiB (at start) | scoring actor MiB | tokenising actor MiB | files | MB written "
+             "| load start / end |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     for rec in ordered(records, ("run",)):
         s = rec["spec"]
         head = f"| {s['scorer']} | {s['mode']} | {s['n']:,} | "
-        missing = not_ok(rec, 10)
+        missing = not_ok(rec, 11)
         if missing:
             lines.append(head + missing + f" {load(rec)} |")
             continue
         r = rec["result"]
         actors = r["actor_peak_rss_kb"]
+        steady = steady_rows_per_s(r)
         lines.append(
             head + f"{seconds(r['total_s'])} | {r['rows_per_s']:,.0f} | {1000 / r['rows_per_s']:.3f} | "
-            f"{seconds(r['first_marker_s'])} | {seconds(r['summary_s'])} | {mib(r['driver_peak_rss_kb'])} "
+            f"{seconds(r['first_marker_s'])} | {'-' if steady is None else f'{steady:,.0f}'} | "
+            f"{seconds(r['summary_s'])} | {mib(r['driver_peak_rss_kb'])} "
             f"({mib(r['driver_rss_start_kb'])}) | {mib(actors.get('score'))} | {mib(actors.get('prepare'))} | "
             f"{r['files_written']:,} | {r['bytes_written'] / 1e6:,.1f} | {load(rec)} |")
     return lines
+
+
+def steady_rows_per_s(result: dict) -> float | None:
+    """Rows per second once the first shard is done: the run's rate without its fixed start (Ray's actors
+    starting, a model loading), which is what grows with N; None with a single shard."""
+    rows, shards = result["todo_rows"], result["todo_shards"]
+    if shards < 2 or result["first_marker_s"] is None:
+        return None
+    after = result["claim_s"] + result["execute_s"] - result["first_marker_s"]
+    return rows * (shards - 1) / shards / after if after > 0 else None
 
 
 def resume_table(records: list[dict]) -> list[str]:
