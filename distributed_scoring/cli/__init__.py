@@ -11,10 +11,10 @@ import re
 import sys
 from typing import Sequence
 
-from .config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
-from .cpus import thread_env
-from .errors import DataLossError, UserError
-from .quiet import quiet_transformers
+from ..config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..cpus import thread_env
+from ..errors import DataLossError, UserError
+from ..quiet import quiet_transformers
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
 
@@ -133,16 +133,16 @@ def _student(args: argparse.Namespace) -> str | None:
 
 def _score(args: argparse.Namespace) -> int:
     if _student(args):
-        from .workflows.maskless import score_maskless as score
+        from ..workflows.maskless import score_maskless as score
     else:
-        from .workflows.score import score
+        from ..workflows.score import score
     summary = score(_config(args), _ray_options(args), overwrite=args.overwrite)
     print(json.dumps(summary, indent=2), file=args.result)
     return 0
 
 
 def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.chain import ORDERS
+    from ..workflows.chain import ORDERS
 
     g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
                              "(the likelihood of a u-PMLM; for other MLMs an approximation)")
@@ -172,12 +172,12 @@ def _score_by_method(args: argparse.Namespace) -> int:
     if _student(args):
         raise UserError(f"--maskless predicts PLLs; it does not go with --method {args.method}")
     if args.method == "unmasked":
-        from .workflows.maskless import score_unmasked
+        from ..workflows.maskless import score_unmasked
 
         summary = score_unmasked(_config(args), _ray_options(args), overwrite=args.overwrite)
         print(json.dumps(summary, indent=2), file=args.result)
         return 0
-    from .workflows.chain import ChainOptions, score_chain
+    from ..workflows.chain import ChainOptions, score_chain
 
     d = ChainOptions()
     options = ChainOptions(d.order if args.order is None else args.order,
@@ -189,8 +189,8 @@ def _score_by_method(args: argparse.Namespace) -> int:
 
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
-    from .workflows.audit.outliers import SCOPES, OutlierRule
+    from ..workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
+    from ..workflows.audit.outliers import SCOPES, OutlierRule
 
     t, o = Thresholds(), OutlierRule()
     g = p.add_argument_group("audit", "baseline comparison and outliers")
@@ -221,10 +221,10 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    from .workflows.audit.figures import AuditConfig
-    from .workflows.audit.baseline import Thresholds
-    from .workflows.audit.outliers import OutlierRule
-    from .workflows.audit.run import audit_snapshot
+    from ..workflows.audit.figures import AuditConfig
+    from ..workflows.audit.baseline import Thresholds
+    from ..workflows.audit.outliers import OutlierRule
+    from ..workflows.audit.run import audit_snapshot
 
     config = AuditConfig(
         outliers=OutlierRule(k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope,
@@ -254,7 +254,7 @@ def _audit(args: argparse.Namespace) -> int:
 
 
 def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.rescore.rescoring import METRICS, RescoreOptions
+    from ..workflows.rescore.rescoring import METRICS, RescoreOptions
 
     d = RescoreOptions()
     p.add_argument("--dev", required=True, help="dev N-best list (JSONL, Parquet or ESPnet JSON): weights are tuned here")
@@ -282,8 +282,8 @@ def _add_rescore_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _rescore(args: argparse.Namespace) -> int:
-    from .workflows.rescore.run import RescoreInputs, rescore_nbest
-    from .workflows.rescore.rescoring import RescoreOptions
+    from ..workflows.rescore.run import RescoreInputs, rescore_nbest
+    from ..workflows.rescore.rescoring import RescoreOptions
 
     inputs = RescoreInputs(args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, args.shard_rows)
     options = RescoreOptions(metric=args.metric, mlm_alpha=args.mlm_alpha, causal_alpha=args.causal_alpha,
@@ -302,8 +302,8 @@ def _rescore(args: argparse.Namespace) -> int:
 
 
 def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
-    from .engine.joint_stats import PIVOTS, JointOptions
-    from .workflows.joints import SCHEMES
+    from ..engine.joint_stats import PIVOTS, JointOptions
+    from ..workflows.joints import SCHEMES
 
     d = JointOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -323,8 +323,8 @@ def _add_joints_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _joints(args: argparse.Namespace) -> int:
-    from .engine.joint_stats import JointOptions
-    from .workflows.joints import JointsInputs, pairwise_joints
+    from ..engine.joint_stats import JointOptions
+    from ..workflows.joints import JointsInputs, pairwise_joints
 
     inputs = JointsInputs(tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column,
                           args.shard_rows)
@@ -336,7 +336,7 @@ def _joints(args: argparse.Namespace) -> int:
 
 
 def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.infill import DECODERS, ORDERS, InfillOptions
+    from ..workflows.infill import DECODERS, ORDERS, InfillOptions
 
     d = InfillOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -368,7 +368,7 @@ def _add_infill_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _infill(args: argparse.Namespace) -> int:
-    from .workflows.infill import InfillOptions, infill
+    from ..workflows.infill import InfillOptions, infill
 
     options = InfillOptions(
         args.decoder, args.order, args.beam, args.top,
@@ -384,7 +384,7 @@ def _infill(args: argparse.Namespace) -> int:
 
 
 def _add_sample_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.sample import ENERGIES, ORDERS, SAMPLERS, STARTS, SampleOptions
+    from ..workflows.sample import ENERGIES, ORDERS, SAMPLERS, STARTS, SampleOptions
 
     d = SampleOptions()
     p.add_argument("inputs", nargs="+", metavar="INPUT",
@@ -425,7 +425,7 @@ def _add_sample_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from .workflows.sample import SampleOptions, sample
+    from ..workflows.sample import SampleOptions, sample
 
     options = SampleOptions(
         args.energy, args.sampler, args.epochs, args.burn_in, args.chains, args.seed, args.free_all, args.block,
@@ -444,7 +444,7 @@ def _sample(args: argparse.Namespace) -> int:
 def _add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
     """What every training command takes: the model, the folder, the schedule and where it runs; `lr` is
     the command's default learning rate."""
-    from .workflows.train.run import TrainOptions, TrainResources
+    from ..workflows.train.run import TrainOptions, TrainResources
 
     d, r = TrainOptions(), TrainResources()
     p.add_argument("--model", required=True, help="the masked LM to start from (local folder or Hub id)")
@@ -477,7 +477,7 @@ def _add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
 
 
 def _train_options(args: argparse.Namespace) -> tuple:
-    from .workflows.train.run import TrainOptions, TrainResources
+    from ..workflows.train.run import TrainOptions, TrainResources
 
     options = TrainOptions(args.epochs, args.steps, args.lr, args.batch_size, args.seed, args.max_length, args.heldout)
     resources = TrainResources(args.num_workers, args.use_gpu, args.cpus_per_worker, args.checkpoint_every,
@@ -486,7 +486,7 @@ def _train_options(args: argparse.Namespace) -> tuple:
 
 
 def _train_maskless(args: argparse.Namespace) -> int:
-    from .workflows.train.maskless import NBest, StudentOptions, train_maskless
+    from ..workflows.train.maskless import NBest, StudentOptions, train_maskless
 
     options, resources = _train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
@@ -501,7 +501,7 @@ def _train_maskless(args: argparse.Namespace) -> int:
 
 
 def _train_pmlm(args: argparse.Namespace) -> int:
-    from .workflows.train.pmlm import read_corpus, train_pmlm
+    from ..workflows.train.pmlm import read_corpus, train_pmlm
 
     options, resources = _train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)
@@ -513,7 +513,7 @@ def _train_pmlm(args: argparse.Namespace) -> int:
 
 
 def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
-    from .workflows.generate import ORDERS, GenerateOptions
+    from ..workflows.generate import ORDERS, GenerateOptions
 
     d = GenerateOptions()
     p.add_argument("inputs", nargs="*", metavar="INPUT",
@@ -540,7 +540,7 @@ def _add_generate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from .workflows.generate import GenerateInputs, GenerateOptions, generate
+    from ..workflows.generate import GenerateInputs, GenerateOptions, generate
 
     options = GenerateOptions(
         args.order, args.num_sequences, args.temperature, args.top_k, args.top_p, args.seed,
@@ -556,14 +556,14 @@ def _generate(args: argparse.Namespace) -> int:
 def _fetch_model(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from .offline.models import fetch_model
+    from ..offline.models import fetch_model
 
     print(fetch_model(args.name, Path(args.cache) if args.cache else None), file=args.result)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from .workflows.verify import report, verify_folder
+    from ..workflows.verify import report, verify_folder
 
     result = verify_folder(args.folder)
     print(report(result), file=args.result)
@@ -571,17 +571,17 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from .workflows.submit import Submission, submit
+    from ..workflows.submit import Submission, submit
 
     words = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
     return submit(Submission(tuple(words), args.address, args.working_dir), args.result)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .engine.model_files import TARGETS
-    from .offline.models import MODELS
-    from .workflows.train.maskless import LR as MASKLESS_LR, SPEED_SENTENCES, StudentOptions
-    from .workflows.train.pmlm import LR as PMLM_LR
+    from ..engine.model_files import TARGETS
+    from ..offline.models import MODELS
+    from ..workflows.train.maskless import LR as MASKLESS_LR, SPEED_SENTENCES, StudentOptions
+    from ..workflows.train.pmlm import LR as PMLM_LR
 
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
     _add_verbose(parser)
@@ -760,7 +760,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DataLossError as exc:
             print(f"dscore: incomplete: {_one_line(exc)}", file=sys.stderr)
             return 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())
