@@ -4,9 +4,12 @@ outliers, a verdict against a baseline; the exit code is the verdict."""
 from __future__ import annotations
 
 import argparse
-import json
+from typing import TYPE_CHECKING
 
-from .common import add_score_arguments, ray_options, run_config, student_folder
+from .common import add_score_arguments, finish, ray_options, run_config, student_folder
+
+if TYPE_CHECKING:
+    from ..workflows.audit.figures import AuditResult
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,8 +66,13 @@ def run(args: argparse.Namespace) -> int:
     )
     result = audit_snapshot(run_config(args), ray_options(args), args.baseline, config, overwrite=args.overwrite,
                             maskless=student_folder(args) is not None)
+    return finish(args, _result(result), result.exit_code)
+
+
+def _result(result: AuditResult) -> dict[str, object]:
+    """What `dscore audit` prints: the corpus figures, the verdict and what led to it, where the report is."""
     audit, comparison = result.record, result.comparison
-    print(json.dumps({
+    return {
         "rows": audit.overall.rows, "pppl_token": audit.overall.pppl_token,
         "pppl_word": audit.overall.pppl_word, "outliers": audit.outliers.count,
         "verdict": comparison.verdict if comparison else "no baseline",
@@ -75,5 +83,4 @@ def run(args: argparse.Namespace) -> int:
         "vanished_partitions": comparison.vanished_partitions if comparison else [],
         "exit_code": result.exit_code, "report": result.report_path,
         **({"estimate": audit.estimate} if audit.estimate else {}),
-    }, indent=2), file=args.result)
-    return result.exit_code
+    }

@@ -1,16 +1,47 @@
-"""What several commands share: the model, input, output, Ray and device flags, and the specs built from
-them."""
+"""What several commands share, declared once: the input, model, output, Ray and device flags, the specs
+built from them, and the one way a command ends (its result on standard output, its exit code)."""
 
 from __future__ import annotations
 
 import argparse
+import json
 
 from ..config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
 
+Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
+
+def add_inputs(p: argparse.ArgumentParser, help: str, nargs: str = "+") -> None:
+    """The INPUT positionals: files, folders, globs or URIs; `help` says what the command reads in them."""
+    p.add_argument("inputs", nargs=nargs, metavar="INPUT", help=help)
+
+
+def add_text_column(p: argparse.ArgumentParser,
+                    help: str = "column or JSON field holding the text (default: text)") -> None:
+    p.add_argument("--text-column", default="text", help=help)
+
+
+def add_id_arguments(p: argparse.ArgumentParser,
+                     meaning: str = "column or JSON field holding a row id (default: file:line)") -> None:
+    p.add_argument("--id-column", default=None, help=f"{meaning}; ids must be unique")
+    p.add_argument("--allow-duplicate-ids", action="store_true",
+                   help="keep rows whose --id-column values repeat (refused otherwise, before any work); the rows "
+                   "then carry a `line` column (file:record) and are keyed by id and line")
+
+
+def add_corpus_arguments(p: argparse.ArgumentParser, inputs_help: str, nargs: str = "+", shard_rows: int = 1000,
+                         variant: bool = True, maskless: bool = False) -> None:
+    """The rows a command reads and the masked LM that reads them: INPUT..., the model flags, --text-column
+    and the id flags, in the order of their --help."""
+    add_inputs(p, inputs_help, nargs)
+    add_model_arguments(p, shard_rows, variant, maskless)
+    add_text_column(p)
+    add_id_arguments(p)
+
 
 def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True,
-                         maskless: bool = False) -> None:
+                        maskless: bool = False) -> None:
     """Which masked LM, where its results go, and how it runs: shared by every scoring command.
     `variant`: the command computes PLLs, whose masking the variant chooses. `maskless`: a maskless
     student (`--maskless DIR`) may stand in for the masked LM's PLLs."""
@@ -29,7 +60,7 @@ def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, vari
                    help="auto (CUDA when torch sees a GPU), cpu, cuda, or cuda:N for one GPU of this machine")
     p.add_argument("--dtype", choices=DTYPES, default="auto",
                    help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
-    p.add_argument("--revision", default=None, help="model revision (Hub models)")
+    add_revision(p)
     p.add_argument("--trust-remote-code", action="store_true",
                    help="let transformers run Python code shipped with the model (off: such models are refused)")
     p.add_argument("--shard-rows", type=int, default=shard_rows,
@@ -37,8 +68,7 @@ def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, vari
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
-    ray.add_argument("--address", default=None,
-                     help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+    add_address(ray)
     ray.add_argument("--num-actors", type=int, default=None,
                      help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)")
     ray.add_argument("--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)")
@@ -47,33 +77,30 @@ def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, vari
     add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
 
 
-def parse_device(value: str) -> str:
-    """`--device`: one of DEVICES or cuda:N."""
-    if value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit()):
-        return value
-    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(DEVICES)} or cuda:N")
+def add_revision(p: Parser) -> None:
+    p.add_argument("--revision", default=None, help="model revision (Hub models)")
 
 
-def add_verbose(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: object = False) -> None:
+def add_address(p: Parser) -> None:
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+
+
+def add_verbose(p: Parser, default: object = False) -> None:
     p.add_argument("--verbose", action="store_true", default=default,
                    help="also show Ray's own messages, its workers' output and Ray Data's progress bars on the "
                    "terminal (they always go to the run log in Ray's session folder)")
 
 
-def add_id_arguments(p: argparse.ArgumentParser,
-                      meaning: str = "column or JSON field holding a row id (default: file:line)") -> None:
-    p.add_argument("--id-column", default=None, help=f"{meaning}; ids must be unique")
-    p.add_argument("--allow-duplicate-ids", action="store_true",
-                   help="keep rows whose --id-column values repeat (refused otherwise, before any work); the rows "
-                   "then carry a `line` column (file:record) and are keyed by id and line")
+def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:
+    """--vocab-restrict, read by `vocabulary`."""
+    p.add_argument("--vocab-restrict", default=None, help=help)
 
 
 def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True, maskless: bool = False) -> None:
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them")
-    add_model_arguments(p, maskless=maskless)
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    add_id_arguments(p)
+    """The flags of a PLL scoring run: `dscore score`, and `dscore audit`, which scores before it audits."""
+    add_corpus_arguments(p, "text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them",
+                         maskless=maskless)
     if per_token_flag:
         p.add_argument("--per-token", action="store_true",
                        help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
@@ -91,11 +118,20 @@ def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True,
     p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
 
 
+def parse_device(value: str) -> str:
+    """`--device`: one of DEVICES or cuda:N."""
+    if value in DEVICES or (value.startswith("cuda:") and value[5:].isdigit()):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r} is not one of {', '.join(DEVICES)} or cuda:N")
+
+
 def model_spec(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
+    """The model of the model flags; `name` in place of --model (a --maskless student, a --causal-model)."""
     return ModelSpec(name or args.model, args.revision, args.device, args.dtype, args.trust_remote_code)
 
 
 def run_config(args: argparse.Namespace) -> RunConfig:
+    """The run of a PLL scoring command (`add_score_arguments`)."""
     return RunConfig(
         inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
                          args.partition_column, args.partition_by_file,
@@ -105,6 +141,19 @@ def run_config(args: argparse.Namespace) -> RunConfig:
                                args.split_chars, getattr(args, "conditionals", 0)),
         output=args.output,
     )
+
+
+def prompt_config(args: argparse.Namespace) -> RunConfig:
+    """The run of a command that fills or samples the masks of its rows (infill, sample): its inputs, ids,
+    model, token budget and folder; no partitions and no PLL options."""
+    return RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
+                               allow_duplicate_ids=args.allow_duplicate_ids), model_spec(args),
+                     ScoringOptions(batch_tokens=args.batch_tokens), args.output)
+
+
+def vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--vocab-restrict's tokens, or None: the whole vocabulary."""
+    return tuple(args.vocab_restrict.split()) if args.vocab_restrict else None
 
 
 def ray_options(args: argparse.Namespace) -> RayOptions | None:
@@ -119,3 +168,10 @@ def student_folder(args: argparse.Namespace) -> str | None:
     if (args.model is None) == (args.maskless is None):
         raise UserError("pass either --model (a masked LM's PLLs) or --maskless DIR (a student's predicted PLLs)")
     return args.maskless
+
+
+def finish(args: argparse.Namespace, result: object, exit_code: int = 0) -> int:
+    """The one way a command ends: its result alone on standard output (`args.result`; a text as it is,
+    anything else as indented JSON, which scripts parse), and the exit code for `main` to return."""
+    print(result if isinstance(result, str) else json.dumps(result, indent=2), file=args.result)
+    return exit_code

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import finish
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..offline.models import MODELS
@@ -17,5 +19,4 @@ def run(args: argparse.Namespace) -> int:
 
     from ..offline.models import fetch_model
 
-    print(fetch_model(args.name, Path(args.cache) if args.cache else None), file=args.result)
-    return 0
+    return finish(args, str(fetch_model(args.name, Path(args.cache) if args.cache else None)))

@@ -4,21 +4,16 @@ from nothing."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from .common import add_id_arguments, add_model_arguments, model_spec, ray_options
+from .common import add_corpus_arguments, add_vocab_restrict, finish, model_spec, ray_options, vocabulary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..workflows.generate import ORDERS, GenerateOptions
 
     d = GenerateOptions()
-    p.add_argument("inputs", nargs="*", metavar="INPUT",
-                   help="prompts: texts with the model's mask token at each token to generate (the other tokens "
-                   "stay); or none, with --length")
-    add_model_arguments(p, shard_rows=100, variant=False)
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    add_id_arguments(p)
+    add_corpus_arguments(p, "prompts: texts with the model's mask token at each token to generate (the other "
+                         "tokens stay); or none, with --length", nargs="*", shard_rows=100, variant=False)
     p.add_argument("--length", type=int, default=None, help="no INPUTS: generate sequences of this many tokens")
     p.add_argument("--num-sequences", type=int, default=d.sequences,
                    help="sequences per prompt; with --length, how many sequences (default 1)")
@@ -32,8 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k most probable tokens (default 0: off)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling's p (default 1: off)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the orders and samples (with each row's id)")
-    p.add_argument("--vocab-restrict", default=None,
-                   help="the only tokens that may be generated, space-separated (as in dscore infill)")
+    add_vocab_restrict(p, "the only tokens that may be generated, space-separated (as in dscore infill)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,10 +35,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = GenerateOptions(
         args.order, args.num_sequences, args.temperature, args.top_k, args.top_p, args.seed,
-        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.length, args.order_column,
+        vocabulary(args), args.length, args.order_column,
     )
     inputs = GenerateInputs(tuple(args.inputs), args.output, args.text_column, args.id_column, args.shard_rows,
                             args.batch_tokens, args.allow_duplicate_ids)
-    summary = generate(inputs, model_spec(args), options, ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, generate(inputs, model_spec(args), options, ray_options(args), overwrite=args.overwrite))

@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ..config import InputSpec, RunConfig, ScoringOptions
-from .common import add_id_arguments, add_model_arguments, model_spec, ray_options
+from .common import add_corpus_arguments, add_vocab_restrict, finish, prompt_config, ray_options, vocabulary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..workflows.infill import DECODERS, ORDERS, InfillOptions
 
     d = InfillOptions()
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="texts with the model's mask token once per token to fill (files, folders, globs, URIs)")
-    add_model_arguments(p, shard_rows=100, variant=False)
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    add_id_arguments(p)
+    add_corpus_arguments(p, "texts with the model's mask token once per token to fill (files, folders, globs, URIs)",
+                         shard_rows=100, variant=False)
     p.add_argument("--answer-column", default=d.answer_column,
                    help="column with the true fill, tokens separated by spaces, for accuracy and BLEU (optional)")
     p.add_argument("--decoder", choices=DECODERS, default=d.decoder,
@@ -25,9 +20,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", choices=ORDERS, default=d.order, help="fill order (default l2r)")
     p.add_argument("--beam", type=int, default=d.beam, help=f"beam width, or chains of a sampler (default {d.beam})")
     p.add_argument("--top", type=int, default=d.top, help="fills written per row, best first (default: --beam of them)")
-    p.add_argument("--vocab-restrict", default=None,
-                   help="the only tokens a fill may use, space-separated, as the tokenizer writes them or as "
-                   'they read (e.g. the 20 amino acids "A C D ...")')
+    add_vocab_restrict(p, "the only tokens a fill may use, space-separated, as the tokenizer writes them or as they "
+                       'read (e.g. the 20 amino acids "A C D ...")')
     p.add_argument("--pivot", default=None, help="HCB pivot token (default: the mask token)")
     p.add_argument("--temperature", type=float, default=d.temperature, help="temperature sampler's T (default 1)")
     p.add_argument("--sample-top-k", type=int, default=d.sample_top_k,
@@ -45,13 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.infill import InfillOptions, infill
 
     options = InfillOptions(
-        args.decoder, args.order, args.beam, args.top,
-        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.pivot, args.temperature,
+        args.decoder, args.order, args.beam, args.top, vocabulary(args), args.pivot, args.temperature,
         args.sample_top_k, args.top_p, args.seed, args.max_masks, args.exact_limit, args.rescore_pll, args.answer_column,
     )
-    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
-                                 allow_duplicate_ids=args.allow_duplicate_ids), model_spec(args),
-                       ScoringOptions(batch_tokens=args.batch_tokens), args.output)
-    summary = infill(config, options, ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, infill(prompt_config(args), options, ray_options(args), overwrite=args.overwrite))

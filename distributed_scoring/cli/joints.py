@@ -4,9 +4,8 @@ divergences."""
 from __future__ import annotations
 
 import argparse
-import json
 
-from .common import add_model_arguments, model_spec, ray_options
+from .common import add_inputs, add_model_arguments, add_text_column, finish, model_spec, ray_options
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -14,11 +13,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..workflows.joints import SCHEMES
 
     d = JointOptions()
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="a text corpus (pairs drawn by --scheme) or one JSONL of given pairs (text, positions: [a, b])")
+    add_inputs(p, "a text corpus (pairs drawn by --scheme) or one JSONL of given pairs (text, positions: [a, b])")
     # No --variant: the paper's conditionals mask exactly the pair (`conditionals.py`), not a PLL's words.
     add_model_arguments(p, shard_rows=50, variant=False)
-    p.add_argument("--text-column", default="text", help="column holding the text of a corpus (default: text)")
+    add_text_column(p, "column holding the text of a corpus (default: text)")
     p.add_argument("--scheme", choices=SCHEMES, default="random",
                    help="two tokens uniformly at random, or two adjacent tokens (ignored for given pairs)")
     p.add_argument("--examples", type=int, default=1000, help="sentences drawn from the corpus (default 1000)")
@@ -39,5 +37,4 @@ def run(args: argparse.Namespace) -> int:
     options = JointOptions(pivot=args.hcb_pivot, ag_iterations=args.ag_iterations)
     summary = pairwise_joints(inputs, model_spec(args), options, args.batch_tokens, args.top_k, ray_options(args),
                               args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, summary)

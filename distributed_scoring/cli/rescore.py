@@ -4,11 +4,10 @@ weights tuned on dev and applied to test."""
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..config import ScoringOptions
 from ..errors import UserError
-from .common import add_model_arguments, model_spec, ray_options, student_folder
+from .common import add_model_arguments, finish, model_spec, ray_options, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -55,5 +54,4 @@ def run(args: argparse.Namespace) -> int:
     result = rescore_nbest(inputs, model_spec(args, student), causal, scoring, options, ray_options(args), args.overwrite,
                            method="maskless" if student else args.method)
     keys = ("metric", "lambda", "gamma", "mlm_alpha", "causal_alpha", "dev", "test", "edges", "scoring")
-    print(json.dumps({k: result.report[k] for k in keys}, indent=2), file=args.result)
-    return 0
+    return finish(args, {k: result.report[k] for k in keys})

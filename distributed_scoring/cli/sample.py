@@ -3,21 +3,16 @@
 from __future__ import annotations
 
 import argparse
-import json
 
-from ..config import InputSpec, RunConfig, ScoringOptions
-from .common import add_id_arguments, add_model_arguments, model_spec, ray_options
+from .common import add_corpus_arguments, add_vocab_restrict, finish, prompt_config, ray_options, vocabulary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..workflows.sample import ENERGIES, ORDERS, SAMPLERS, STARTS, SampleOptions
 
     d = SampleOptions()
-    p.add_argument("inputs", nargs="+", metavar="INPUT",
-                   help="texts with the model's mask token at the positions to sample (or any text with --free-all)")
-    add_model_arguments(p, shard_rows=50, variant=False)
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
-    add_id_arguments(p)
+    add_corpus_arguments(p, "texts with the model's mask token at the positions to sample (or any text with "
+                         "--free-all)", shard_rows=50, variant=False)
     p.add_argument("--answer-column", default=d.answer_column,
                    help="column with the true tokens at the sampled positions, space-separated (optional)")
     p.add_argument("--energy", choices=ENERGIES, default=d.energy,
@@ -46,8 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--forced-accept", type=int, default=d.forced_accept,
                    help="accept every proposal of the first N epochs (Goyal et al.'s trick after a warm start; "
                    "keep N within --burn-in) (default 0)")
-    p.add_argument("--vocab-restrict", default=None,
-                   help="the only tokens a proposal may use, space-separated (as in dscore infill)")
+    add_vocab_restrict(p, "the only tokens a proposal may use, space-separated (as in dscore infill)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -57,11 +51,6 @@ def run(args: argparse.Namespace) -> int:
         args.energy, args.sampler, args.epochs, args.burn_in, args.chains, args.seed, args.free_all, args.block,
         args.block_decay, args.proposal_temperature, args.target_temperature, args.anneal, args.top_p,
         args.record_every, args.order, args.start,
-        tuple(args.vocab_restrict.split()) if args.vocab_restrict else None, args.answer_column, args.forced_accept,
+        vocabulary(args), args.answer_column, args.forced_accept,
     )
-    config = RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
-                                 allow_duplicate_ids=args.allow_duplicate_ids), model_spec(args),
-                       ScoringOptions(batch_tokens=args.batch_tokens), args.output)
-    summary = sample(config, options, ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, sample(prompt_config(args), options, ray_options(args), overwrite=args.overwrite))

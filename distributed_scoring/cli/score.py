@@ -4,10 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ..errors import UserError
-from .common import add_score_arguments, ray_options, run_config, student_folder
+from .common import add_score_arguments, finish, ray_options, run_config, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,9 +19,7 @@ def _pll(args: argparse.Namespace) -> int:
         from ..workflows.maskless import score_maskless as score
     else:
         from ..workflows.score import score
-    summary = score(run_config(args), ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, score(run_config(args), ray_options(args), overwrite=args.overwrite))
 
 
 def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,15 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.method == "unmasked":
         from ..workflows.maskless import score_unmasked
 
-        summary = score_unmasked(run_config(args), ray_options(args), overwrite=args.overwrite)
-        print(json.dumps(summary, indent=2), file=args.result)
-        return 0
+        return finish(args, score_unmasked(run_config(args), ray_options(args), overwrite=args.overwrite))
     from ..workflows.chain import ChainOptions, score_chain
 
     d = ChainOptions()
     options = ChainOptions(d.order if args.order is None else args.order,
                            d.orders if args.orders is None else args.orders,
                            d.seed if args.seed is None else args.seed, args.split_chars)
-    summary = score_chain(run_config(args), options, ray_options(args), overwrite=args.overwrite)
-    print(json.dumps(summary, indent=2), file=args.result)
-    return 0
+    return finish(args, score_chain(run_config(args), options, ray_options(args), overwrite=args.overwrite))

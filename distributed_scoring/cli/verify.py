@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from .common import finish
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("folder", metavar="DIR", help="the command's --output folder (local path or URI)")
@@ -13,5 +15,4 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.verify import report, verify_folder
 
     result = verify_folder(args.folder)
-    print(report(result), file=args.result)
-    return 0 if result.ok else 1
+    return finish(args, report(result), 0 if result.ok else 1)

@@ -4,6 +4,12 @@ Train resources."""
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+from ..common import add_address, add_revision
+
+if TYPE_CHECKING:
+    from ...workflows.train.run import TrainOptions, TrainResources
 
 
 def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
@@ -26,7 +32,7 @@ def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
     p.add_argument("--heldout", type=float, default=d.heldout,
                    help=f"share of the rows kept out of training for the report (default {d.heldout})")
     p.add_argument("--batch-tokens", type=int, default=None, help="token budget of the evaluation's forward passes")
-    p.add_argument("--revision", default=None, help="model revision (Hub models)")
+    add_revision(p)
     p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
     p.add_argument("--overwrite", action="store_true", help="start again in a folder that holds a different training run")
     ray = p.add_argument_group("Ray Train", "training runs on Ray Train: an embedded local Ray unless a cluster is given")
@@ -37,11 +43,11 @@ def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
                      help=f"CPUs of each worker (default {r.cpus_per_worker:g})")
     ray.add_argument("--checkpoint-every", type=int, default=r.checkpoint_every,
                      help=f"steps between checkpoints (default {r.checkpoint_every}); a rerun continues from the latest")
-    ray.add_argument("--address", default=None,
-                     help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+    add_address(ray)
 
 
-def train_options(args: argparse.Namespace) -> tuple:
+def train_options(args: argparse.Namespace) -> tuple[TrainOptions, TrainResources]:
+    """The schedule and the Ray Train resources of `add_train_arguments`' flags."""
     from ...workflows.train.run import TrainOptions, TrainResources
 
     options = TrainOptions(args.epochs, args.steps, args.lr, args.batch_size, args.seed, args.max_length, args.heldout)

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ...config import ModelSpec
 from ...errors import UserError
+from ..common import finish
 from .common import add_train_arguments, train_options
 
 
@@ -50,5 +50,4 @@ def run(args: argparse.Namespace) -> int:
     nbest = NBest(args.nbest_dev, args.nbest_test, args.nbest_metric) if args.nbest_dev else None
     report = train_maskless(args.teacher, model, args.output, options, resources, args.overwrite, args.batch_tokens,
                             student, nbest, args.speed_sentences)
-    print(json.dumps(report, indent=2), file=args.result)
-    return 0
+    return finish(args, report)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from ...config import ModelSpec
-from ..common import add_id_arguments
+from ..common import add_id_arguments, add_text_column, finish
 from .common import add_train_arguments, train_options
 
 
@@ -15,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--data", required=True, nargs="+", metavar="CORPUS",
                    help="training texts: files, folders or globs as `dscore score` reads them")
-    p.add_argument("--text-column", default="text", help="column or JSON field holding the text (default: text)")
+    add_text_column(p)
     add_id_arguments(p, "column or JSON field holding a row id, which the held-out split hashes (default: "
                      "file:line)")
     p.add_argument("--split-chars", action="store_true",
@@ -33,5 +32,4 @@ def run(args: argparse.Namespace) -> int:
     corpus = read_corpus(tuple(args.data), args.text_column, args.id_column, args.split_chars,
                          args.allow_duplicate_ids)
     report = train_pmlm(corpus, model, args.output, options, resources, args.overwrite, args.batch_tokens, args.orders)
-    print(json.dumps(report, indent=2), file=args.result)
-    return 0
+    return finish(args, report)
