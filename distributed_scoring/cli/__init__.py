@@ -1,4 +1,8 @@
-"""`dscore`: thin commands that parse, call one library function and print its result."""
+"""`dscore`: thin commands that parse, call one library function and print its result.
+
+A command is one module of this package exposing `add_arguments(parser)` and `run(args) -> int` (the exit
+code), and one entry in COMMANDS; flags that several commands take are declared once in `common`.
+"""
 
 from __future__ import annotations
 
@@ -14,81 +18,62 @@ from ..cpus import thread_env
 from ..errors import DataLossError, UserError
 from ..quiet import quiet_transformers
 from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, verify
-from .common import add_verbose
+from .common import Command, add_commands, add_verbose, dispatch
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
+
+# The commands in the order of `dscore --help`: (name, its line there, its own --help text, its module).
+COMMANDS = (
+    Command("score", "PLL of every sentence, Parquet out, corpus PPPL in summary.json", None, score),
+    Command("rescore", "rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev", None, rescore),
+    Command("joints", "pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, "
+            "G-KL", None, joints),
+    Command("infill", "fill masked spans: standard or HCB beam search, sampling baselines, exact search",
+            "Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
+            "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
+            "1 rows lost, 2 bad input or options.",
+            infill),
+    Command("sample", "sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
+            "Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
+            "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, "
+            "n_sampled, status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+            sample),
+    Command("generate", "generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
+            "by the prompt's tokens",
+            "Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
+            "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
+            "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+            generate),
+    Command("audit", "score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
+            "Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass "
+            "(every scope shows no change or an improvement, or no baseline), "
+            "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
+            "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
+            "compared), 1 rows lost, 2 bad input or options.",
+            audit),
+    Command("verify", "check an output folder: every planned shard done, markers against files, ids once, "
+            "summary there and agreeing, no leftovers",
+            "Prints one line per problem, per missing part and per thing it could not check, then OK, "
+            "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
+            "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
+            "2 not a dscore output folder.",
+            verify),
+    Command("train", "training jobs on Ray Train: u-PMLM, maskless scorers", None, train),
+    Command("submit", "run a dscore command or jobs/ script as a Ray job; exits with its exit code",
+            "Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
+            "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
+            "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
+            "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
+            "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.",
+            submit),
+    Command("fetch-model", "download and convert an offline model; prints its folder", None, fetch_model),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dscore", description="Masked-LM scoring: PLL and pseudo-perplexity")
     add_verbose(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
-    score_parser = commands.add_parser("score", help="PLL of every sentence, Parquet out, corpus PPPL in summary.json")
-    score.add_arguments(score_parser)
-    score_parser.set_defaults(func=score.run)
-    rescore_parser = commands.add_parser(
-        "rescore", help="rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev")
-    rescore.add_arguments(rescore_parser)
-    rescore_parser.set_defaults(func=rescore.run)
-    joints_parser = commands.add_parser(
-        "joints", help="pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, G-KL")
-    joints.add_arguments(joints_parser)
-    joints_parser.set_defaults(func=joints.run)
-    infill_parser = commands.add_parser(
-        "infill", help="fill masked spans: standard or HCB beam search, sampling baselines, exact search",
-        description="Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
-        "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
-        "1 rows lost, 2 bad input or options.")
-    infill.add_arguments(infill_parser)
-    infill_parser.set_defaults(func=infill.run)
-    sample_parser = commands.add_parser(
-        "sample", help="sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
-        description="Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
-        "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, n_sampled, "
-        "status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
-    sample.add_arguments(sample_parser)
-    sample_parser.set_defaults(func=sample.run)
-    generate_parser = commands.add_parser(
-        "generate", help="generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
-        "by the prompt's tokens",
-        description="Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
-        "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
-        "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.")
-    generate.add_arguments(generate_parser)
-    generate_parser.set_defaults(func=generate.run)
-    audit_parser = commands.add_parser(
-        "audit", help="score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
-        description="Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass (every scope shows no change or an improvement, or no baseline), "
-        "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
-        "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
-        "compared), 1 rows lost, 2 bad input or options.",
-    )
-    audit.add_arguments(audit_parser)
-    audit_parser.set_defaults(func=audit.run)
-    verify_parser = commands.add_parser(
-        "verify", help="check an output folder: every planned shard done, markers against files, ids once, "
-        "summary there and agreeing, no leftovers",
-        description="Prints one line per problem, per missing part and per thing it could not check, then OK, "
-        "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
-        "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
-        "2 not a dscore output folder.",
-    )
-    verify.add_arguments(verify_parser)
-    verify_parser.set_defaults(func=verify.run)
-    train_parser = commands.add_parser("train", help="training jobs on Ray Train: u-PMLM, maskless scorers")
-    train.add_arguments(train_parser)
-    submit_parser = commands.add_parser(
-        "submit", help="run a dscore command or jobs/ script as a Ray job; exits with its exit code",
-        description="Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
-        "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
-        "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
-        "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
-        "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.")
-    submit.add_arguments(submit_parser)
-    submit_parser.set_defaults(func=submit.run)
-    fetch = commands.add_parser("fetch-model", help="download and convert an offline model; prints its folder")
-    fetch_model.add_arguments(fetch)
-    fetch.set_defaults(func=fetch_model.run)
+    add_commands(parser, COMMANDS, dest="command")
     return parser
 
 
@@ -131,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.result = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            return args.func(args)
+            return dispatch(COMMANDS, args.command, args)
         except UserError as exc:
             print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2

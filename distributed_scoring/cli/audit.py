@@ -24,7 +24,8 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
     t, o = Thresholds(), OutlierRule()
     g = p.add_argument_group("audit", "baseline comparison and outliers")
     g.add_argument("--baseline", default=None, help="the previous run's audit.json (or its folder; path or URI)")
-    g.add_argument("--metric", choices=METRICS, default=t.metric, help=f"PPPL compared with the baseline (default {t.metric})")
+    g.add_argument("--metric", choices=METRICS, default=t.metric,
+                   help=f"PPPL compared with the baseline (default {t.metric})")
     g.add_argument("--max-pppl-increase", type=float, default=t.max_pppl_increase,
                    help=f"relative PPPL rise that counts as a regression (default {t.max_pppl_increase})")
     g.add_argument("--max-pppl-decrease", type=float, default=t.max_pppl_decrease,

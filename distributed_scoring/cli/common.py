@@ -1,10 +1,13 @@
 """What several commands share, declared once: the input, model, output, Ray and device flags, the specs
-built from them, and the one way a command ends (its result on standard output, its exit code)."""
+built from them, the one way a command ends (its result on standard output, its exit code), and the
+registry entries commands are added and run through."""
 
 from __future__ import annotations
 
 import argparse
 import json
+from types import ModuleType
+from typing import NamedTuple
 
 from ..config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
@@ -71,7 +74,8 @@ def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, vari
     add_address(ray)
     ray.add_argument("--num-actors", type=int, default=None,
                      help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)")
-    ray.add_argument("--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)")
+    ray.add_argument("--cpus-per-actor", type=float, default=None,
+                     help="CPUs of each CPU scoring actor (default 4 or fewer)")
     ray.add_argument("--stall-timeout", type=float, default=1800.0,
                      help="fail when no shard finishes for this many seconds (default 1800)")
     add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
@@ -175,3 +179,27 @@ def finish(args: argparse.Namespace, result: object, exit_code: int = 0) -> int:
     anything else as indented JSON, which scripts parse), and the exit code for `main` to return."""
     print(result if isinstance(result, str) else json.dumps(result, indent=2), file=args.result)
     return exit_code
+
+
+class Command(NamedTuple):
+    """A registry entry: the subcommand's name, its line in the parent's --help, its own --help text (None:
+    usage and flags only), and the module that declares its flags (`add_arguments(parser)`) and runs it
+    (`run(args) -> int`, the exit code)."""
+
+    name: str
+    help: str
+    description: str | None
+    module: ModuleType
+
+
+def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...], dest: str) -> None:
+    """One subcommand of `parser` per entry, in the registry's order; its name lands in `args.<dest>`."""
+    subparsers = parser.add_subparsers(dest=dest, required=True)
+    for command in commands:
+        command.module.add_arguments(subparsers.add_parser(command.name, help=command.help,
+                                                           description=command.description))
+
+
+def dispatch(commands: tuple[Command, ...], name: str, args: argparse.Namespace) -> int:
+    """Run the entry called `name` (the `dest` of `add_commands`) on the parsed arguments."""
+    return next(command for command in commands if command.name == name).module.run(args)

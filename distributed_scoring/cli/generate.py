@@ -24,7 +24,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    'fill order, as a JSON list or "2 0 1" (default: fill_order, as the output writes it)')
     p.add_argument("--temperature", type=float, default=d.temperature,
                    help="sampling temperature; 0: greedy, the most probable token at each step (default 1)")
-    p.add_argument("--top-k", type=int, default=d.top_k, help="sample among the k most probable tokens (default 0: off)")
+    p.add_argument("--top-k", type=int, default=d.top_k,
+                   help="sample among the k most probable tokens (default 0: off)")
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus sampling's p (default 1: off)")
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the orders and samples (with each row's id)")
     add_vocab_restrict(p, "the only tokens that may be generated, space-separated (as in dscore infill)")

@@ -40,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
 
     options = InfillOptions(
         args.decoder, args.order, args.beam, args.top, vocabulary(args), args.pivot, args.temperature,
-        args.sample_top_k, args.top_p, args.seed, args.max_masks, args.exact_limit, args.rescore_pll, args.answer_column,
+        args.sample_top_k, args.top_p, args.seed, args.max_masks, args.exact_limit, args.rescore_pll,
+        args.answer_column,
     )
     return finish(args, infill(prompt_config(args), options, ray_options(args), overwrite=args.overwrite))
