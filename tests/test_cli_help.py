@@ -28,7 +28,8 @@ DEFAULTS = SNAPSHOTS / "defaults.json"
 COLUMNS = "120"
 
 
-def _commands(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def _commands(parser: argparse.ArgumentParser,
+              words: tuple[str, ...] = ()) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """(file stem, parser) for the parser and every subcommand under it, depth first."""
     yield "-".join(words) or "dscore", parser
     for action in parser._actions:
