@@ -241,11 +241,31 @@ def _each(batch: pa.Table) -> Iterator[dict]:
 
 
 def read_stage(batch: pa.Table, spec: InputSpec) -> Iterator[pa.Table]:
-    """A read unit in, one payload row per shard out."""
+    """An item of read units (`_items`) in, one payload row per shard out."""
     for row in _each(batch):
-        unit = [Shard.from_json(s) for s in json.loads(row[UNIT])]
-        for shard, rows in read_unit(unit, spec):
-            yield payload(shard.to_json(), rows, digest=rows_digest(rows))
+        for unit in json.loads(row[UNIT]):
+            for shard, rows in read_unit([Shard.from_json(s) for s in unit], spec):
+                yield payload(shard.to_json(), rows, digest=rows_digest(rows))
+
+
+def _items(units: list[list[Shard]], rows: int) -> list[dict]:
+    """The dataset's items: consecutive read units grouped up to about `rows` rows (a unit never split).
+
+    Ray Data runs a task per item and a block per task through every stage, tens of milliseconds each: with
+    one item per shard, 10^4 small files (10 rows each) cost minutes of that alone. Shards of `shard_rows`
+    rows keep an item each; small files' shards travel together, and each is still scored and written,
+    with its marker, as a shard of its own.
+    """
+    groups: list[list[list[Shard]]] = []
+    held = rows  # rows in the last group: start a new group first
+    for unit in units:
+        size = sum(shard.rows for shard in unit)
+        if held + size > rows:
+            groups.append([])
+            held = 0
+        groups[-1].append(unit)
+        held += size
+    return [{UNIT: json.dumps([[s.to_json() for s in unit] for unit in group])} for group in groups]
 
 
 class PrepareStage:
@@ -344,7 +364,7 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
     context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
     context.max_map_retries = MAX_RETRIES
     context.raise_original_map_exception = True  # a stage's error reaches the driver as itself (see `plain_error`)
-    items = [{UNIT: json.dumps([s.to_json() for s in unit])} for unit in units]
+    items = _items(units, spec.shard_rows)
     common = dict(batch_size=1, batch_format="pyarrow")
     prepare_min, prepare_max = resources.prepare_actors
     ds = ray.data.from_items(items, override_num_blocks=len(items))

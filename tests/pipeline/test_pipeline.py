@@ -158,3 +158,23 @@ def test_a_stall_ends_the_command_with_exit_1_and_one_line(tmp_path, monkeypatch
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("dscore: incomplete: no shard finished") and "rerun to resume" in err
+
+
+def test_small_read_units_travel_together_and_every_shard_once():
+    """Ray Data's items group consecutive read units up to shard_rows rows: 10^4 small files make ~100
+    tasks, not 10^4; a unit is never split, a full-size one keeps an item of its own, the order is kept."""
+    import json
+
+    from distributed_scoring.io.inputs import InputFile
+    from distributed_scoring.io.sources import Shard
+    from distributed_scoring.pipeline.on_ray import UNIT, _items
+
+    def unit(index: int, *sizes: int) -> list[Shard]:
+        f = InputFile(index=index, path=f"f{index}.txt", name=f"f{index}.txt", fmt="text")
+        return [Shard(f, 100 * i, n) for i, n in enumerate(sizes)]
+
+    units = [unit(i, 10) for i in range(25)] + [unit(25, 100, 100, 7)] + [unit(26, 100)] + [unit(27, 3), unit(28, 0)]
+    items = [[[Shard.from_json(s) for s in u] for u in json.loads(item[UNIT])] for item in _items(units, 100)]
+    assert [u for item in items for u in item] == units
+    sizes = [sum(s.rows for u in item for s in u) for item in items]
+    assert sizes == [100, 100, 50, 207, 100, 3]
