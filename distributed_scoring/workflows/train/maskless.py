@@ -456,7 +456,7 @@ def rescore_lists(job: MasklessJob, nbest: NBest, cpus: float) -> dict:
     """The N-best lists rescored with the teacher's PLL, the student and `unmasked`, into DIR/rescore/<who>:
     resumable `dscore rescore` runs, in this process (a Ray task, as the evaluation: three small scoring
     runs cost less here than three Ray Data pipelines); each one's lambda and dev and test figures."""
-    from ..rescore.rescoring import RescoreOptions
+    from ..rescore.search import RescoreOptions
     from ..rescore.run import RescoreInputs, rescore_nbest
 
     set_threads(cpus)
