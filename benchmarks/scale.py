@@ -587,8 +587,10 @@ def measure_rescore(spec: Spec, settings: Settings, scratch: Path) -> dict:
     from distributed_scoring.io.claim import claim
     from distributed_scoring.io.nbest import unique_texts
     from distributed_scoring.pipeline.runner import run
-    from distributed_scoring.workflows.rescore.rescoring import OUTPUT_FILES, RescoreOptions, rescore, write_outputs
+    from distributed_scoring.workflows.rescore.outputs import OUTPUT_FILES, write_outputs
+    from distributed_scoring.workflows.rescore.rescoring import rescore
     from distributed_scoring.workflows.rescore.run import MLM, TEXTS, _read, _scores
+    from distributed_scoring.workflows.rescore.search import RescoreOptions
     from scale_stages import NOOP_MODEL, NoopOptions, noop_workload, peak_rss_kb
 
     dev_path, test_path = nbest_lists(Path(settings.corpora), spec.n)

@@ -33,7 +33,7 @@ from pathlib import Path
 from distributed_scoring.cli import main as dscore
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import fetch_model
-from distributed_scoring.workflows.train.maskless import parent_of
+from distributed_scoring.workflows.train.maskless_eval import parent_of
 from distributed_scoring.workflows.train.run import TrainOptions, heldout_rows
 
 SPECIES = ("human", "mouse")

@@ -11,7 +11,7 @@ from .common import add_model_arguments, finish, model_spec, ray_options, studen
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.rescore.rescoring import METRICS, RescoreOptions
+    from ..workflows.rescore.search import METRICS, RescoreOptions
 
     d = RescoreOptions()
     p.add_argument("--dev", required=True,
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..workflows.rescore.run import RescoreInputs, rescore_nbest
-    from ..workflows.rescore.rescoring import RescoreOptions
+    from ..workflows.rescore.search import RescoreOptions
 
     inputs = RescoreInputs(args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append,
                            args.shard_rows)

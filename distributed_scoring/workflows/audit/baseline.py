@@ -16,12 +16,11 @@ scored again: per-row differences, much tighter), unpaired otherwise. A scope wi
 own exit code unless `accept_insufficient` is set. PPPLs are judged only when both audits were scored by
 the same model and variant; otherwise only error rates are, and the run is "incomparable". The run's
 verdict is its worst scope's. Exit codes 1 (data loss) and 2 (user errors) are taken by the CLI.
+`baseline_io.py` reads the baseline's files and makes the per-row figures.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
@@ -29,26 +28,20 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
 
 from ...io import schema as S
 from ...config import check_bounds
 from ...errors import UserError
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
-from ...io.storage import filesystem, join, open_binary
 
 if TYPE_CHECKING:
     from .records import AuditRecord, ScopeFigures
 
 __all__ = [
-    "Check", "Comparison", "Thresholds", "compare", "load_baseline", "load_row_stats", "row_stats_table",
-    "EXIT_OK", "EXIT_REGRESSION", "EXIT_INCOMPARABLE", "EXIT_INSUFFICIENT", "OVERALL", "METRICS", "AUDIT_FILE",
-    "ROW_STATS_FILE", "ROW_STATS_SCHEMA", "SCHEMA_VERSION", "REGRESSION", "IMPROVEMENT", "NO_CHANGE",
-    "INSUFFICIENT", "NEW", "VANISHED",
+    "Check", "Comparison", "Thresholds", "compare", "EXIT_OK", "EXIT_REGRESSION", "EXIT_INCOMPARABLE",
+    "EXIT_INSUFFICIENT", "OVERALL", "METRICS", "AUDIT_FILE", "ROW_STATS_FILE", "ROW_STATS_SCHEMA", "SCHEMA_VERSION",
+    "REGRESSION", "IMPROVEMENT", "NO_CHANGE", "INSUFFICIENT", "NEW", "VANISHED",
 ]
-
-logger = logging.getLogger(__name__)
 
 EXIT_OK = 0  # no baseline, or every scope shows no change or an improvement
 EXIT_REGRESSION = 3  # some partition or the whole corpus regressed against the baseline
@@ -219,87 +212,6 @@ class Comparison:
         partitions = tuple(Check.from_json(c) for _, c in sorted(data["partitions"].items()))
         return cls(data["source"], Thresholds(**data["thresholds"]), Check.from_json(data["overall"]), partitions,
                    data["signature_mismatch"], tuple(data["methods"]))
-
-
-def load_baseline(uri: str) -> tuple[AuditRecord, str]:
-    """A previous audit.json (path or URI, or the folder holding it), checked for its schema version;
-    returns it with the URI it was read from."""
-    from .records import AuditRecord  # records.py builds on this module's Comparison
-
-    fs, path = filesystem(uri)
-    if fs is not None:
-        kind = fs.get_file_info(path).type
-        if kind == pafs.FileType.NotFound:
-            raise UserError(f"baseline {uri!r} does not exist: pass a previous run's {AUDIT_FILE} or its folder")
-        if kind == pafs.FileType.Directory:
-            uri = join(uri, AUDIT_FILE)
-    try:
-        with open_binary(uri, seekable=False) as stream:
-            data = json.loads(stream.read())
-    except (OSError, ValueError) as exc:
-        raise UserError(f"cannot read baseline {uri!r}: {exc}") from exc
-    if not isinstance(data, dict) or data.get("schema_version") not in READABLE_VERSIONS:
-        found = data.get("schema_version") if isinstance(data, dict) else type(data).__name__
-        raise UserError(f"baseline {uri!r} has audit schema version {found!r}, expected one of {READABLE_VERSIONS}")
-    missing = [k for k in ("signature", "overall", "partitions") if k not in data]
-    if missing:
-        raise UserError(f"baseline {uri!r} is not an audit.json: it lacks {missing}; pass a previous run's {AUDIT_FILE}")
-    problem = _malformed(data)
-    if problem:
-        raise UserError(f"baseline {uri!r} is malformed: {problem}; pass a previous run's {AUDIT_FILE} as written")
-    return AuditRecord.from_json(data), uri
-
-
-_SCOPE_FIGURES = ("rows", "error_rate", *METRICS)  # what `compare` reads of each scope
-
-
-def _malformed(audit: dict) -> str | None:
-    """What in an audit.json's signature and scopes `compare` could not read (a hand-edited or truncated
-    file would otherwise end in a KeyError traceback after the whole snapshot was scored), or None."""
-    signature = audit["signature"]
-    scorers = signature if isinstance(signature, list) else [signature]
-    if not all(isinstance(s, dict) and isinstance(s.get(S.MODEL), str) and isinstance(s.get(S.VARIANT), str)
-               for s in scorers):
-        return f"`signature` must name the {S.MODEL} and {S.VARIANT} (found {signature!r:.80})"
-    if not isinstance(audit["partitions"], dict):
-        return f"`partitions` must be an object of scopes, found {type(audit['partitions']).__name__}"
-    for name, scope in [("overall", audit["overall"]), *audit["partitions"].items()]:
-        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)]
-        if bad:
-            return f"scope {name!r} lacks numbers for {bad}"
-    return None
-
-
-def _is_figure(value: object, key: str) -> bool:
-    """A number (not a bool); a PPPL may be null (a scope without scored tokens)."""
-    if value is None:
-        return key in METRICS
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def load_row_stats(audit_uri: str, audit: AuditRecord) -> pa.Table | None:
-    """The baseline's per-row figures, from the file its audit.json names beside it; None for audits
-    written before they existed (or whose file is gone), which leaves PPPL changes without an interval."""
-    name = audit.row_stats
-    if not name:
-        return None
-    uri = join(audit_uri.rsplit("/", 1)[0], name) if "/" in audit_uri else name
-    fs, path = filesystem(uri)
-    try:
-        return pq.read_table(path, filesystem=fs, schema=ROW_STATS_SCHEMA)
-    except (OSError, pa.ArrowInvalid) as exc:
-        logger.warning("the baseline's per-row figures %s cannot be read (%s): PPPL changes are not judged", uri, exc)
-        return None
-
-
-def row_stats_table(batch: pa.RecordBatch | pa.Table, partitions: pa.Array) -> pa.Table:
-    """Per-row figures of scored rows (ROW_STATS_SCHEMA); `partitions` holds each row's partition name."""
-    ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
-    arrays = [
-        batch[S.ID], partitions, ok, pc.if_else(ok, batch[S.PLL], pa.scalar(None, pa.float64())),
-        pc.if_else(ok, batch[S.N_TOKENS], 0), pc.if_else(ok, batch[S.N_WORDS], 0),
-    ]
-    return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, ROW_STATS_SCHEMA)], schema=ROW_STATS_SCHEMA)
 
 
 def compare(current: AuditRecord, baseline: AuditRecord, source: str, thresholds: Thresholds = Thresholds(),

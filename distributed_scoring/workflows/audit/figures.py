@@ -37,10 +37,8 @@ from .baseline import (
     Comparison,
     Thresholds,
     compare,
-    load_baseline,
-    load_row_stats,
-    row_stats_table,
 )
+from .baseline_io import load_baseline, load_row_stats, row_stats_table
 from ...errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
 from ...io.claim import Claim, claim

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from .figures import AUDIT_OUTPUTS, AuditConfig, AuditResult, run_audit
-from .baseline import load_baseline
+from .baseline_io import load_baseline
 from ...config import RayOptions, RunConfig
 from ...errors import UserError
 from ...io.sources import plan_shards

@@ -27,7 +27,10 @@ from ...errors import UserError
 from ...io.claim import claim
 from ...io.nbest import read_nbest, require_references, unique_texts
 from ...io.output import OutputDir
-from .rescoring import OUTPUT_FILES, RescoreOptions, Rescored, TextScore, rescore, text_scores, write_outputs
+from .combine import TextScore, text_scores
+from .outputs import OUTPUT_FILES, Rescored, write_outputs
+from .rescoring import rescore
+from .search import RescoreOptions
 from ...pipeline import runner
 from ..maskless import score_maskless, score_unmasked
 from ..score import score

@@ -34,8 +34,8 @@ from distributed_scoring.workflows.audit.baseline import (
     REGRESSION,
     VANISHED,
     Thresholds,
-    load_baseline,
 )
+from distributed_scoring.workflows.audit.baseline_io import load_baseline
 from distributed_scoring.errors import UserError
 from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
 from reference import audit_figures, audit_outliers

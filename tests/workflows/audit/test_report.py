@@ -19,8 +19,10 @@ import pytest
 from audit_helpers import scored_table, write_rows
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
-from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds, load_baseline
-from distributed_scoring.workflows.audit.report import lengths_title, render_report
+from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds
+from distributed_scoring.workflows.audit.baseline_io import load_baseline
+from distributed_scoring.workflows.audit.charts import lengths_title
+from distributed_scoring.workflows.audit.report import render_report
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)

@@ -17,11 +17,13 @@ import sacrebleu
 import rescoring_helpers as H
 from distributed_scoring.io import nbest
 from distributed_scoring.io.claim import claim
-from distributed_scoring.workflows.rescore import rescoring as R
+from distributed_scoring.workflows.rescore import outputs as O
 from distributed_scoring.io import schema as S
 from distributed_scoring.errors import UserError
 from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
-from distributed_scoring.workflows.rescore.rescoring import RescoreOptions, TextScore, rescore
+from distributed_scoring.workflows.rescore.combine import TextScore, text_scores
+from distributed_scoring.workflows.rescore.rescoring import rescore
+from distributed_scoring.workflows.rescore.search import BLEU_ALPHAS, RescoreOptions
 from reference import corpus_metric, rescore_brute_force
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
@@ -94,7 +96,7 @@ def test_equal_totals_within_an_utterance_go_to_the_better_rank():
     result = rescore(table, table, mlm=lm)
     assert result.best.column("hyp_id").to_pylist() == [1, 1]
     ranks = result.hypotheses.filter(pa.compute.equal(result.hypotheses["split"], "dev"))
-    assert ranks.column(R.RESCORED_RANK).to_pylist() == [1, 2, 3]
+    assert ranks.column(O.RESCORED_RANK).to_pylist() == [1, 2, 3]
 
 
 # Against the brute-force reference (reference.rescore_brute_force): every grid point scored by its own
@@ -235,10 +237,10 @@ def test_length_penalties_and_component_columns():
     assert plain.best["text"][0].as_py() == "the cat"
     rows = penalised.hypotheses.to_pylist()
     for row in rows:
-        assert row[R.MLM_LP] == pytest.approx(((5 + row[R.MLM_TOKENS]) / 6) ** 1.0)
-        assert row[R.LM_SCORE] == pytest.approx(row[R.PLL] / row[R.MLM_LP])
-        assert row[R.TOTAL] == pytest.approx(row["score"] / row[R.SEQ_LP] + penalised.lam * row[R.LM_SCORE])
-        assert row[R.CAUSAL_LOGP] is None and row[R.SEQ_LP] == 1.0
+        assert row[O.MLM_LP] == pytest.approx(((5 + row[O.MLM_TOKENS]) / 6) ** 1.0)
+        assert row[O.LM_SCORE] == pytest.approx(row[O.PLL] / row[O.MLM_LP])
+        assert row[O.TOTAL] == pytest.approx(row["score"] / row[O.SEQ_LP] + penalised.lam * row[O.LM_SCORE])
+        assert row[O.CAUSAL_LOGP] is None and row[O.SEQ_LP] == 1.0
 
 
 def test_sequence_score_normalisation_uses_seq_len_when_given():
@@ -249,7 +251,7 @@ def test_sequence_score_normalisation_uses_seq_len_when_given():
     lm = {"a": TextScore(-1.0, 1), "a b c d": TextScore(-1.0, 4)}
     table = nbest.nbest_table(records)
     result = rescore(table, table, mlm=lm, options=RescoreOptions(seq_alpha=0.6))
-    lp = result.hypotheses.column(R.SEQ_LP).to_pylist()[:2]
+    lp = result.hypotheses.column(O.SEQ_LP).to_pylist()[:2]
     assert lp == pytest.approx([1.0, (17 / 6) ** 0.6])
     assert result.report["seq_length"] == "seq_len column"
     assert result.report["dev"]["baseline"] == 0.0  # -5 / 1.866 > -3: normalisation flips the baseline
@@ -263,25 +265,25 @@ def test_write_outputs(tmp_path):
     causal = {t: TextScore(s.logprob * 0.5, s.n_tokens + 1) for t, s in lm.items()}
     result = rescore(dev, test, mlm=lm, causal=causal, options=RescoreOptions(**NO_PENALTY))
     with claim(str(tmp_path / "out")) as folder:
-        written = R.write_outputs(result, folder)
+        written = O.write_outputs(result, folder)
     assert sorted(p.rsplit("/", 1)[1] for p in written) == sorted(
-        [R.HYPOTHESES_FILE, R.BEST_FILE, "dev.best.txt", "test.best.txt", R.REPORT_JSON, R.REPORT_MD])
-    hypotheses = pq.read_table(tmp_path / "out" / R.HYPOTHESES_FILE)
-    assert hypotheses.schema == R.HYPOTHESES_SCHEMA and hypotheses.num_rows == dev.num_rows + test.num_rows
-    best = pq.read_table(tmp_path / "out" / R.BEST_FILE)
-    assert best.schema == R.BEST_SCHEMA
+        [O.HYPOTHESES_FILE, O.BEST_FILE, "dev.best.txt", "test.best.txt", O.REPORT_JSON, O.REPORT_MD])
+    hypotheses = pq.read_table(tmp_path / "out" / O.HYPOTHESES_FILE)
+    assert hypotheses.schema == O.HYPOTHESES_SCHEMA and hypotheses.num_rows == dev.num_rows + test.num_rows
+    best = pq.read_table(tmp_path / "out" / O.BEST_FILE)
+    assert best.schema == O.BEST_SCHEMA
     for split, table in (("dev", dev), ("test", test)):
         lines = (tmp_path / "out" / f"{split}.best.txt").read_text().splitlines()
         utts = list(dict.fromkeys(table.column("utt_id").to_pylist()))
         assert lines == [b["text"] for b in best.to_pylist() if b["split"] == split]
         assert [b["utt_id"] for b in best.to_pylist() if b["split"] == split] == utts
-    report = json.loads((tmp_path / "out" / R.REPORT_JSON).read_text())
+    report = json.loads((tmp_path / "out" / O.REPORT_JSON).read_text())
     assert report["lambda"] == result.lam and report["gamma"] == result.gamma
     for split in ("dev", "test"):
         assert {"baseline", "rescored", "oracle"} <= set(report[split])
     assert len(report["grid"]["gamma"]) == 11 and len(report["grid"]["dev"][0]) == 11
     assert len(report["grid"]["dev"][0][0]) == len(report["grid"]["lambda"]) >= 21
-    markdown = (tmp_path / "out" / R.REPORT_MD).read_text()
+    markdown = (tmp_path / "out" / O.REPORT_MD).read_text()
     assert f"lambda = {result.lam:g}" in markdown and f"{100 * report['test']['baseline']:.2f}" in markdown
 
 
@@ -306,11 +308,11 @@ def test_refusals():
 def test_text_scores_from_scorer_tables():
     table = pa.table({S.TEXT: ["a b", "c", "a b"], S.PLL: [-3.0, -1.0, -3.0], S.N_TOKENS: [2, 1, 2],
                       S.STATUS: ["ok", "ok", "ok"], S.ERROR: [None, None, None]})
-    assert R.text_scores(table, S.PLL, "masked LM") == {"a b": TextScore(-3.0, 2), "c": TextScore(-1.0, 1)}
+    assert text_scores(table, S.PLL, "masked LM") == {"a b": TextScore(-3.0, 2), "c": TextScore(-1.0, 1)}
     failed = table.set_column(3, S.STATUS, pa.array(["ok", "error", "ok"]))
     failed = failed.set_column(4, S.ERROR, pa.array([None, "too long", None]))
     with pytest.raises(UserError, match="could not score 1 hypothesis texts \\('c': too long\\)"):
-        R.text_scores(failed, S.PLL, "masked LM")
+        text_scores(failed, S.PLL, "masked LM")
 
 
 def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
@@ -332,12 +334,12 @@ def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
     mlm_table = Scorer(spec, ScoringOptions())(Preparer(*load_tokenizer(spec))(read))
     gpt2 = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
     causal_table = score_texts(CausalEngine(gpt2), texts)
-    mlm, causal = R.text_scores(mlm_table, S.PLL, "masked LM"), R.text_scores(causal_table, LOGP, "causal LM")
+    mlm, causal = text_scores(mlm_table, S.PLL, "masked LM"), text_scores(causal_table, LOGP, "causal LM")
     assert set(mlm) == set(causal) == set(texts)
     result = rescore(dev, test, mlm=mlm, causal=causal)
     for row in result.hypotheses.to_pylist():
-        assert (row[R.PLL], row[R.MLM_TOKENS]) == tuple(mlm[row["text"]])
-        assert (row[R.CAUSAL_LOGP], row[R.CAUSAL_TOKENS]) == tuple(causal[row["text"]])
+        assert (row[O.PLL], row[O.MLM_TOKENS]) == tuple(mlm[row["text"]])
+        assert (row[O.CAUSAL_LOGP], row[O.CAUSAL_TOKENS]) == tuple(causal[row["text"]])
     assert result.report["lms"] == {"mlm": True, "causal": True}
 
 
@@ -389,7 +391,7 @@ def test_an_optimum_at_the_limit_is_reported():
     table = nbest.nbest_table(records)
     limited = rescore(table, table, mlm=lm, options=RescoreOptions(lambda_limit=1.2))
     assert limited.lam == 1.2 and "raise --lambda-limit" in limited.report["edges"][0]
-    assert "Edge:" in R.render_markdown(limited.report)
+    assert "Edge:" in O.render_markdown(limited.report)
     free = rescore(table, table, mlm=lm)
     assert 1.9 < free.lam and free.report["dev"]["rescored"] == 0.0
 
@@ -426,12 +428,12 @@ def test_bleu_searches_the_length_penalty_jointly_with_lambda():
     lm = random_scores(dev_records + test_records, 7)
     result = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
                      options=RescoreOptions(metric="bleu"))
-    assert [a for a, _ in result.report["grid"]["alpha"]] == list(R.BLEU_ALPHAS)
+    assert [a for a, _ in result.report["grid"]["alpha"]] == list(BLEU_ALPHAS)
     grid = np.array(result.report["grid"]["dev"])  # (alpha, gamma, lambda)
-    a = list(R.BLEU_ALPHAS).index(result.report["mlm_alpha"])
+    a = list(BLEU_ALPHAS).index(result.report["mlm_alpha"])
     chosen = grid[a, 0, result.report["grid"]["lambda"].index(result.lam)]
     assert chosen == grid.max()
-    for alpha, row in zip(R.BLEU_ALPHAS, grid[:, 0, :]):  # each alpha's row equals a run with that alpha fixed
+    for alpha, row in zip(BLEU_ALPHAS, grid[:, 0, :]):  # each alpha's row equals a run with that alpha fixed
         fixed = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
                         options=RescoreOptions(metric="bleu", mlm_alpha=alpha))
         np.testing.assert_allclose(np.array(fixed.report["grid"]["dev"])[0, 0, :21], row[:21], atol=1e-12)

@@ -1,0 +1,154 @@
+"""What N-best rescoring produces (`rescoring.rescore`): the tuned weights and tables (`Rescored`), the
+columns and schemas of those tables, and the files `write_outputs` writes: hypotheses.parquet,
+best.parquet, one 1-best text file per split, report.json and report.md (`render_markdown`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ...io import schema as S
+from ...io.claim import Claim
+from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, TEXT, UTT_ID
+
+SPLITS = ("dev", "test")
+
+# Columns of the rescored tables (the N-best columns keep their `nbest` names).
+SPLIT = "split"
+SEQ_LP = "seq_lp"  # length penalty of the sequence score
+PLL = S.PLL
+MLM_TOKENS = "mlm_tokens"  # |W| in the masked LM's tokens
+MLM_LP = "mlm_lp"
+CAUSAL_LOGP = "causal_logp"  # log P(W), end-of-sentence term included
+CAUSAL_TOKENS = "causal_tokens"  # |W| in the causal LM's tokens
+CAUSAL_LP = "causal_lp"
+LM_SCORE = "lm_score"  # (1 - gamma) * log P / lp_causal + gamma * PLL / lp_mlm
+TOTAL = "total"  # score / seq_lp + lambda * lm_score
+RESCORED_RANK = "rescored_rank"  # 1 = the rescored 1-best
+BEST = "best"
+BASELINE_BEST = "baseline_best"  # the sequence model's own 1-best
+BASELINE_HYP_ID = "baseline_hyp_id"
+
+HYPOTHESES_SCHEMA = pa.schema(
+    [
+        pa.field(SPLIT, pa.string(), nullable=False),
+        *NBEST_SCHEMA,
+        pa.field(SEQ_LP, pa.float64(), nullable=False),
+        pa.field(PLL, pa.float64()),
+        pa.field(MLM_TOKENS, pa.int32()),
+        pa.field(MLM_LP, pa.float64()),
+        pa.field(CAUSAL_LOGP, pa.float64()),
+        pa.field(CAUSAL_TOKENS, pa.int32()),
+        pa.field(CAUSAL_LP, pa.float64()),
+        pa.field(LM_SCORE, pa.float64(), nullable=False),
+        pa.field(TOTAL, pa.float64(), nullable=False),
+        pa.field(RESCORED_RANK, pa.int32(), nullable=False),
+        pa.field(BEST, pa.bool_(), nullable=False),
+        pa.field(BASELINE_BEST, pa.bool_(), nullable=False),
+    ]
+)
+
+BEST_SCHEMA = pa.schema(
+    [
+        pa.field(SPLIT, pa.string(), nullable=False),
+        pa.field(UTT_ID, pa.string(), nullable=False),
+        pa.field(HYP_ID, pa.int32(), nullable=False),
+        pa.field(TEXT, pa.string(), nullable=False),
+        pa.field(REF, pa.string()),
+        pa.field(SCORE, pa.float64(), nullable=False),
+        pa.field(LM_SCORE, pa.float64(), nullable=False),
+        pa.field(TOTAL, pa.float64(), nullable=False),
+        pa.field(BASELINE_HYP_ID, pa.int32(), nullable=False),
+    ]
+)
+
+HYPOTHESES_FILE = "hypotheses.parquet"
+BEST_FILE = "best.parquet"
+REPORT_JSON = "report.json"
+REPORT_MD = "report.md"
+
+
+def best_text_file(split: str) -> str:
+    return f"{split}.best.txt"
+
+
+# What `write_outputs` writes into the output folder.
+OUTPUT_FILES = (HYPOTHESES_FILE, BEST_FILE, *(best_text_file(split) for split in SPLITS), REPORT_JSON, REPORT_MD)
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """Tuned weights, every hypothesis with its component scores (`HYPOTHESES_SCHEMA`), the 1-best
+    per utterance (`BEST_SCHEMA`, dev then test, utterances in input order) and the report."""
+
+    lam: float
+    gamma: float
+    alphas: tuple[float, float]
+    hypotheses: pa.Table
+    best: pa.Table
+    report: dict
+
+
+def write_outputs(result: Rescored, folder: Claim) -> list[str]:
+    """Write the hypotheses and 1-best tables, one 1-best text file per split, report.json and report.md
+    into the claimed output folder (local path or s3://, gs://, file:// URI). Returns the paths written."""
+    folder.write_table(HYPOTHESES_FILE, result.hypotheses)
+    folder.write_table(BEST_FILE, result.best)
+    splits = result.best.column(SPLIT).to_pylist()
+    texts = result.best.column(TEXT).to_pylist()
+    for split in SPLITS:
+        folder.write_text(best_text_file(split), "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split))
+    folder.write_json(REPORT_JSON, result.report)
+    folder.write_text(REPORT_MD, render_markdown(result.report))
+    return [folder.out.path(name) for name in OUTPUT_FILES]
+
+
+def render_markdown(report: dict) -> str:
+    """A readable summary of `report.json`."""
+    wer = report["metric"] == "wer"
+    shown = (lambda v: f"{100 * v:.2f}") if wer else (lambda v: f"{v:.2f}")
+    label = "WER (%, lower is better)" if wer else "BLEU (higher is better)"
+    names = {"mlm": "masked LM (PLL)", "causal": "causal LM (log P)"}
+    lms = " + ".join(names[key] for key, used in report["lms"].items() if used)
+    o = report["options"]
+    grid = report["grid"]
+    lines = [
+        "# N-best rescoring",
+        "",
+        f"Metric: {label}. LMs: {lms}. "
+        f"Weights tuned on dev: lambda = {report['lambda']:g}, gamma = {report['gamma']:g}"
+        + "".join(f", {k} = {report[k]:g}" for k in ("mlm_alpha", "causal_alpha") if report[k] is not None) + ".",
+        "",
+        "| split | utterances | hypotheses | baseline | rescored | oracle | 1-best changed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for split in SPLITS:
+        r = report[split]
+        lines.append(
+            f"| {split} | {r['utterances']} | {r['hypotheses']} | {shown(r['baseline'])} | {shown(r['rescored'])} "
+            f"| {shown(r['oracle'])} | {r['changed']} |"
+        )
+    lines += [
+        "",
+        "Baseline: the sequence model's own 1-best. Oracle: in each utterance, the hypothesis with "
+        + ("the fewest word edits." if wer else "the highest sentence BLEU (corpus BLEU does not decompose over "
+           "utterances, so this oracle is approximate)."),
+        "",
+        "total = score / lp_seq + lambda * [(1 - gamma) * log P / lp_causal + gamma * PLL / lp_mlm], "
+        f"lp = ((5 + |W|) / 6) ** alpha, with alpha_seq = {o['seq_alpha']:g}"
+        + (f" (sequence lengths: {report['seq_length']})." if report["seq_length"] else "."),
+        "",
+        f"Grid: lambda from {grid['lambda'][0]:g} to {grid['lambda'][-1]:g} ({len(grid['lambda'])} values), "
+        f"gamma {', '.join(f'{g:g}' for g in grid['gamma'])}, (mlm, causal) alpha "
+        f"{', '.join(str(tuple(a)) for a in grid['alpha'])}. Ties: {report['tie_rule']}.",
+        "",
+        *(f"**Edge:** {edge}" for edge in report["edges"]),
+        "",
+        f"1-best text files: one line per utterance, {report['best_text_order']}.",
+        "",
+        f"Signature: `{report['signature']}`",
+        "",
+    ]
+    return "\n".join(lines)
