@@ -133,9 +133,9 @@ class RayOptions:
 
     `address` None joins `RAY_ADDRESS` when it is set (as inside `ray job submit`), else starts an
     embedded local Ray. `num_actors` and `cpus_per_actor` default from the cluster's resources (see
-    `pipeline.plan_resources`). A run with no shard finished for `stall_timeout_s` fails instead of
-    hanging. Ray's own messages (its log, its workers' output, Ray Data's progress bars) go to the run's
-    log file in Ray's session folder, and to the terminal too only when `verbose`.
+    `pipeline.resources.plan_resources`). A run with no shard finished for `stall_timeout_s` fails
+    instead of hanging. Ray's own messages (its log, its workers' output, Ray Data's progress bars) go
+    to the run's log file in Ray's session folder, and to the terminal too only when `verbose`.
     """
 
     address: str | None = None

@@ -31,7 +31,7 @@ class ShardScorer(Protocol):
 @dataclass(frozen=True)
 class Workload:
     """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
-    fingerprint; `device` sizes the Ray actors (see on_ray.plan_resources); `rows_per_input` is how
+    fingerprint; `device` sizes the Ray actors (see resources.plan_resources); `rows_per_input` is how
     many output rows each input row becomes (the no-loss check counts them)."""
 
     name: str
