@@ -186,7 +186,7 @@ def test_on_ray_the_driver_sees_a_shard_move_before_it_is_written(ray_local, tmp
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test file
-    caplog.set_level(logging.INFO, "distributed_scoring.pipeline.on_ray")
+    caplog.set_level(logging.INFO, "distributed_scoring.pipeline")  # on_ray and the sizing in resources
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"sentence {i}\n" for i in range(20)))
     config = RunConfig(InputSpec((str(corpus),), shard_rows=10), ModelSpec("unused"), ScoringOptions(),
