@@ -20,7 +20,8 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec
 from distributed_scoring.errors import UserError
-from distributed_scoring.io.sources import _OpenQuote, _records, plan_shards, read_unit, read_units
+from distributed_scoring.io.sources import plan_shards, read_unit, read_units
+from distributed_scoring.io.sources.lines import _OpenQuote, _records
 from test_sources import read_all
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"

@@ -1,16 +1,12 @@
-"""The read stage: cut the input files into shards, and read shards into rows.
+"""The line formats (text, JSONL, CSV, TSV): their records, planning and reading.
 
-A shard is a fixed range of records of one file, planned once on the driver; its key names its output
-file, so a rerun finds exactly which shards are done. Every input record becomes one row
-(`schema.read_schema`), bad ones included, so that record numbers in ids stay true.
-
-Line formats (text, JSONL, CSV, TSV) are planned by one pass that notes the byte offset of every
-shard's first record, so an uncompressed shard is read by seeking. A compressed or stream-only file
-cannot seek: its shards are read together, in one pass, as one read unit.
+Line formats are planned by one pass that notes the byte offset of every shard's first record, so an
+uncompressed shard is read by seeking. A compressed or stream-only file cannot seek: its shards are
+read together, in one pass, as one read unit.
 
 What planning refuses, before any work, since no per-row answer could keep rows in == records in: a
-damaged compressed or Parquet file, a CSV quoted field that is never closed (it would swallow the rest
-of the file), CR-only (old Mac) line endings (the whole file would read as one record), and what is not
+damaged compressed file, a CSV quoted field that is never closed (it would swallow the rest of the
+file), CR-only (old Mac) line endings (the whole file would read as one record), and what is not
 UTF-8 text at all: a UTF-16 or UTF-32 file (by its byte-order mark) or a binary file (NUL bytes near its
 start), whose "lines" would be garbage, some of it scored as ok.
 """
@@ -19,22 +15,18 @@ from __future__ import annotations
 
 import csv
 import json
-import logging
 import re
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
-from itertools import groupby
-from typing import Any, BinaryIO, Iterator
+from dataclasses import dataclass, replace
+from typing import BinaryIO, Iterator
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..io import schema as S
-from ..config import InputSpec
-from .inputs import InputError, InputFile, find_inputs
-from .storage import error_reason, filesystem, is_seekable, open_binary
-
-logger = logging.getLogger(__name__)
+from .. import schema as S
+from ...config import InputSpec
+from ..inputs import InputError, InputFile
+from ..storage import error_reason, is_seekable, open_binary
+from .base import Shard, error_row, id_and_text, ok_row, placed, require_columns, rows_table
 
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -43,160 +35,6 @@ _CSV_MARKS = re.compile(rb'[",\n]')
 _SNIFFED_BYTES = 8192  # the start of a line-format file that is checked for being text
 _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
               (b"\xfe\xff", "UTF-16"))  # longest first: UTF-32 LE starts with UTF-16 LE's mark
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Records [start, start + rows) of one input file."""
-
-    file: InputFile
-    start: int
-    rows: int
-    byte_offset: int | None = None  # where record `start` begins, when the file can seek
-
-    @property
-    def key(self) -> str:
-        return f"{self.file.index:05d}-{self.start:012d}"
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_json(cls, text: str) -> "Shard":
-        d = json.loads(text)
-        return cls(**{**d, "file": InputFile(**{**d["file"], "columns": tuple(d["file"]["columns"])})})
-
-
-def plan_shards(spec: InputSpec) -> list[Shard]:
-    """Every shard of every input, in order; checks the text and id columns up front."""
-    shards: list[Shard] = []
-    for f in find_inputs(spec.paths):
-        if spec.partition_column is not None and f.fmt == "text":
-            raise InputError(f"{f.path}: a text file has no columns to partition by; use --partition-by-file")
-        if f.fmt == "parquet":
-            shards += _parquet_plan(f, spec)
-        elif f.fmt == "hf":
-            shards += _hf_plan(f, spec)
-        else:
-            shards += _line_plan(f, spec)
-    return shards
-
-
-def read_units(shards: list[Shard]) -> list[list[Shard]]:
-    """Groups of shards read in one pass: each seekable shard alone, a file that cannot seek whole."""
-    units: list[list[Shard]] = []
-    for _, group in groupby(shards, key=lambda s: s.file.index):
-        group = list(group)
-        if group[0].file.fmt in LINE_FORMATS and group[0].byte_offset is None:
-            units.append(group)
-        else:
-            units += [[s] for s in group]
-    return units
-
-
-def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
-    """Each shard of the unit with its rows as `schema.read_schema`, in order."""
-    f = unit[0].file
-    if f.fmt == "parquet":
-        yield unit[0], _rows_table(_parquet_rows(unit[0], spec), f, spec)
-    elif f.fmt == "hf":
-        yield unit[0], _rows_table(_hf_rows(unit[0], spec), f, spec)
-    else:
-        yield from _read_line_unit(unit, spec)
-
-
-def shard_ids(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Array]]:
-    """Each shard of the unit with its rows' ids, exactly as `read_unit` makes them (`io.ids` checks them).
-    A Parquet file's string or integer ids are read alone, without the texts: a value's string, or the
-    made id where it is null."""
-    if unit[0].file.fmt == "parquet" and spec.id_column is not None:
-        parquet = _parquet_file(unit[0].file)
-        kind = parquet.schema_arrow.field(spec.id_column).type
-        if pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_integer(kind):
-            shard = unit[0]
-            ids = _read_row_range(parquet, [spec.id_column], shard.start, shard.rows)[spec.id_column]
-            yield shard, _made_where_null(ids.combine_chunks().cast(pa.string()), shard)
-            return
-    for shard, rows in read_unit(unit, spec):
-        yield shard, rows[S.ID].combine_chunks()
-
-
-def _made_where_null(ids: pa.Array, shard: Shard) -> pa.Array:
-    """`ids` with the made id (`<file>:<record>`) of each record that has none, as `_record_row` makes them."""
-    if not ids.null_count:
-        return ids
-    numbers = pa.array(range(shard.start + 1, shard.start + shard.rows + 1)).cast(pa.string())
-    return pc.if_else(pc.is_null(ids), pc.binary_join_element_wise(f"{shard.file.name}:", numbers, ""), ids)
-
-
-def ok_row(row_id: str, text: object) -> dict:
-    """A row to score, or an error row when the text is missing or not a string."""
-    if text is None:
-        return error_row(row_id, None, "text is missing (null)")
-    if not isinstance(text, str):
-        return error_row(row_id, None, f"text is a {type(text).__name__}, not a string")
-    return {S.ID: row_id, S.TEXT: text, S.STATUS: S.STATUS_OK, S.ERROR: None}
-
-
-def error_row(row_id: str, text: str | None, error: str) -> dict:
-    return {S.ID: row_id, S.TEXT: text, S.STATUS: S.STATUS_ERROR, S.ERROR: error}
-
-
-def _rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table:
-    """The rows as a table; with partitioning on, a `partition` column (a record's own value, else
-    the file's name when partitioning by file)."""
-    rows = list(rows)
-    if spec.partition_by_file:
-        for row in rows:
-            row[S.PARTITION] = f.name
-    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns,
-                                                           spec.allow_duplicate_ids))
-
-
-def _placed(row: dict, made_id: str, spec: InputSpec) -> dict:
-    """The row with its `line` (its made id: where it was read) when ids may repeat."""
-    if spec.allow_duplicate_ids:
-        row[S.LINE] = made_id
-    return row
-
-
-def _require_columns(f: InputFile, spec: InputSpec, columns: list[str]) -> None:
-    roles = (("text", spec.text_column), ("id", spec.id_column), ("partition", spec.partition_column))
-    for role, column in roles:
-        if column is not None and column not in columns:
-            raise InputError(
-                f"{f.path}: no {role} column {column!r}; its columns are {', '.join(map(repr, columns))}. "
-                f"Pass --{role}-column with one of them."
-            )
-
-
-def _id_and_text(record: dict, row_id: str, spec: InputSpec) -> dict:
-    """The row of a record with named fields (JSONL, CSV, TSV, Parquet, datasets)."""
-    row = _record_row(record, row_id, spec)
-    if spec.partition_column is not None and record.get(spec.partition_column) is not None:
-        row[S.PARTITION] = str(record[spec.partition_column])
-    for column in spec.extra_columns:
-        if record.get(column) is not None:
-            row[column] = _as_text(record[column])
-    return row
-
-
-def _as_text(value: Any) -> str:
-    """An extra column's value as a string: lists (a JSON array of tokens) joined by spaces."""
-    return " ".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
-    if spec.id_column is not None:
-        if record.get(spec.id_column) is None:
-            return error_row(row_id, None, f"record has no {spec.id_column!r} value for its id")
-        row_id = str(record[spec.id_column])
-    if spec.text_column not in record:
-        return error_row(row_id, None, f"record has no {spec.text_column!r} field")
-    return ok_row(row_id, record[spec.text_column])
-
-
-# Line formats.
 
 
 class _OpenQuote(Exception):
@@ -288,7 +126,7 @@ def _split_fields(line: str, fmt: str) -> list[str]:
     return next(csv.reader([line], strict=True), [])
 
 
-def _line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
+def line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     """One pass over the file: record count, CSV header, first JSONL object, shard offsets."""
     seekable = is_seekable(f.path)
     try:
@@ -320,7 +158,7 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
             columns = _split_fields(_decode(header[1], True)[0], f.fmt)
         except csv.Error as exc:
             raise InputError(f"{f.path}: the header row is not valid CSV ({exc}); fix its quoting") from exc
-        _require_columns(f, spec, columns)
+        require_columns(f, spec, columns)
         f = replace(f, columns=tuple(columns))
     for offset, raw in records:
         if n_records == 0:
@@ -390,11 +228,11 @@ def _check_jsonl_record(f: InputFile, spec: InputSpec, raw: bytes) -> bool:
         return False
     if not isinstance(record, dict):
         return False
-    _require_columns(f, spec, list(record))
+    require_columns(f, spec, list(record))
     return True
 
 
-def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
+def read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
     f = unit[0].file
     seekable = unit[0].byte_offset is not None
     with open_binary(f.path, seekable) as stream, _plain_errors(f, "reading"):
@@ -414,9 +252,9 @@ def _read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard,
             for number in range(shard.start + 1, shard.start + shard.rows + 1):
                 offset, raw = _next_record(records, f)
                 made_id = f"{f.name}:{number}"
-                rows.append(_placed(_parse_record(raw, f, made_id, spec, first=offset == 0), made_id, spec))
+                rows.append(placed(_parse_record(raw, f, made_id, spec, first=offset == 0), made_id, spec))
             index = shard.start + shard.rows
-            yield shard, _rows_table(iter(rows), f, spec)
+            yield shard, rows_table(iter(rows), f, spec)
 
 
 def _next_record(records: Iterator[tuple[int, bytes]], f: InputFile) -> tuple[int, bytes]:
@@ -441,14 +279,14 @@ def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first:
             return error_row(row_id, text, f"invalid JSON: {exc}")
         if not isinstance(record, dict):
             return error_row(row_id, text, f"a JSON {type(record).__name__}, not an object")
-        return without_lone_surrogates(_id_and_text(record, row_id, spec), row_id)
+        return without_lone_surrogates(id_and_text(record, row_id, spec), row_id)
     try:
         fields = _split_fields(text, f.fmt)
     except csv.Error as exc:
         return error_row(row_id, text, f"malformed CSV quoting ({exc}); quote the field and double any quote inside it")
     if len(fields) != len(f.columns):
         return error_row(row_id, text, f"record has {len(fields)} fields, the header has {len(f.columns)}")
-    return _id_and_text(dict(zip(f.columns, fields)), row_id, spec)
+    return id_and_text(dict(zip(f.columns, fields)), row_id, spec)
 
 
 def without_lone_surrogates(row: dict, row_id: str) -> dict:
@@ -464,93 +302,3 @@ def without_lone_surrogates(row: dict, row_id: str) -> dict:
                 f"{match.start()}), which is no Unicode character; fix or drop that escape",
             )
     return row
-
-
-# Parquet.
-
-
-def _parquet_file(f: InputFile):
-    import pyarrow.parquet as pq
-
-    fs, path = filesystem(f.path)
-    if fs is None:
-        raise InputError(f"{f.path}: Parquet needs random access; use a local path or an s3://, gs:// or file:// URI")
-    try:
-        return pq.ParquetFile(fs.open_input_file(path))
-    except (pa.ArrowInvalid, OSError) as exc:
-        reason = error_reason(exc)
-        raise InputError(f"{f.path}: not a readable Parquet file ({reason}); check it or copy it again") from exc
-
-
-def _parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
-    parquet = _parquet_file(f)
-    schema = parquet.schema_arrow
-    _require_columns(f, spec, schema.names)
-    text_type = schema.field(spec.text_column).type
-    if not (pa.types.is_string(text_type) or pa.types.is_large_string(text_type)):
-        raise InputError(f"{f.path}: text column {spec.text_column!r} holds {text_type}, not strings")
-    n_rows = parquet.metadata.num_rows
-    return _row_shards(f, n_rows, spec.shard_rows)
-
-
-def _row_shards(f: InputFile, n_rows: int, shard_rows: int) -> list[Shard]:
-    """Shards of a file read by row index (Parquet, datasets): no byte offsets."""
-    return [Shard(f, start, min(shard_rows, n_rows - start)) for start in range(0, n_rows, shard_rows)]
-
-
-def _named_columns(spec: InputSpec) -> list[str]:
-    return [c for c in (spec.text_column, spec.id_column, spec.partition_column) if c is not None]
-
-
-def _parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    try:
-        parquet = _parquet_file(shard.file)
-        columns = _named_columns(spec) + [c for c in spec.extra_columns if c in parquet.schema_arrow.names]
-        table = _read_row_range(parquet, columns, shard.start, shard.rows)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
-                         f"({error_reason(exc)}); the file is damaged: check it or copy it again") from exc
-    yield from _table_rows(table, shard, spec)
-
-
-def _read_row_range(parquet, columns: list[str], start: int, rows: int) -> pa.Table:
-    """Rows [start, start + rows), reading only the row groups that hold them."""
-    groups, first_row, row = [], None, 0
-    for g in range(parquet.metadata.num_row_groups):
-        n = parquet.metadata.row_group(g).num_rows
-        if row + n > start and row < start + rows:
-            groups.append(g)
-            first_row = row if first_row is None else first_row
-        row += n
-    table = parquet.read_row_groups(groups, columns=columns)
-    return table.slice(start - (first_row or 0), rows)
-
-
-def _table_rows(table: pa.Table, shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    for i, record in enumerate(table.to_pylist()):
-        made_id = f"{shard.file.name}:{shard.start + i + 1}"
-        yield _placed(_id_and_text(record, made_id, spec), made_id, spec)
-
-
-# `datasets` folders (save_to_disk).
-
-
-def _hf_dataset(f: InputFile):
-    from datasets import load_from_disk
-
-    _, path = filesystem(f.path)
-    return load_from_disk(path)
-
-
-def _hf_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
-    dataset = _hf_dataset(f)
-    _require_columns(f, spec, dataset.column_names)
-    n_rows = len(dataset)
-    return _row_shards(f, n_rows, spec.shard_rows)
-
-
-def _hf_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
-    dataset = _hf_dataset(shard.file)
-    columns = _named_columns(spec) + [c for c in spec.extra_columns if c in dataset.column_names]
-    dataset = dataset.select_columns(columns).with_format("arrow")
-    yield from _table_rows(dataset[shard.start : shard.start + shard.rows], shard, spec)
