@@ -17,10 +17,12 @@ from pathlib import Path
 
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")  # "<quota> <period>" in µs, or "max <period>"
 CGROUP_V1_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))  # cpu.cfs_quota_us, cpu.cfs_period_us
-# OpenMP's wait policy for torch's threads, set before torch starts (OpenMP reads it once): None leaves
-# OpenMP's own default. To be chosen from `benchmarks/threads.py` on a quiet machine (its wait-policy
-# rows), not from a guess; a user's OMP_WAIT_POLICY always wins.
-OMP_WAIT_POLICY: str | None = None
+# OpenMP's wait policy for torch's threads, set before torch starts (OpenMP reads it once; a user's
+# OMP_WAIT_POLICY always wins). Passive: a thread that waits at a barrier sleeps instead of spinning. On 2
+# cores with one other process busy at nice 19, the tiny model's forward took 317 ms with 2 threads under
+# OpenMP's default, 255 ms active, 14.7 ms passive and 29.6 ms with 1 thread (2026-11-26); the spinning
+# threads fight for the core the other process holds. `benchmarks/threads.py` measures it with 0-2 busy cores.
+OMP_WAIT_POLICY: str | None = "passive"
 
 
 def affinity_cpus() -> int:

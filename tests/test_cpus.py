@@ -77,6 +77,7 @@ def test_torch_runs_the_threads_chosen(machine):
 
 def test_the_wait_policy_is_the_users_else_the_chosen_default(monkeypatch):
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    assert thread_env() == {"OMP_WAIT_POLICY": "passive"}  # the measured default (cpus.OMP_WAIT_POLICY)
     monkeypatch.setattr(cpus, "OMP_WAIT_POLICY", None)
     assert thread_env() == {}  # not chosen yet: OpenMP's own default
     monkeypatch.setattr(cpus, "OMP_WAIT_POLICY", "passive")
