@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import example_seed
 from .pll import isolated, pll_preparer
 
@@ -33,6 +33,7 @@ ORDERS = ("l2r", "r2l", "random")  # engine.chain.ORDERS, named here for the dri
 METHOD, ORDER, LOG_LIKELIHOOD = "method", "order", "log_likelihood"
 LOG_LIKELIHOODS, LOG_LIKELIHOOD_STD = "log_likelihoods", "log_likelihood_std"
 CHAIN = "chain"  # the rows' method and variant
+DECLARED = Declaration(CHAIN, engines=("engine.chain",), docs="docs/score.md")
 
 CHAIN_FIELDS = [
     pa.field(METHOD, pa.string(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
@@ -138,5 +139,5 @@ def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> Memo
 
 def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:
     """Chain-rule log-likelihoods along an order (`dscore score --method chain`)."""
-    return Workload("chain", options, partial(pll_preparer, model, options.split_chars),
+    return Workload(DECLARED.name, options, partial(pll_preparer, model, options.split_chars),
                     partial(ChainScorer, model, options, batch_tokens), model.device)

@@ -29,7 +29,7 @@ from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import MASKS, allowed_tokens, example_seed, written_into
 from .pll import isolated
 
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 ORDERS = ("random", "l2r", "r2l", "given")
 SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
     "sequence", "prompt", "tokens", "fill_order", "order", "log_likelihood")
+# The infilling engine generates; the chain engine draws the orders.
+DECLARED = Declaration("generate", engines=("engine.infill", "engine.chain"), docs="docs/generate.md",
+                       row_key=(SEQUENCE,))
 
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
@@ -228,6 +231,6 @@ def memory_estimate(options: GenerateOptions, shard_rows: int, tokens: int, n_al
 
 def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:
     """Generation in any order (`dscore generate`): `per_prompt` rows per prompt row."""
-    return Workload("generate", options, partial(GeneratePreparer, model, options),
+    return Workload(DECLARED.name, options, partial(GeneratePreparer, model, options),
                     partial(GenerateScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.per_prompt)
+                    rows_per_input=options.per_prompt, row_key=DECLARED.row_key)

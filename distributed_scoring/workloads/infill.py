@@ -27,7 +27,7 @@ from ..io import schema as S
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
     from ..engine.infill import Fill
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
 ORDERS = ("l2r", "best-to-worst")
+DECLARED = Declaration("infill", engines=("engine.infill",), docs="docs/infill.md")  # --rescore-pll: pll's engine too
 
 ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", "n_masks"
 BEAMS, BEST, RANK, CORRECT_TOKENS, PLL = "beams", "best", "rank", "correct_tokens", "pll"
@@ -348,5 +349,5 @@ def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allo
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:
     """Infilling of masked spans (`dscore infill`)."""
-    return Workload("infill", options, partial(InfillPreparer, model, options),
+    return Workload(DECLARED.name, options, partial(InfillPreparer, model, options),
                     partial(InfillScorer, model, options, batch_tokens), model.device)

@@ -24,7 +24,7 @@ from ..config import ModelSpec
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from .prepare import Preparer
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
     from ..engine.models import MaskedLM
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 SCHEMES = ("random", "contiguous")  # how a pair is drawn when none is given (`draw_pair`)
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
+# Its runs are named `joints-<scheme>`; one row per example and construction.
+DECLARED = Declaration("joints", engines=("engine.joints", "engine.conditionals"), docs="docs/joints.md",
+                       row_key=(CONSTRUCTION,))
 LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE = (
     "log_pair", "log_unary_a", "log_unary_b", "a_kl", "g_kl", "ag_change")
 
@@ -68,9 +71,10 @@ class PairwiseOptions:
 def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
                     batch_tokens: int | None, top_k: int | None) -> Workload:
     return Workload(
-        f"joints-{scheme}", PairwiseOptions.of(seed, options, top_k),
+        f"{DECLARED.name}-{scheme}", PairwiseOptions.of(seed, options, top_k),
         partial(PairPreparer, model, examples_file, scheme, seed),
         partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
+        row_key=DECLARED.row_key,
     )
 
 

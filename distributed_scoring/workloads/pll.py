@@ -23,13 +23,15 @@ from ..engine.masking import Sentence
 from ..measures import pppl
 from ..io.output import ADDED_LATER
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
     from ..engine.models import MaskedLM
     from ..engine.pll import Conditionals
 
 logger = logging.getLogger(__name__)
+
+DECLARED = Declaration("pll", engines=("engine.pll",), docs="docs/score.md")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -167,5 +169,5 @@ def pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload("pll", PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
+    return Workload(DECLARED.name, PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
                     partial(Scorer, model, scoring), model.device)

@@ -27,7 +27,7 @@ from ..io.output import ADDED_LATER
 from ..pipeline.memory import ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ STARTS = ("auto", "given", "random", "warm")
 ORDERS = ("sweep", "random")
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
+DECLARED = Declaration("sample", engines=("engine.sampler",), docs="docs/sample.md", row_key=(CHAIN, EPOCH))
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
 
@@ -247,6 +248,6 @@ def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> Mem
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
     """MH chains from an MLM's energy (`dscore sample`): `chains` x records rows per input row."""
-    return Workload("sample", options, partial(SamplePreparer, model, options),
+    return Workload(DECLARED.name, options, partial(SamplePreparer, model, options),
                     partial(SampleScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.chains * options.records)
+                    rows_per_input=options.chains * options.records, row_key=DECLARED.row_key)
