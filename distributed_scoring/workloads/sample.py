@@ -13,7 +13,7 @@ in x `rows_per_input` = rows out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, check_bounds
+from ..engine.sampler_settings import STARTS as SAMPLER_STARTS, SamplerSettings
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import ADDED_LATER
@@ -33,10 +34,7 @@ from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, writ
 if TYPE_CHECKING:
     from ..engine.models import MaskedLM
 
-ENERGIES = ("raw", "norm")
-SAMPLERS = ("mh", "block-mh", "gibbs")
-STARTS = ("auto", "given", "random", "warm")
-ORDERS = ("sweep", "random")
+STARTS = ("auto", *SAMPLER_STARTS)  # auto: settled per row (`SampleScorer._start`)
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
 DECLARED = Declaration("sample", engines=("engine.sampler",), docs="docs/sample.md", row_key=(CHAIN, EPOCH))
@@ -62,45 +60,46 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 
 
+ENGINE = SamplerSettings()  # the engine's defaults, which the options share
+
+
 @dataclass(frozen=True)
 class SampleOptions:
-    """What changes a sampling run's rows (every field enters the run's fingerprint)."""
+    """What changes a sampling run's rows (every field enters the run's fingerprint): the engine's settings
+    (`engine.sampler_settings.SamplerSettings`, carried by name, with its defaults and its checks) and the
+    workload's own fields (chains per row, seed, which positions, the vocabulary, the answers)."""
 
-    energy: str = "norm"
-    sampler: str = "mh"
-    epochs: int = 10
-    burn_in: int = 0
+    energy: str = ENGINE.energy
+    sampler: str = ENGINE.sampler
+    epochs: int = ENGINE.epochs
+    burn_in: int = ENGINE.burn_in
     chains: int = 1
     seed: int = 0
     free_all: bool = False
-    block: int = 1
-    block_decay: int = 0
-    proposal_temperature: float = 1.0
-    target_temperature: float = 1.0
-    anneal: float = 0.0
-    top_p: float = 1.0
-    record_every: int = 1
-    order: str = "sweep"
+    block: int = ENGINE.block
+    block_decay: int = ENGINE.block_decay
+    proposal_temperature: float = ENGINE.proposal_temperature
+    target_temperature: float = ENGINE.target_temperature
+    anneal: float = ENGINE.anneal
+    top_p: float = ENGINE.top_p
+    record_every: int = ENGINE.record_every
+    order: str = ENGINE.order
     start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
     vocab_restrict: tuple[str, ...] | None = None
     answer_column: str = ANSWER
-    forced_accept: int = field(default=0, metadata=ADDED_LATER)
+    forced_accept: int = field(default=ENGINE.forced_accept, metadata=ADDED_LATER)
 
     def __post_init__(self) -> None:
-        for name, value, choices in (("energy", self.energy, ENERGIES), ("sampler", self.sampler, SAMPLERS),
-                                     ("start", self.start, STARTS), ("order", self.order, ORDERS)):
-            if value not in choices:
-                raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        for flag, value, low in (("--epochs", self.epochs, 1), ("--chains", self.chains, 1), ("--block", self.block, 1),
-                                 ("--record-every", self.record_every, 1), ("--burn-in", self.burn_in, 0),
-                                 ("--block-decay", self.block_decay, 0), ("--forced-accept", self.forced_accept, 0)):
-            check_bounds(flag, value, low)
-        if self.sampler == "mh" and (self.block != 1 or self.block_decay):
-            raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
-        check_bounds("--proposal-temperature", self.proposal_temperature, 0, above=True)
-        check_bounds("--target-temperature", self.target_temperature, 0, above=True)
-        check_bounds("--anneal", self.anneal, 0)
-        check_bounds("--top-p", self.top_p, 0, 1, above=True)
+        if self.start not in STARTS:
+            raise UserError(f"--start {self.start!r} is not one of {', '.join(STARTS)}")
+        check_bounds("--chains", self.chains, 1)
+        self.settings()  # the engine's checks of every other field
+
+    def settings(self, start: str = SAMPLER_STARTS[0]) -> SamplerSettings:
+        """The engine's settings of these options, for chains that start `start` (`auto` is settled per row)."""
+        own = {f.name for f in fields(self)}
+        return SamplerSettings(**{f.name: getattr(self, f.name) for f in fields(SamplerSettings)
+                                  if f.name in own and f.name != "start"}, start=start)
 
     @property
     def recorded_epochs(self) -> list[int]:
@@ -167,19 +166,14 @@ class SampleScorer(Stage):
     def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None,
                  mlm: MaskedLM | None = None) -> None:
         from ..engine.models import load_masked_lm
-        from ..engine.sampler import Sampler, SamplerSettings
+        from ..engine.sampler import Sampler
 
         self.mlm = mlm or load_masked_lm(model)
         self.options, self.model_name = options, model.name
         allowed = allowed_tokens(self.mlm.tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
         self.sampler = Sampler(self.mlm, allowed, batch_tokens)
-        o = options
-        self.settings = {start: SamplerSettings(
-            o.sampler, o.energy, o.epochs, o.burn_in, o.block, o.block_decay, o.proposal_temperature, o.top_p,
-            o.target_temperature, o.anneal, order=o.order, start=start, record_every=o.record_every,
-            forced_accept=o.forced_accept,
-        ) for start in STARTS[1:]}
-        self.signature = {**self.mlm.signature, "sampler": o.sampler, "energy": o.energy}
+        self.settings = {start: options.settings(start) for start in SAMPLER_STARTS}
+        self.signature = {**self.mlm.signature, "sampler": options.sampler, "energy": options.energy}
 
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.sampler import Chain, sequence_positions
