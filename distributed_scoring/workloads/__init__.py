@@ -3,7 +3,7 @@ prepare and score stages. Engines are imported inside the stages, on the actors,
 
 The registry is this folder: a workload's module declares itself (`DECLARED`, a
 `pipeline.workload.Declaration`), and `registered` finds every declaration here, so adding a workload
-edits no shared file. Modules that declare nothing hold shared stages (`prepare`).
+edits no shared file. Modules that declare nothing hold shared stages (`prepare`, `masked`).
 """
 
 from __future__ import annotations

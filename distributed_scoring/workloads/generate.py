@@ -31,6 +31,7 @@ from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTE
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 from .infill import MASKS, allowed_tokens, example_seed, written_into
+from .masked import SPANS, MaskedPreparer
 from .pll import isolated
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ DECLARED = Declaration("generate", engines=("engine.infill", "engine.chain"), do
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
     pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
-    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
+    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
     pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
 ])
 
@@ -106,50 +107,22 @@ def given_order(value: str | None, masks: int, column: str) -> list[int] | str:
     return order
 
 
-class GeneratePreparer(Stage):
-    """Tokenises, finds the masks (and a `given` order), and makes error rows of what cannot be generated."""
+class GeneratePreparer(MaskedPreparer):
+    """Finds the masks (and a `given` order), and makes error rows of what cannot be generated."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the prompt: a text with mask tokens where tokens are generated",
-             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    reads = {**MaskedPreparer.reads, S.TEXT: "the prompt: a text with mask tokens where tokens are generated"}
     writes = PREPARED_SCHEMA
+    positions = MASKS
 
-    def __init__(self, model: ModelSpec, options: GenerateOptions) -> None:
-        from ..engine.model_files import load_tokenizer
-
-        self.tokenizer, self.max_length = load_tokenizer(model)
-        self.options = options
-
-    def process(self, rows: list[Row]) -> list[Row]:
-        return [self._row(row) for row in rows]
-
-    def _row(self, row: Row) -> Row:
-        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
-               S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
-        if row[S.STATUS] != S.STATUS_OK:
-            return out
-        error = self._prepare(out, row)
-        if error:
-            out.update({S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None, S.STATUS: S.STATUS_ERROR,
-                        S.ERROR: error})
-        return out
-
-    def _prepare(self, out: Row, row: Row) -> str | None:
-        t, text = self.tokenizer, row[S.TEXT]
-        encoding = t(text, return_offsets_mapping=True, truncation=False)
-        ids = encoding["input_ids"]
-        if len(ids) > self.max_length:
-            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
-        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
+    def locate(self, row: Row, ids: list[int], offsets: Sequence[tuple[int, int]]) -> Row | str:
+        masks = self.masks(ids)
         if not masks:
-            return (f"no mask token {t.mask_token!r} in the text: write one {t.mask_token} for each token to "
-                    "generate (or use --length)")
-        if self.options.order == "given":
-            order = given_order(row.get(self.options.order_column), len(masks), self.options.order_column)
-            if isinstance(order, str):
-                return order
-            out[FILL_ORDER] = order
-        out.update({S.INPUT_IDS: ids, MASKS: masks, "spans": [list(encoding["offset_mapping"][i]) for i in masks]})
-        return None
+            mask = self.tokenizer.mask_token
+            return f"no mask token {mask!r} in the text: write one {mask} for each token to generate (or use --length)"
+        if self.options.order != "given":
+            return {MASKS: masks}
+        order = given_order(row.get(self.options.order_column), len(masks), self.options.order_column)
+        return order if isinstance(order, str) else {MASKS: masks, FILL_ORDER: order}
 
 
 class GenerateScorer(Stage):
@@ -215,7 +188,7 @@ class GenerateScorer(Stage):
     def _text(self, row: Row, fill: Fill, tokens: list[str]) -> str:
         """The prompt with each mask replaced by its token as it reads; with --length, the decoded tokens."""
         if self.options.length is None:
-            return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+            return written_into(self.mlm.tokenizer, row[S.TEXT], row[SPANS], tokens)
         ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
         ids[row[MASKS]] = fill.tokens
         return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)

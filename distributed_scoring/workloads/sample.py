@@ -30,6 +30,7 @@ from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
+from .masked import SPANS, MaskedPreparer, unanswerable
 
 if TYPE_CHECKING:
     from ..engine.models import MaskedLM
@@ -40,11 +41,12 @@ CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_
 DECLARED = Declaration("sample", engines=("engine.sampler",), docs="docs/sample.md", row_key=(CHAIN, EPOCH))
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
+SAMPLE = "sample"  # the prepared rows' positions to sample
 
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field("sample", pa.list_(pa.int32())),
-    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
+    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(SAMPLE, pa.list_(pa.int32())),
+    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
     pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
 ])
 
@@ -114,47 +116,25 @@ class SampleOptions:
         return len(range(self.burn_in + self.record_every, self.burn_in + self.epochs, self.record_every)) + 1
 
 
-class SamplePreparer(Stage):
-    """Tokenises, settles the positions to sample, and makes error rows of what cannot be sampled."""
+class SamplePreparer(MaskedPreparer):
+    """Settles the positions to sample, and makes error rows of what cannot be sampled."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the text (mask tokens mark the positions to sample)",
-             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    reads = {**MaskedPreparer.reads, S.TEXT: "the text (mask tokens mark the positions to sample)"}
     writes = PREPARED_SCHEMA
+    positions = SAMPLE
 
-    def __init__(self, model: ModelSpec, options: SampleOptions) -> None:
-        from ..engine.model_files import load_tokenizer
+    def carried(self, row: Row) -> Row:
+        return {ANSWER: row.get(self.options.answer_column)}
 
-        self.tokenizer, self.max_length = load_tokenizer(model)
-        self.options = options
-
-    def process(self, rows: list[Row]) -> list[Row]:
-        return [self._row(row) for row in rows]
-
-    def _row(self, row: Row) -> Row:
-        out = {**row, S.INPUT_IDS: None, "sample": None, "spans": None, ANSWER: row.get(self.options.answer_column)}
-        if row[S.STATUS] != S.STATUS_OK:
-            return out
-        error = self._sample(out, row[S.TEXT])
-        return {**out, S.STATUS: S.STATUS_ERROR, S.ERROR: error, S.INPUT_IDS: None} if error else out
-
-    def _sample(self, out: Row, text: str) -> str | None:
+    def locate(self, row: Row, ids: list[int], offsets: Sequence[tuple[int, int]]) -> Row | str:
         t = self.tokenizer
-        encoding = t(text, return_offsets_mapping=True, truncation=False)
-        ids = encoding["input_ids"]
-        if len(ids) > self.max_length:
-            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
-        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
         specials = {t.cls_token_id, t.sep_token_id, t.bos_token_id, t.eos_token_id, t.pad_token_id} - {None}
-        sample = [i for i, token in enumerate(ids) if token not in specials] if self.options.free_all else masks
+        every = [i for i, token in enumerate(ids) if token not in specials]
+        sample = every if self.options.free_all else self.masks(ids)
         if not sample:
             return (f"nothing to sample: no mask token {t.mask_token!r} in the text; mark the positions to sample "
                     "with it, or pass --free-all to sample every position")
-        answer = out[ANSWER]
-        if answer is not None and len(answer.split()) != len(sample):
-            return f"the answer has {len(answer.split())} tokens for {len(sample)} sampled positions"
-        out.update({S.INPUT_IDS: ids, "sample": sample,
-                    "spans": [list(encoding["offset_mapping"][i]) for i in sample]})
-        return None
+        return unanswerable(row.get(self.options.answer_column), len(sample), "sampled positions") or {SAMPLE: sample}
 
 
 class SampleScorer(Stage):
@@ -183,7 +163,7 @@ class SampleScorer(Stage):
             if row[S.STATUS] != S.STATUS_OK:
                 continue
             ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
-            sample = np.array(row["sample"], dtype=np.int64)
+            sample = np.array(row[SAMPLE], dtype=np.int64)
             start = self._start(ids, sample)
             for c in range(self.options.chains):
                 seed = example_seed(self.options.seed, f"{row[S.ID]}/{c}")
@@ -215,7 +195,7 @@ class SampleScorer(Stage):
         out = []
         for c, records in enumerate(chains):
             for record in records:
-                tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row["sample"]].tolist())
+                tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row[SAMPLE]].tolist())
                 correct = None if answer is None else sum(
                     matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
                 out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
@@ -229,7 +209,7 @@ class SampleScorer(Stage):
         """The chain's text: the input with each sampled token as it reads (`--free-all`: decoded)."""
         if self.options.free_all:
             return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
-        return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+        return written_into(self.mlm.tokenizer, row[S.TEXT], row[SPANS], tokens)
 
 
 def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> MemoryEstimate:
