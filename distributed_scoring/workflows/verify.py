@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from ..config import InputSpec
 from ..errors import UserError
 from ..io import schema as S
+from ..io.claim import TRAINING
 from ..io.output import (
     DONE_DIR, FILE_DIGEST, LOCK_FILE, OUTPUTS, ROW_KEY, ROWS_DIR, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE,
     OutputDir, part_name, plan_digest,
@@ -39,7 +40,7 @@ from ..io.storage import join
 from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
 from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT, JOINTS
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT, RESCORE
-from .train.run import CHECKPOINTS, REPORT_FILE, WORKLOAD_PREFIX
+from .train.run import CHECKPOINTS, REPORT_FILE
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
 # How the rows of a folder whose `_run.json` records no row key (an earlier dscore) are told apart beside
@@ -100,7 +101,7 @@ def verify_folder(uri: str) -> Verification:
         return Verification(uri, parts=parts, problems=tuple(_lock(out)), what=f"{len(parts)} run(s)", unchecked=(
             f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",))
     workload = str(run.get("workload", ""))
-    if workload.startswith(WORKLOAD_PREFIX):
+    if workload.startswith(TRAINING):
         return _verify_training(out, run)
     if workload in (RESCORE, JOINTS):
         return _verify_parent(out, run)

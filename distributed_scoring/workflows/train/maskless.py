@@ -31,14 +31,16 @@ from ...config import ModelSpec, ScoringOptions, check_bounds
 from ...engine.model_files import STUDENT_FILE, TARGET_DISTRIBUTION, TARGET_SENTENCE, TARGET_TOKEN, TARGETS
 from ...errors import UserError
 from ...io import schema as S
+from ...io.claim import claim_training
 from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
 from ...io.storage import join
 from ...workloads.maskless import RANGE
 from ...workloads.prepare import Preparer
 from ..maskless import HELDOUT
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TrainOptions, TrainResources, claimed, fingerprint,
+    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TRAINING_OUTPUTS, TrainOptions, TrainResources,
     fit_on_ray, heldout_rows, on_ray, read_examples, run_task, set_threads, start_worker, train, training_figures,
+    training_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -211,10 +213,11 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
         raise UserError(f"--speed-sentences must be at least 2 (one untimed warm-up call takes two), got {speed_sentences}")
     targets = np.asarray(train_table[TARGET].to_pylist())
     per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
-    run = fingerprint("maskless", model, options, {"teacher": teacher_folder, "teacher_rows": teacher.digest,
-                                                   **asdict(student), "nbest": asdict(nbest) if nbest else None})
-    nbest_files = [p for p in (nbest.dev, nbest.test) if p] if nbest else []
-    with claimed(output, run, overwrite, [teacher_folder, *nbest_files], [model.name]) as folder:
+    run = training_fingerprint("maskless", model, options, {
+        "teacher": teacher_folder, "teacher_rows": teacher.digest, **asdict(student),
+        "nbest": asdict(nbest) if nbest else None})
+    inputs = [teacher_folder, *([p for p in (nbest.dev, nbest.test) if p] if nbest else [])]
+    with claim_training(output, run, overwrite, inputs, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)

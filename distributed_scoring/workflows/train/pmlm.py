@@ -23,14 +23,14 @@ import pyarrow.compute as pc
 from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ...errors import UserError
 from ...io import schema as S
-from ...io.claim import Claim
+from ...io.claim import Claim, claim_training
 from ...io.ids import check_unique_ids
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import Preparer
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TrainOptions, TrainResources, claimed, fingerprint, fit_on_ray,
-    heldout_rows, on_ray, read_examples, start_worker, train, training_figures,
+    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TRAINING_OUTPUTS, TrainOptions, TrainResources, fit_on_ray, heldout_rows,
+    on_ray, read_examples, start_worker, train, training_figures, training_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -101,10 +101,10 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
         raise UserError(f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
                         f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
                         "workers: lower --batch-size, raise --max-length or add rows")
-    run = fingerprint("pmlm", model, options, {"data": list(corpus.paths), "text_column": corpus.text_column,
-                                               "id_column": corpus.id_column, "split_chars": corpus.split_chars,
-                                               "data_rows": corpus.digest})
-    with claimed(output, run, overwrite, corpus.paths, [model.name]) as folder:
+    run = training_fingerprint("pmlm", model, options, {
+        "data": list(corpus.paths), "text_column": corpus.text_column, "id_column": corpus.id_column,
+        "split_chars": corpus.split_chars, "data_rows": corpus.digest})
+    with claim_training(output, run, overwrite, corpus.paths, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
