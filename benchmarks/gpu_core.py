@@ -83,14 +83,14 @@ def encode(tokenizer, texts: list[str]) -> list[Sentence]:
 
 def check_encode(mlm: MaskedLM, texts: list[str], sentences: list[Sentence]) -> None:
     try:
-        from distributed_scoring.workloads.prepare import Preparer
+        from distributed_scoring.workloads.prepare import PLLPreparer
     except ImportError as exc:  # no pyarrow here: nothing to compare with
-        logger.warning("encode() not checked against prepare.Preparer: %s", exc)
+        logger.warning("encode() not checked against prepare.PLLPreparer: %s", exc)
         return
-    for s, p in zip(sentences, Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
+    for s, p in zip(sentences, PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
         ours = (s.input_ids.tolist(), s.targets.tolist(), s.piece_words.tolist())
         if ours != (p.input_ids, p.targets, p.piece_words):
-            raise SystemExit("gpu_core.encode and prepare.Preparer disagree on a sentence; fix encode()")
+            raise SystemExit("gpu_core.encode and prepare.PLLPreparer disagree on a sentence; fix encode()")
 
 
 def shape_of(model) -> dict:

@@ -1,6 +1,6 @@
 """The chain-rule workload (`dscore score --method chain`): log p(x) along an order (Liao et al., 2020).
 
-Its prepare stage is the PLL's (`prepare.Preparer`: the scored positions are the non-special tokens);
+Its prepare stage is the PLL's (`prepare.PLLPreparer`: the scored positions are the non-special tokens);
 its score stage draws each row's orders (`l2r`, `r2l`, or `orders` random permutations seeded by the
 run's seed and the row's id, so results do not depend on sharding) and scores every (row, order) pair
 of the shard with `engine.chain`. With several orders the row's `log_likelihood` is the log of the mean

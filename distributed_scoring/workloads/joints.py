@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..io import schema as S
 from ..config import ModelSpec
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
-from .prepare import Preparer
+from .prepare import PLLPreparer
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 
@@ -96,12 +96,12 @@ def draw_pair(n_tokens: int, scheme: str, rng: random.Random) -> tuple[int, int]
 class PairPreparer(Stage):
     """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
 
-    reads = Preparer.reads
+    reads = PLLPreparer.reads
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
         from ..engine.model_files import load_tokenizer
 
-        self.preparer = Preparer(*load_tokenizer(model))
+        self.preparer = PLLPreparer(*load_tokenizer(model))
         self.scheme, self.seed = scheme, seed
         table = pq.read_table(examples_file, columns=[S.ID, A, B, S.ERROR])
         self.given = {r[S.ID]: r for r in table.to_pylist()}

@@ -35,7 +35,7 @@ from ...io.claim import claim_training
 from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
 from ...io.storage import join
 from ...workloads.maskless import RANGE
-from ...workloads.prepare import Preparer
+from ...workloads.prepare import PLLPreparer
 from ..maskless import HELDOUT
 from .run import (
     DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TRAINING_OUTPUTS, TrainOptions, TrainResources,
@@ -198,7 +198,7 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
     teacher = read_teacher(teacher_folder)
     check_teacher_has(teacher, student)
     tokenizer, model_max = load_tokenizer(model)
-    train_table, heldout_table, left_out = _split(teacher, Preparer(tokenizer, model_max, teacher.split_chars),
+    train_table, heldout_table, left_out = _split(teacher, PLLPreparer(tokenizer, model_max, teacher.split_chars),
                                                   options, student)
     if heldout_table.num_rows < MIN_HELDOUT:
         raise UserError(f"the held-out split has {heldout_table.num_rows} of {teacher.rows.num_rows} usable teacher rows; "
@@ -268,7 +268,7 @@ def parent_of(row_id: str, separator: str | None) -> str:
     return row_id.split(separator, 1)[0] if separator else row_id
 
 
-def _split(teacher: Teacher, preparer: Preparer, options: TrainOptions,
+def _split(teacher: Teacher, preparer: PLLPreparer, options: TrainOptions,
            student: StudentOptions) -> tuple[pa.Table, pa.Table, int]:
     """(training table, held-out table, training rows left out as longer than --max-length), tokenised, the
     split by (parent) id. Held-out rows are kept whatever their length (the student reads up to the model's
@@ -298,7 +298,7 @@ def _split(teacher: Teacher, preparer: Preparer, options: TrainOptions,
     return train, table.filter(pa.array(held & fits)).select(heldout_columns), int((~held & fits & ~short).sum())
 
 
-def _check_tokens(teacher: Teacher, preparer: Preparer, prepared: list) -> None:
+def _check_tokens(teacher: Teacher, preparer: PLLPreparer, prepared: list) -> None:
     """The student's scored tokens are the teacher's: as many per row (and the same tokens, where the
     teacher wrote them); else the --model's tokenizer is not the teacher's, and its targets would not line up."""
     counts = teacher.rows[S.N_TOKENS].to_pylist()

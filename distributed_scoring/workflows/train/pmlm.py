@@ -27,7 +27,7 @@ from ...io.claim import Claim, claim_training
 from ...io.ids import check_unique_ids
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
-from ...workloads.prepare import Preparer
+from ...workloads.prepare import PLLPreparer
 from .run import (
     DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TRAINING_OUTPUTS, TrainOptions, TrainResources, fit_on_ray, heldout_rows,
     on_ray, read_examples, start_worker, train, training_figures, training_fingerprint,
@@ -94,7 +94,8 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     check_bounds("--orders", orders, 1)
     check_bounds("--batch-tokens", batch_tokens, 1)
     tokenizer, model_max = load_tokenizer(model)
-    train_table, heldout_table, left_out = _split(corpus, Preparer(tokenizer, model_max, corpus.split_chars), options)
+    preparer = PLLPreparer(tokenizer, model_max, corpus.split_chars)
+    train_table, heldout_table, left_out = _split(corpus, preparer, options)
     if heldout_table.num_rows == 0:
         raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
     if train_table.num_rows < max(options.batch_size, resources.num_workers):
@@ -129,7 +130,7 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     return report
 
 
-def _split(corpus: Corpus, preparer: Preparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:
+def _split(corpus: Corpus, preparer: PLLPreparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:
     """(training table, held-out table, training rows left out as longer than --max-length), tokenised;
     held-out rows are kept up to the model's maximum."""
     prepared = preparer.prepare_texts(corpus.rows[S.TEXT].to_pylist())
