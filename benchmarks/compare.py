@@ -42,7 +42,7 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence, mask_matrix
-from distributed_scoring.engine.models import MaskedLM, load_masked_lm
+from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.workloads.prepare import PLLPreparer

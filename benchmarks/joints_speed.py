@@ -32,7 +32,7 @@ def examples_per_second(model_dir: str, texts: list[str], seed: int, rounds: int
     from distributed_scoring.config import ModelSpec
     from distributed_scoring.engine.joints import score_pair
     from distributed_scoring.workloads.joints import draw_pair
-    from distributed_scoring.engine.models import load_masked_lm
+    from distributed_scoring.engine.masked_lm import load_masked_lm
     from distributed_scoring.workloads.prepare import PLLPreparer
 
     mlm = load_masked_lm(ModelSpec(model_dir))

@@ -29,7 +29,7 @@ import results_md
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import MasklessEngine, load_student, regressor_for, save_student, unmasked_scorer
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import fetch_model

@@ -27,7 +27,7 @@ import machine
 import results_md
 import synthetic
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, sequence_positions, shaped_log_proposal
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 from distributed_scoring.offline.antibodies import spaced, v_genes

@@ -21,7 +21,7 @@ from distributed_scoring.workloads import registered
 # scoring): those the workloads declare, and the torch code no workload owns (the model loader every
 # engine uses; training, which `dscore train` runs without a workload). The engine's torch-free modules
 # (packing, masking, ...) are checked like every other module.
-SHARED_ENGINES = {"engine.models", "engine.training"}
+SHARED_ENGINES = {"engine.masked_lm", "engine.training"}
 ENGINES = {engine for declared in registered().values() for engine in declared.engines} | SHARED_ENGINES
 ALL_MODULES = sorted(m.name.removeprefix("distributed_scoring.")
                      for m in pkgutil.walk_packages(distributed_scoring.__path__, "distributed_scoring."))

@@ -159,7 +159,7 @@ class MLMScorer:
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto", variant: str = "original",
                  batch_tokens: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
                  split_chars: bool = False, progress: bool = False) -> None:
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.spec = ModelSpec(model, revision, device, dtype, trust_remote_code)
         # Every optional column is computed (a small cost beside the forward passes); calls pick theirs.

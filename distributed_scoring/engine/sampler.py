@@ -64,7 +64,7 @@ import numpy as np
 import torch
 
 from .masking import Sentence, build, shape_of
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
 from .sampler_settings import ENERGIES, SamplerSettings
 

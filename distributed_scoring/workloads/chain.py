@@ -81,7 +81,7 @@ class ChainScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> None:
         from ..engine.chain import ChainEngine
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = load_masked_lm(model)
         self.model_name, self.options = model.name, options

@@ -133,7 +133,7 @@ class GenerateScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> None:
         from ..engine.infill import InfillEngine, InfillSettings
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = load_masked_lm(model)
         self.options, self.model_name = options, model.name

@@ -32,7 +32,7 @@ from .masked import SPANS, MaskedPreparer, unanswerable
 
 if TYPE_CHECKING:
     from ..engine.infill import Fill
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
 ORDERS = ("l2r", "best-to-worst")
@@ -181,7 +181,7 @@ class InfillScorer(Stage):
     def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None,
                  mlm: MaskedLM | None = None) -> None:
         from ..engine.infill import InfillEngine, InfillSettings, exact_size
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
 
         self.mlm = mlm or load_masked_lm(model)

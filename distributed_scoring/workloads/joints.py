@@ -27,7 +27,7 @@ from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
 SCHEMES = ("random", "contiguous")  # how a pair is drawn when none is given (`draw_pair`)
 
@@ -157,7 +157,7 @@ class JointsScorer(Stage):
     def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None,
                  mlm: MaskedLM | None = None) -> None:
         from ..engine.conditionals import ConditionalsEngine
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = mlm or load_masked_lm(model)
         self.engine = ConditionalsEngine(self.mlm, batch_tokens, top_k)

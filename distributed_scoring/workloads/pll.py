@@ -26,7 +26,7 @@ from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
     from ..engine.pll import Conditionals
 
 logger = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class PLLScorer(Stage):
     }
 
     def __init__(self, model: ModelSpec, options: ScoringOptions, mlm: MaskedLM | None = None) -> None:
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
 
         self.mlm = mlm or load_masked_lm(model)

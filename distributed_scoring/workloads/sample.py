@@ -33,7 +33,7 @@ from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, writ
 from .masked import SPANS, MaskedPreparer, unanswerable
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
 STARTS = ("auto", *SAMPLER_STARTS)  # auto: settled per row (`SampleScorer._start`)
 
@@ -145,7 +145,7 @@ class SampleScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None,
                  mlm: MaskedLM | None = None) -> None:
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
         from ..engine.sampler import Sampler
 
         self.mlm = mlm or load_masked_lm(model)

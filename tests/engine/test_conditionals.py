@@ -16,7 +16,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joints import score_pair
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import NaivePairs, candidate_set
 
@@ -119,7 +119,7 @@ def test_full_logits_fallback_is_exact(tiny_model_dir, naive_tables):
 def test_head_chunks_do_not_change_values(tiny_model_dir, monkeypatch):
     """Head outputs are produced a few rows at a time when rows x |V| exceeds HEAD_ELEMENTS (float64, so
     that a different matmul blocking cannot hide a misplaced row)."""
-    import distributed_scoring.engine.models as models
+    import distributed_scoring.engine.masked_lm as models
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
     pairs = pairs_of(mlm, EXAMPLES)

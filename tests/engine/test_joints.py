@@ -20,7 +20,7 @@ from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
 from distributed_scoring.engine.joints import ag_joint, conditional_kls, construct, normalise, pair_metrics, score_pair
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.prepare import PLLPreparer
 from pairwise_helpers import conditionals_of, conditionals_of_joint
 from reference import eq4_objective, joint_metrics, kl, minimise_eq4

@@ -17,7 +17,7 @@ from distributed_scoring.engine.maskless import (
 )
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.model_files import STUDENT_FILE, ModelLoadError, read_student_info
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import maskless_prediction, unmasked_logprobs
 

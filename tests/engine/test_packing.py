@@ -14,7 +14,7 @@ from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_
 from distributed_scoring.workloads.causal import score_texts
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.packing import OutOfMemory, Piece, TokenBudget, pack, rows_of, run_fitting
 from distributed_scoring.workloads.prepare import PLLPreparer
 

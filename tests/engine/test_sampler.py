@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, Step, sequence_positions
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 from reference import NaiveEnergy, total_variation

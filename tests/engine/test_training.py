@@ -14,7 +14,7 @@ import tiny
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import MasklessEngine, Student, regressor_for
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.training import (
     Example, PMLMObjective, Schedule, SentenceObjective, TokenObjective, TrainState, batch_rows, fit, freeze_lower,
     upmlm_positions,

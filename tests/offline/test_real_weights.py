@@ -22,7 +22,7 @@ import torch
 from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import NaiveScorer

@@ -23,7 +23,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import regressor_for, save_student
 from distributed_scoring.engine.model_files import load_tokenizer
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
 from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions

@@ -323,7 +323,7 @@ def _check_nbest(nbest: NBest) -> None:
 def maskless_worker(config: dict) -> None:
     """One Ray Train worker: the student trained on the training split; worker 0 writes it into DIR."""
     from ...engine.maskless import regressor_for, save_student
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.training import SentenceObjective, TokenObjective, freeze_lower
 
     job: MasklessJob = config["job"]
@@ -344,7 +344,7 @@ def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float, speed_sen
 
     from ...engine.maskless import MasklessEngine, load_student, unmasked_scorer
     from ...engine.masking import Sentence
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.pll import PLLEngine
 
     set_threads(cpus)

@@ -145,7 +145,7 @@ def _split(corpus: Corpus, preparer: PLLPreparer, options: TrainOptions) -> tupl
 
 def pmlm_worker(config: dict) -> None:
     """One Ray Train worker: u-PMLM on the training split; worker 0 saves the model and tokenizer into DIR."""
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.training import PMLMObjective
 
     job: PMLMJob = config["job"]
