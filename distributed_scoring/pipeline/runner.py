@@ -1,7 +1,7 @@
 """A run's lifecycle: plan -> claim the output folder -> execute the unfinished shards -> aggregate.
 
 Execution is either in this process (`execute_local`: read -> prepare -> score -> write per shard) or
-on Ray (`pipeline.execute_ray`), over the same `Workload` stages.
+on Ray (`on_ray.execute_ray`), over the same `Workload` stages.
 """
 
 from __future__ import annotations
