@@ -23,12 +23,16 @@ from distributed_scoring.pipeline.workload import Workload
 from distributed_scoring.workflows.score import score
 
 
+def write_corpus(folder: Path) -> Path:
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    return corpus
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, tiny_model_dir) -> Path:
     root = tmp_path_factory.mktemp("verify")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
+    config = RunConfig(InputSpec((str(write_corpus(root)),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
                        output=str(root / "out"))
     score(config)
     return root / "out"
@@ -163,13 +167,17 @@ def test_an_older_folder_is_verified_as_well_as_it_can_be(out, capsys):
             Path(name).with_suffix(".moved").rename(name)
 
 
-def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(tmp_path, tiny_model_dir, capsys):
-    """verify of a `dscore joints` folder used to say "not a run folder" (exit 2): its run is DIR/scores."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+@pytest.fixture
+def joints_folder(tmp_path, tiny_model_dir) -> Path:
     out = tmp_path / "joints"
-    assert main(["joints", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
+    assert main(["joints", str(write_corpus(tmp_path)), "--model", str(tiny_model_dir("bert")), "--output", str(out),
                  "--examples", "4", "--shard-rows", "2"]) == 0
+    return out
+
+
+def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(joints_folder, capsys):
+    """verify of a `dscore joints` folder used to say "not a run folder" (exit 2): its run is DIR/scores."""
+    out = joints_folder
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -212,9 +220,8 @@ def make_unchanged():
 
 @pytest.fixture
 def copies(tmp_path) -> Path:
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec("copies"), output=str(tmp_path / "out"))
+    config = RunConfig(InputSpec((str(write_corpus(tmp_path)),), shard_rows=4), ModelSpec("copies"),
+                       output=str(tmp_path / "out"))
     run(config, Workload("copies", CopiesOptions(), make_unchanged, Copies, "cpu", rows_per_input=2, row_key=("copy",)))
     return tmp_path / "out"
 
@@ -238,15 +245,11 @@ def test_rows_without_a_column_of_their_recorded_key_fail(copies, capsys):
     assert "rows/ lacks the column(s) copy" in capsys.readouterr().out
 
 
-def test_an_earlier_folder_without_a_row_key_is_keyed_as_before(tmp_path, tiny_model_dir, capsys):
+def test_an_earlier_folder_without_a_row_key_is_keyed_as_before(joints_folder, capsys):
     """A joints run (several rows per id, by construction) written before _run.json recorded its key."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    out = tmp_path / "joints"
-    assert main(["joints", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-                 "--examples", "4", "--shard-rows", "2"]) == 0
-    recorded = json.loads((out / "scores" / "_run.json").read_text())
+    run_file = joints_folder / "scores" / "_run.json"
+    recorded = json.loads(run_file.read_text())
     assert recorded["row_key"] == ["id", "construction"]
-    (out / "scores" / "_run.json").write_text(json.dumps({k: v for k, v in recorded.items() if k != "row_key"}))
+    run_file.write_text(json.dumps({k: v for k, v in recorded.items() if k != "row_key"}))
     capsys.readouterr()
-    assert main(["verify", str(out)]) == 0, capsys.readouterr().out
+    assert main(["verify", str(joints_folder)]) == 0, capsys.readouterr().out
