@@ -62,7 +62,7 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 
 
-ENGINE = SamplerSettings()  # the engine's defaults, which the options share
+SAMPLER_DEFAULTS = SamplerSettings()  # the engine's defaults, which the options share
 
 
 @dataclass(frozen=True)
@@ -71,25 +71,25 @@ class SampleOptions:
     (`engine.sampler_settings.SamplerSettings`, carried by name, with its defaults and its checks) and the
     workload's own fields (chains per row, seed, which positions, the vocabulary, the answers)."""
 
-    energy: str = ENGINE.energy
-    sampler: str = ENGINE.sampler
-    epochs: int = ENGINE.epochs
-    burn_in: int = ENGINE.burn_in
+    energy: str = SAMPLER_DEFAULTS.energy
+    sampler: str = SAMPLER_DEFAULTS.sampler
+    epochs: int = SAMPLER_DEFAULTS.epochs
+    burn_in: int = SAMPLER_DEFAULTS.burn_in
     chains: int = 1
     seed: int = 0
     free_all: bool = False
-    block: int = ENGINE.block
-    block_decay: int = ENGINE.block_decay
-    proposal_temperature: float = ENGINE.proposal_temperature
-    target_temperature: float = ENGINE.target_temperature
-    anneal: float = ENGINE.anneal
-    top_p: float = ENGINE.top_p
-    record_every: int = ENGINE.record_every
-    order: str = ENGINE.order
+    block: int = SAMPLER_DEFAULTS.block
+    block_decay: int = SAMPLER_DEFAULTS.block_decay
+    proposal_temperature: float = SAMPLER_DEFAULTS.proposal_temperature
+    target_temperature: float = SAMPLER_DEFAULTS.target_temperature
+    anneal: float = SAMPLER_DEFAULTS.anneal
+    top_p: float = SAMPLER_DEFAULTS.top_p
+    record_every: int = SAMPLER_DEFAULTS.record_every
+    order: str = SAMPLER_DEFAULTS.order
     start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
     vocab_restrict: tuple[str, ...] | None = None
     answer_column: str = ANSWER
-    forced_accept: int = field(default=ENGINE.forced_accept, metadata=ADDED_LATER)
+    forced_accept: int = field(default=SAMPLER_DEFAULTS.forced_accept, metadata=ADDED_LATER)
 
     def __post_init__(self) -> None:
         if self.start not in STARTS:
