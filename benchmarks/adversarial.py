@@ -1304,9 +1304,11 @@ def _(t: Trial, d: Path) -> Outcome:
       f"{REFUSED_LINE}, the folder unchanged")
 def _(t: Trial, d: Path) -> Outcome:
     from distributed_scoring.config import ModelSpec
-    from distributed_scoring.workflows.train.run import TrainOptions, claimed, fingerprint
+    from distributed_scoring.io.claim import claim_training
+    from distributed_scoring.workflows.train.run import TRAINING_OUTPUTS, TrainOptions, training_fingerprint
 
-    with claimed(str(d / "trained"), fingerprint("maskless", ModelSpec(M), TrainOptions(), {"teacher": "t"})):
+    run = training_fingerprint("maskless", ModelSpec(M), TrainOptions(), {"teacher": "t"})
+    with claim_training(str(d / "trained"), run, outputs=TRAINING_OUTPUTS):
         write(d, "trained/checkpoints/step-00000010/weights.bin", b"\x00" * 16)
     return t.refused(d, _score(corpus(d), out="trained"), ["trained"], out="trained",
                      untouched=snapshot(d / "trained"))

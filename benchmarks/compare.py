@@ -42,10 +42,10 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence, mask_matrix
-from distributed_scoring.engine.models import MaskedLM, load_masked_lm
+from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.engine.pll import PLLEngine
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 
 import machine
 import synthetic
@@ -90,7 +90,7 @@ class Corpus:
 def prepared(mlm: MaskedLM, texts: list[str]) -> list[Sentence]:
     """Tokenise with the pipeline's own prepare stage; a text it refuses stops the benchmark."""
     out = []
-    for text, p in zip(texts, Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
+    for text, p in zip(texts, PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
         if p.error:
             raise SystemExit(f"cannot benchmark {text[:60]!r}: {p.error}")
         out.append(Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)))

@@ -4,7 +4,7 @@
     python benchmarks/gpu_core.py --device cpu --smoke --out /tmp/x   # CPU check of the code paths
 
 Scores synthetic sentences with `PLLEngine` directly: no Ray, no Parquet (pyarrow is not needed), only
-`masking`, `pll` and `models`, as one scoring actor does. Models are the random BERT-base and
+`masking`, `pll` and `masked_lm`, as one scoring actor does. Models are the random BERT-base and
 RoBERTa-base shapes of `synthetic.py`, loaded through `load_masked_lm` with dtype bfloat16 (encoder
 under bf16 autocast, LM head and log-softmax in float32). Sentences go to the engine in shards of
 --shard-rows, as the pipeline hands them to an actor. For each budget, with the encoder eager and then
@@ -45,7 +45,7 @@ sys.path.insert(0, str(HERE.parent))  # the GPU machine runs from a checkout, wi
 
 from distributed_scoring.config import ModelSpec  # noqa: E402
 from distributed_scoring.engine.masking import Sentence, pack  # noqa: E402
-from distributed_scoring.engine.models import MaskedLM, load_masked_lm  # noqa: E402
+from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm  # noqa: E402
 from distributed_scoring.quiet import quiet_transformers  # noqa: E402
 from distributed_scoring.offline.models import cache_root  # noqa: E402
 from distributed_scoring.engine.pll import PLLEngine  # noqa: E402
@@ -83,14 +83,14 @@ def encode(tokenizer, texts: list[str]) -> list[Sentence]:
 
 def check_encode(mlm: MaskedLM, texts: list[str], sentences: list[Sentence]) -> None:
     try:
-        from distributed_scoring.workloads.prepare import Preparer
+        from distributed_scoring.workloads.prepare import PLLPreparer
     except ImportError as exc:  # no pyarrow here: nothing to compare with
-        logger.warning("encode() not checked against prepare.Preparer: %s", exc)
+        logger.warning("encode() not checked against prepare.PLLPreparer: %s", exc)
         return
-    for s, p in zip(sentences, Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
+    for s, p in zip(sentences, PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts), strict=True):
         ours = (s.input_ids.tolist(), s.targets.tolist(), s.piece_words.tolist())
         if ours != (p.input_ids, p.targets, p.piece_words):
-            raise SystemExit("gpu_core.encode and prepare.Preparer disagree on a sentence; fix encode()")
+            raise SystemExit("gpu_core.encode and prepare.PLLPreparer disagree on a sentence; fix encode()")
 
 
 def shape_of(model) -> dict:

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from distributed_scoring.config import ModelSpec  # noqa: E402
-from distributed_scoring.engine.models import load_masked_lm  # noqa: E402
+from distributed_scoring.engine.masked_lm import load_masked_lm  # noqa: E402
 from distributed_scoring.engine.pll import PLLEngine  # noqa: E402
 from distributed_scoring.offline.models import cache_root  # noqa: E402
 from distributed_scoring.quiet import quiet_transformers  # noqa: E402

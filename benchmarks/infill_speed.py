@@ -73,7 +73,7 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
-from distributed_scoring.engine.models import MaskedLM, load_masked_lm
+from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm
 
 import machine
 import results_md

@@ -32,11 +32,11 @@ def examples_per_second(model_dir: str, texts: list[str], seed: int, rounds: int
     from distributed_scoring.config import ModelSpec
     from distributed_scoring.engine.joints import score_pair
     from distributed_scoring.workloads.joints import draw_pair
-    from distributed_scoring.engine.models import load_masked_lm
-    from distributed_scoring.workloads.prepare import Preparer
+    from distributed_scoring.engine.masked_lm import load_masked_lm
+    from distributed_scoring.workloads.prepare import PLLPreparer
 
     mlm = load_masked_lm(ModelSpec(model_dir))
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
     rng = random.Random(seed)
     pairs = [Pair(np.array(p.input_ids), np.array(p.targets), *draw_pair(len(p.targets), "random", rng))
              for p in prepared]

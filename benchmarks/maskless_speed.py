@@ -29,18 +29,18 @@ import results_md
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import MasklessEngine, load_student, regressor_for, save_student, unmasked_scorer
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import fetch_model
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 
 HERE = Path(__file__).resolve().parent
 
 
 def sentences(mlm, count: int) -> list[Sentence]:
     chains = [spaced(chain) for _, chain in sorted(v_genes("human").items())[:count]]
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(chains)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(chains)
     return [Sentence(np.asarray(p.input_ids), np.asarray(p.targets), np.asarray(p.piece_words)) for p in prepared]
 
 

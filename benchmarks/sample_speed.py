@@ -27,10 +27,9 @@ import machine
 import results_md
 import synthetic
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
-from distributed_scoring.engine.sampler import (
-    Chain, EnergyEngine, Sampler, SamplerSettings, sequence_positions, shaped_log_proposal,
-)
+from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, sequence_positions, shaped_log_proposal
+from distributed_scoring.engine.sampler_settings import SamplerSettings
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.workloads.infill import allowed_tokens

@@ -414,7 +414,7 @@ def tiny_student(model: str) -> str:
     if not (folder / "maskless.json").exists():
         from distributed_scoring.config import ModelSpec
         from distributed_scoring.engine.maskless import regressor_for, save_student
-        from distributed_scoring.engine.models import load_masked_lm
+        from distributed_scoring.engine.masked_lm import load_masked_lm
 
         mlm = load_masked_lm(ModelSpec(model, device="cpu"))
         scratch = folder.with_name(folder.name + ".tmp")

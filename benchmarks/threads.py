@@ -81,7 +81,7 @@ def time_forward(model_dir: str, threads: int, interop: int | None, seconds: flo
     import torch
 
     from distributed_scoring.config import ModelSpec
-    from distributed_scoring.engine.models import load_masked_lm
+    from distributed_scoring.engine.masked_lm import load_masked_lm
 
     if interop is not None:
         torch.set_num_interop_threads(interop)  # before any parallel work, or torch refuses

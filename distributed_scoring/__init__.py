@@ -23,7 +23,7 @@ def __getattr__(name: str) -> Any:
 
 
 def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
-    """PLL of every row of a corpus, in this process or on Ray; see `runner.score`."""
+    """PLL of every row of a corpus, in this process or on Ray; see `workflows.score.score`."""
     from .workflows.score import score as _score
 
     return _score(config, ray, overwrite=overwrite)

@@ -13,13 +13,13 @@ import pytest
 
 import tiny
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 
 TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
 
 
 def sentences_of(mlm, texts: list[str]) -> list[Sentence]:
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
     assert all(p.error is None for p in prepared), [p.error for p in prepared]
     return [Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)) for p in prepared]
 

@@ -15,11 +15,14 @@ from pathlib import Path
 import pytest
 
 import distributed_scoring
+from distributed_scoring.workloads import registered
 
 # Engine modules that are torch code themselves, imported only where a model runs (actors, in-process
-# scoring); the engine's torch-free modules (packing, masking, ...) are checked like every other module.
-ENGINES = {f"engine.{name}" for name in ("causal", "chain", "conditionals", "infill", "joints", "maskless", "models",
-                                          "pll", "sampler", "training")}
+# scoring): those the workloads declare, and the torch code no workload owns (the model loader every
+# engine uses; training, which `dscore train` runs without a workload). The engine's torch-free modules
+# (packing, masking, ...) are checked like every other module.
+SHARED_ENGINES = {"engine.masked_lm", "engine.training"}
+ENGINES = {engine for declared in registered().values() for engine in declared.engines} | SHARED_ENGINES
 ALL_MODULES = sorted(m.name.removeprefix("distributed_scoring.")
                      for m in pkgutil.walk_packages(distributed_scoring.__path__, "distributed_scoring."))
 DRIVER_MODULES = [m for m in ALL_MODULES if m not in ENGINES]

@@ -6,7 +6,7 @@
     >>> len(plls), all(p < 0 for p in plls)  # natural log, summed over each text's tokens
     (2, True)
 
-It runs the stages `dscore score` runs (`workloads.prepare.Preparer` tokenises, `workloads.pll.Scorer`
+It runs the stages `dscore score` runs (`workloads.prepare.PLLPreparer` tokenises, `workloads.pll.PLLScorer`
 scores through `engine.pll.PLLEngine`, packed under the token budget), in this process, `CHUNK_ROWS`
 texts at a time, so its numbers are the CLI's. Infilling, sampling and pairwise joints run their
 workloads' stages the same way, on the same loaded model; chain-rule scoring runs `engine.chain` on
@@ -41,8 +41,8 @@ from ..pipeline.stage import Row
 from ..workloads.infill import InfillOptions, InfillPreparer, InfillScorer, example_seed
 from ..workloads.infill import output_schema as infill_schema
 from ..workloads.joints import A, B, CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, JointsScorer, is_pair, with_pair
-from ..workloads.pll import Scorer
-from ..workloads.prepare import Preparer, split_characters, whitespace_words
+from ..workloads.pll import PLLScorer
+from ..workloads.prepare import PLLPreparer, split_characters, whitespace_words
 from ..workloads.sample import OUTPUT_SCHEMA, SampleOptions, SamplePreparer, SampleScorer
 
 if TYPE_CHECKING:
@@ -159,15 +159,15 @@ class MLMScorer:
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto", variant: str = "original",
                  batch_tokens: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
                  split_chars: bool = False, progress: bool = False) -> None:
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.spec = ModelSpec(model, revision, device, dtype, trust_remote_code)
         # Every optional column is computed (a small cost beside the forward passes); calls pick theirs.
         self.options = ScoringOptions(variant, batch_tokens, per_token=True, word_scores=True, split_chars=split_chars)
         self.mlm = load_masked_lm(self.spec)
         self.progress = progress
-        self.preparer = Preparer(self.mlm.tokenizer, self.mlm.max_length, split_chars)
-        self.scorer = Scorer(self.spec, self.options, self.mlm)
+        self.preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars)
+        self.scorer = PLLScorer(self.spec, self.options, self.mlm)
 
     @property
     def signature(self) -> dict:

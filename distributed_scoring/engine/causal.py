@@ -35,7 +35,7 @@ import torch
 from ..engine import packing
 from ..config import ModelSpec
 from .model_files import ModelLoadError, check_local_folder, max_input_length, remote_code_refusal
-from .models import (
+from .masked_lm import (
     CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
     autocast_region,

@@ -22,7 +22,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .masking import Sentence
-from .models import MaskedLM
+from .masked_lm import MaskedLM
 from .pll import PLLEngine
 
 ORDERS = ("l2r", "r2l", "random")

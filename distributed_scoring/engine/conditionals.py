@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from ..errors import UserError
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
 
 

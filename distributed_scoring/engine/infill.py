@@ -40,7 +40,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p", "filtered")

@@ -1,5 +1,6 @@
 """What the pairwise-joints workload is asked for and what it sums, in plain Python (no torch), so the
-driver (`joints_run`, the CLI) reads options and reports without importing the engine in `joints.py`.
+driver (`workflows.joints`, the workload's options, the Python API, the CLI) reads options and reports
+without importing the engine in `joints.py`.
 
 `JointOptions` choose HCB's pivot and AG's iterations; `PairMetrics` are one example's figures for one
 construction; `JointStats` sums them over examples (`a + b` merges shards) and computes the corpus

@@ -40,7 +40,7 @@ from .model_files import (
     STUDENT_FILE, STUDENT_FORMAT, STUDENT_HEAD_FILE, TARGET_SENTENCE, check_student_tokenizer, read_student_info,
     tokenizer_digest,
 )
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
 from .packing import TokenBudget, pack, run_fitting
 
 

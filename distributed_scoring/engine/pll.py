@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .masking import MaskedBatch, Sentence, build, shape_of
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
 from .packing import Piece, TokenBudget, pack, run_fitting
 
 

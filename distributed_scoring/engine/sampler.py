@@ -64,58 +64,11 @@ import numpy as np
 import torch
 
 from .masking import Sentence, build, shape_of
-from .models import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
-
-ENERGIES = ("raw", "norm")
-SAMPLERS = ("mh", "block-mh", "gibbs")
-ORDERS = ("sweep", "random")
-STARTS = ("given", "random", "warm")
+from .sampler_settings import ENERGIES, SamplerSettings
 
 R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class SamplerSettings:
-    """How to sample. `epochs` are recorded after `burn_in` unrecorded ones (see the module docstring)."""
-
-    sampler: str = "mh"
-    energy: str = "norm"
-    epochs: int = 10
-    burn_in: int = 0
-    block: int = 1  # positions per proposal: 1 for `mh`; block-mh (and block Gibbs) take more
-    block_decay: int = 0  # block size shrinks by this per epoch, down to 1 (the paper's block annealing)
-    proposal_temperature: float = 1.0
-    top_p: float = 1.0  # nucleus of the proposal; 1 keeps every allowed token
-    target_temperature: float = 1.0
-    anneal: float = 0.0  # subtracted from the target temperature per epoch
-    min_target_temperature: float = 0.01
-    order: str = "sweep"
-    start: str = "given"
-    record_every: int = 1  # record every this many epochs after burn-in (and always the last epoch)
-    forced_accept: int = 0  # epochs (from the start) whose proposals are all accepted, as `gibbs` does
-
-    def __post_init__(self) -> None:
-        if (self.sampler not in SAMPLERS or self.energy not in ENERGIES or self.order not in ORDERS
-                or self.start not in STARTS):
-            raise ValueError(f"sampler/energy/order/start: expected one of {SAMPLERS}/{ENERGIES}/{ORDERS}/{STARTS}")
-        if (self.epochs < 1 or self.burn_in < 0 or self.record_every < 1 or self.block < 1 or self.block_decay < 0
-                or self.forced_accept < 0):
-            raise ValueError("epochs, block and record_every must be >= 1; burn_in, block_decay, forced_accept >= 0")
-        if self.sampler == "mh" and (self.block != 1 or self.block_decay):
-            raise ValueError("mh proposes one position at a time: use block-mh for blocks")
-        if self.proposal_temperature <= 0 or not 0 < self.top_p <= 1:
-            raise ValueError("proposal_temperature must be > 0 and top_p in (0, 1]")
-        if self.target_temperature <= 0 or self.anneal < 0 or self.min_target_temperature <= 0:
-            raise ValueError("target_temperature and min_target_temperature must be > 0, anneal >= 0")
-
-    def target_temperature_at(self, epoch: int) -> float:
-        """T of epoch `epoch` (1-based, burn-in included): linear annealing, floored."""
-        return max(self.min_target_temperature, self.target_temperature - self.anneal * (epoch - 1))
-
-    def block_at(self, epoch: int) -> int:
-        """Block size of epoch `epoch` (1-based, burn-in included)."""
-        return max(1, self.block - self.block_decay * (epoch - 1))
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .maskless import SentenceRegressor, padded
-from .models import MaskedLM, to_device
+from .masked_lm import MaskedLM, to_device
 
 STATE_FILE = "training_state.pt"
 WARMUP = 0.1  # share of the steps over which the learning rate rises linearly from 0; it then falls to 0

@@ -7,7 +7,8 @@ command writes there, derived reports included. The `Claim` it yields admits the
 (`Claim.admit`): a folder of the same run resumes, one of another run is refused unless `--overwrite`, and
 a folder that is not empty but holds no run (the user's own files) is refused whatever the flags. Then
 `Claim.begin` writes `_run.json`. A command with sub-runs (rescore's `mlm/`, joints' `scores/`, train's
-evaluations) holds its folder while each sub-run claims its own inside it.
+evaluations) holds its folder while each sub-run claims its own inside it. A training folder, which holds
+no shards but Ray Train's checkpoints, is claimed through `claim_training`.
 
 `--overwrite` deletes exactly what the previous run wrote (`clear_run`): its shards (named by their markers
 and by the plan `_run.json` records), its temporary files, the files and sub-runs it recorded in
@@ -19,6 +20,7 @@ names that earlier versions wrote beside such a run (`earlier_outputs`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import posixpath
 from typing import Iterable, Iterator
@@ -30,6 +32,9 @@ from .lock import FolderLock
 from .output import DONE_DIR, LOCK_FILE, OUTPUTS, ROWS_DIR, RUN_FILE, SHARDS, OutputDir, OutputError
 from .storage import join, scheme
 
+logger = logging.getLogger(__name__)
+
+TRAINING = "train-"  # the prefix of a training run's workload name in `_run.json`
 # What the commands wrote beside their runs before `_run.json` recorded it, deleted by --overwrite of such a
 # folder: a fixed list (newer runs record theirs). A folder name means the folder; a sub-run's, what its run wrote.
 EARLIER_OUTPUTS = ("summary.json", "report.md", "audit.json", "report.html", "row_stats.parquet", "outliers.parquet",
@@ -42,7 +47,7 @@ EARLIER_TRAIN_OUTPUTS = ("data", "checkpoints", "evaluation", "metrics.jsonl", "
 def earlier_outputs(previous: dict) -> tuple[str, ...]:
     """What the run of an earlier dscore's `_run.json` wrote beside its shards, by its workload."""
     workload = str(previous.get("workload", ""))
-    if workload.startswith("train-"):
+    if workload.startswith(TRAINING):
         return EARLIER_TRAIN_OUTPUTS
     return EARLIER_GENERATE_OUTPUTS if workload == "generate" else EARLIER_OUTPUTS
 
@@ -102,6 +107,32 @@ def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -
         if created:
             _delete_if_empty(out, out.root)
         raise
+
+
+@contextlib.contextmanager
+def claim_training(output: str, run: dict, overwrite: bool = False, inputs: Iterable[str] = (),
+                   models: Iterable[str] = (), outputs: Iterable[str] = ()) -> Iterator[Claim]:
+    """Hold a training folder while the body runs (`claim`), `run` (its `_run.json`, its workload named
+    `TRAINING` + the command) begun in it with what it writes (`outputs`). A folder of the same run is
+    continued; one of another training run is refused unless `overwrite`, which deletes what that run wrote
+    first (its checkpoints would otherwise be resumed); a folder of a run of another command, or with
+    anything else in it, is never emptied."""
+    if scheme(output) not in (None, "file"):
+        raise OutputError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
+                          "writes to a local or shared-filesystem path, not an object store")
+    with claim(output, inputs, models) as folder:
+        try:
+            previous = folder.out.read_json(RUN_FILE)
+        except ValueError as exc:  # --overwrite could not tell which files were the run's: its checkpoints
+            raise OutputError(f"{folder.out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
+        if previous is not None and not str(previous.get("workload", "")).startswith(TRAINING):
+            raise OutputError(f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use "
+                              "another --output")
+        previous = folder.admit(run, overwrite)
+        if previous is not None:
+            logger.info("continuing the training run in %s", folder.out.uri)
+        folder.begin(run, previous, outputs)
+        yield folder
 
 
 class Claim:

@@ -45,11 +45,13 @@ SUMMARY_FILE = "summary.json"
 LOCK_FILE = "_lock.json"
 # What `_run.json` records beside the fingerprint, for `dscore verify` and --overwrite (never compared
 # between runs, so folders written before a key existed still resume): the planned shards (key -> input
-# rows), the rows each input row gives, and what the run wrote beside its shards (`claim.Claim.record`).
+# rows), the rows each input row gives, the columns that key its rows (`id` and those its workload
+# declares) and what the run wrote beside its shards (`claim.Claim.record`).
 SHARDS = "shards"
 ROWS_PER_INPUT = "rows_per_input"
+ROW_KEY = "row_key"
 OUTPUTS = "outputs"
-BOOKKEEPING = (INPUT_FILES, SHARDS, ROWS_PER_INPUT, OUTPUTS)
+BOOKKEEPING = (INPUT_FILES, SHARDS, ROWS_PER_INPUT, ROW_KEY, OUTPUTS)
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
 
 

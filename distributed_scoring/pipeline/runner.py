@@ -1,7 +1,7 @@
 """A run's lifecycle: plan -> claim the output folder -> execute the unfinished shards -> aggregate.
 
 Execution is either in this process (`execute_local`: read -> prepare -> score -> write per shard) or
-on Ray (`pipeline.execute_ray`), over the same `Workload` stages.
+on Ray (`on_ray.execute_ray`), over the same `Workload` stages.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from ..cpus import set_torch_threads, usable_cpus
 from ..errors import DataLossError
 from ..io.ids import check_unique_ids
 from ..io.claim import Claim, check_paths, claim
-from ..io.output import ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
+from ..io import schema as S
+from ..io.output import ROW_KEY, ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
 from .progress import Pace, Progress
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
@@ -44,7 +45,8 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
     with _holding(config, inputs, folder) as folder:
         identities = file_identities(plan)
         run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities,
-               SHARDS: {s.key: s.rows for s in plan}, ROWS_PER_INPUT: workload.rows_per_input}
+               SHARDS: {s.key: s.rows for s in plan}, ROWS_PER_INPUT: workload.rows_per_input,
+               ROW_KEY: row_key(workload, config.inputs)}
         previous = folder.admit(run, overwrite)
         out = folder.out
         if previous is None:  # _run.json first: a folder with rows/ but no _run.json would be no run's
@@ -64,6 +66,12 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
                 f"the run stopped on an error while writing {out.uri} ({_os_reason(exc)}); the shards finished "
                 "before it are kept: free space (or fix the storage), then rerun the same command to finish"
             ) from exc
+
+
+def row_key(workload: Workload, inputs: InputSpec) -> list[str]:
+    """The columns that key the run's rows (`dscore verify` reads them from `_run.json`): `id`, those the
+    workload declares, and `line` when ids may repeat (`--allow-duplicate-ids`)."""
+    return [S.ID, *workload.row_key, *([S.LINE] if inputs.allow_duplicate_ids else [])]
 
 
 def _os_reason(exc: OSError) -> str:

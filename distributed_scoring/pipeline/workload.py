@@ -7,6 +7,10 @@ through), and reuses reading, sharding, writing, resume and fault tolerance unch
 fingerprint comes from the name and options (`output.fingerprint`).
 Factories must be picklable (module-level functions and `functools.partial` of them), since Ray ships
 them to its workers.
+
+What the code around a workload would otherwise hard-code about it, it declares once in its module
+(`Declaration`, found by `workloads.registered`): its row key (recorded in `_run.json`, read by `dscore
+verify`), its torch engine modules (which the driver may never import) and its documentation page.
 """
 
 from __future__ import annotations
@@ -29,10 +33,24 @@ class ShardScorer(Protocol):
 
 
 @dataclass(frozen=True)
+class Declaration:
+    """What a workload says about itself, once, in its module (`DECLARED`): its `name` (the run's, or its
+    prefix), the `engines` that are its torch code (modules under the package, `engine.x`), its `docs` page
+    (relative to the repository) and its `row_key`: the columns that, with `id`, tell its rows apart when it
+    writes several rows per input row (none when it writes one)."""
+
+    name: str
+    engines: tuple[str, ...]
+    docs: str
+    row_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Workload:
     """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
     fingerprint; `device` sizes the Ray actors (see resources.plan_resources); `rows_per_input` is how
-    many output rows each input row becomes (the no-loss check counts them)."""
+    many output rows each input row becomes (the no-loss check counts them); `row_key` the columns that,
+    with `id`, key its rows (its `Declaration`'s; `_run.json` records them)."""
 
     name: str
     options: Any
@@ -40,3 +58,4 @@ class Workload:
     make_scorer: Callable[[], ShardScorer]
     device: str
     rows_per_input: int = 1
+    row_key: tuple[str, ...] = ()

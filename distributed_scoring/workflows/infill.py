@@ -62,7 +62,7 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
                             sum(s.rows for s in todo), seconds)
         summary["model"] = config.model.name
         out.write_json(SUMMARY_FILE, summary)
-        out.write_text(REPORT_MD, render_markdown(summary))
+        out.write_text(REPORT_MD, render_infill_report(summary))
     return summary
 
 
@@ -114,7 +114,7 @@ def token_bleu(hypotheses: list[str], answers: list[str]) -> dict:
     return {"score": score.score, "max_ngram_order": order}
 
 
-def render_markdown(summary: dict) -> str:
+def render_infill_report(summary: dict) -> str:
     """One table of the run's figures, for people."""
     lines = [f"# Infilling: {summary['model']}", "",
              f"decoder `{summary['decoder']}`, order `{summary['order']}`, beam {summary['beam']}; "

@@ -31,7 +31,7 @@ from ..io.inputs import InputError
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from ..io.claim import claim
 from ..io.output import SUMMARY_FILE, OutputDir
-from ..workloads.prepare import Preparer
+from ..workloads.prepare import PLLPreparer
 from ..pipeline import runner
 from ..io.sources import plan_shards, read_unit, read_units
 from ..io.storage import open_binary
@@ -103,7 +103,7 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
         summary = _summary(config.output, scheme, model, options, top_k)
         folder.write_json(REPORT_JSON, summary["report"])
         folder.write_json(SUMMARY_FILE, summary)
-        folder.write_text(REPORT_MD, render_markdown(summary))
+        folder.write_text(REPORT_MD, render_joints_report(summary))
     return summary
 
 
@@ -153,7 +153,7 @@ def _sampled_examples(inputs: JointsInputs, model: ModelSpec) -> list[dict]:
     uniformly at random (reservoir sampling), in id order."""
     from ..engine.model_files import load_tokenizer
 
-    preparer = Preparer(*load_tokenizer(model))
+    preparer = PLLPreparer(*load_tokenizer(model))
     spec = InputSpec(inputs.paths, inputs.text_column, shard_rows=10_000)
     rng = random.Random(inputs.seed)
     sample: list[dict] = []
@@ -172,7 +172,7 @@ def _sampled_examples(inputs: JointsInputs, model: ModelSpec) -> list[dict]:
     return [{**row, A: None, B: None, S.ERROR: None} for row in sorted(sample, key=lambda r: r[S.ID])]
 
 
-def _pairable(rows: pa.Table, preparer: Preparer) -> list[dict]:
+def _pairable(rows: pa.Table, preparer: PLLPreparer) -> list[dict]:
     """The id and text of read rows that tokenise into at least the two tokens a pair needs."""
     ok = rows.filter(pc.equal(rows[S.STATUS], S.STATUS_OK)).select([S.ID, S.TEXT]).to_pylist()
     prepared = preparer.prepare_texts([row[S.TEXT] for row in ok])
@@ -207,7 +207,7 @@ def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptio
     }
 
 
-def render_markdown(summary: dict) -> str:
+def render_joints_report(summary: dict) -> str:
     """The paper's Table 1 layout: constructions as rows, scheme x metric as columns."""
     report = summary["report"]
     schemes = [s for s in ("random", "contiguous", "given") if s in report]

@@ -25,9 +25,10 @@ from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
 from .infill import token_bleu
-from ..workloads.sample import (  # ENERGIES, SAMPLERS, STARTS, ORDERS and SampleOptions: what the CLI builds
-    ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGIES, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, ORDERS, PROPOSALS, SAMPLED,
-    SAMPLERS, STARTS, SampleOptions, memory_estimate, sample_workload,
+from ..engine.sampler_settings import ENERGIES, ORDERS, SAMPLERS  # with STARTS and SampleOptions: what the CLI builds
+from ..workloads.sample import (
+    ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, PROPOSALS, SAMPLED, STARTS, SampleOptions,
+    memory_estimate, sample_workload,
 )
 
 __all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]

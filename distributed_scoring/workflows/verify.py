@@ -4,7 +4,8 @@ Resume trusts markers cheaply (row counts from Parquet metadata); this reads eve
 a scoring run (score, audit, infill, sample, generate, and the runs inside rescore, joints and train
 folders) is complete when every shard of its plan (`_run.json` records their keys and rows) is marked
 done, each marker agrees with its file (rows and the file's digest) and with the plan, the rows read as
-one dataset with the required columns and each id once, and `summary.json` (for the runs that write one)
+one dataset with the required columns and each row's key (`id` and the columns its workload declares, as
+`_run.json` records them) once, and `summary.json` (for the runs that write one)
 is there and counts those rows; an audit's `audit.json` and `row_stats.parquet` count them too. A
 missing shard or summary makes it incomplete (rerunning the same command finishes it); anything that
 disagrees with the bookkeeping, or is left over (temporary files, a Parquet file without a marker, a
@@ -29,21 +30,23 @@ import pyarrow.parquet as pq
 from ..config import InputSpec
 from ..errors import UserError
 from ..io import schema as S
+from ..io.claim import TRAINING
 from ..io.output import (
-    DONE_DIR, FILE_DIGEST, LOCK_FILE, OUTPUTS, ROWS_DIR, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE, OutputDir,
-    part_name, plan_digest,
+    DONE_DIR, FILE_DIGEST, LOCK_FILE, OUTPUTS, ROW_KEY, ROWS_DIR, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE,
+    OutputDir, part_name, plan_digest,
 )
 from ..io.sources import plan_shards
 from ..io.storage import join
 from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
 from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT, JOINTS
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT, RESCORE
-from .train.run import CHECKPOINTS, REPORT_FILE, WORKLOAD_PREFIX
+from .train.run import CHECKPOINTS, REPORT_FILE
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
-# Workloads writing several rows per id (joints, generate, sample) tell them apart by these; `line` keys rows
-# whose ids repeat (--allow-duplicate-ids).
-ROW_KEY_EXTRAS = ("construction", "sequence", "chain", "epoch", S.LINE)
+# How the rows of a folder whose `_run.json` records no row key (an earlier dscore) are told apart beside
+# their id: whichever of these columns they hold (joints', generate's and sample's, and `line` of
+# --allow-duplicate-ids). Newer runs record their workload's own key.
+EARLIER_ROW_KEY = ("construction", "sequence", "chain", "epoch", S.LINE)
 # Runs that write no summary.json of their own (their command summarises in the folder above).
 WITHOUT_SUMMARY = ("causal", "joints-")
 
@@ -98,7 +101,7 @@ def verify_folder(uri: str) -> Verification:
         return Verification(uri, parts=parts, problems=tuple(_lock(out)), what=f"{len(parts)} run(s)", unchecked=(
             f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",))
     workload = str(run.get("workload", ""))
-    if workload.startswith(WORKLOAD_PREFIX):
+    if workload.startswith(TRAINING):
         return _verify_training(out, run)
     if workload in (RESCORE, JOINTS):
         return _verify_parent(out, run)
@@ -140,7 +143,7 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
     if plan is not None:
         _check_plan(out, run, plan, keys, problems, missing)
         keys &= set(plan)
-    rows = _check_rows(out, keys, problems)
+    rows = _check_rows(out, keys, run.get(ROW_KEY), problems)
     _check_summary(out, run, plan, rows, problems, missing)
     if AUDIT_FILE in run.get(OUTPUTS, ()) or out.exists(out.path(AUDIT_FILE)):
         _check_audit(out, rows, problems, missing)
@@ -222,24 +225,34 @@ def _strays(out: OutputDir, keys: set[str]) -> list[str]:
     return problems
 
 
-def _check_rows(out: OutputDir, keys: set[str], problems: list[str]) -> int:
-    """Read the marked shard files as one dataset: required columns, unique ids; returns the rows counted."""
+def _check_rows(out: OutputDir, keys: set[str], row_key: list[str] | None, problems: list[str]) -> int:
+    """Read the marked shard files as one dataset: required columns, each row's key (`row_key`, else that of
+    an earlier dscore's folder) once; returns the rows counted."""
     paths = [out.part_path(k) for k in sorted(keys)]
     if not paths:
         return 0
     try:
         dataset = pq.ParquetDataset(paths, filesystem=out.fs)
         names = dataset.schema.names
-        missing = [c for c in REQUIRED_COLUMNS if c not in names]
+        row_key = _key_columns(row_key, names)
+        missing = [c for c in dict.fromkeys([*REQUIRED_COLUMNS, *row_key]) if c not in names]
         if missing:
             problems.append(f"{ROWS_DIR}/ lacks the column(s) {', '.join(missing)}")
             return 0
-        table = dataset.read(columns=[S.ID, *(c for c in ROW_KEY_EXTRAS if c in names)])
+        table = dataset.read(columns=row_key)
     except (OSError, pa.ArrowInvalid) as exc:
         problems.append(f"{ROWS_DIR}/ cannot be read as one dataset ({exc})")
         return 0
     problems += _duplicates(table)
     return table.num_rows
+
+
+def _key_columns(row_key: list[str] | None, names: list[str]) -> list[str]:
+    """The columns that key the rows: those `_run.json` records (`id` first), or, in an earlier dscore's
+    folder, `id` and whichever of `EARLIER_ROW_KEY` the rows hold."""
+    if row_key is None:
+        return [S.ID, *(c for c in EARLIER_ROW_KEY if c in names)]
+    return [S.ID, *(c for c in row_key if c != S.ID)]
 
 
 def _duplicates(table: pa.Table) -> list[str]:

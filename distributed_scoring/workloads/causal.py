@@ -17,7 +17,7 @@ from ..config import ModelSpec
 from ..io.schema import LOGP
 from ..pipeline.progress import Report, ignore
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:  # the engine (torch) is imported on the scoring actor, never on the driver
     from ..engine.causal import CausalEngine
@@ -31,6 +31,8 @@ CAUSAL_SCHEMA = pa.schema(
         pa.field(S.ERROR, pa.string()),
     ]
 )
+
+DECLARED = Declaration("causal", engines=("engine.causal",), docs="docs/rescore.md")  # rescore's --causal-model
 
 
 @dataclass(frozen=True)
@@ -110,4 +112,5 @@ def causal_workload(model: ModelSpec, batch_tokens: int | None = None) -> Worklo
 
     Its tokenisation depends on the loaded LM's boundary tokens, so it runs in the score stage.
     """
-    return Workload("causal", CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens), model.device)
+    return Workload(DECLARED.name, CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens),
+                    model.device)

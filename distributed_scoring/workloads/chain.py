@@ -1,6 +1,6 @@
 """The chain-rule workload (`dscore score --method chain`): log p(x) along an order (Liao et al., 2020).
 
-Its prepare stage is the PLL's (`prepare.Preparer`: the scored positions are the non-special tokens);
+Its prepare stage is the PLL's (`prepare.PLLPreparer`: the scored positions are the non-special tokens);
 its score stage draws each row's orders (`l2r`, `r2l`, or `orders` random permutations seeded by the
 run's seed and the row's id, so results do not depend on sharding) and scores every (row, order) pair
 of the shard with `engine.chain`. With several orders the row's `log_likelihood` is the log of the mean
@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import example_seed
 from .pll import isolated, pll_preparer
 
@@ -33,6 +33,7 @@ ORDERS = ("l2r", "r2l", "random")  # engine.chain.ORDERS, named here for the dri
 METHOD, ORDER, LOG_LIKELIHOOD = "method", "order", "log_likelihood"
 LOG_LIKELIHOODS, LOG_LIKELIHOOD_STD = "log_likelihoods", "log_likelihood_std"
 CHAIN = "chain"  # the rows' method and variant
+DECLARED = Declaration(CHAIN, engines=("engine.chain",), docs="docs/score.md")
 
 CHAIN_FIELDS = [
     pa.field(METHOD, pa.string(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
@@ -80,7 +81,7 @@ class ChainScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> None:
         from ..engine.chain import ChainEngine
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = load_masked_lm(model)
         self.model_name, self.options = model.name, options
@@ -138,5 +139,5 @@ def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> Memo
 
 def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:
     """Chain-rule log-likelihoods along an order (`dscore score --method chain`)."""
-    return Workload("chain", options, partial(pll_preparer, model, options.split_chars),
+    return Workload(DECLARED.name, options, partial(pll_preparer, model, options.split_chars),
                     partial(ChainScorer, model, options, batch_tokens), model.device)

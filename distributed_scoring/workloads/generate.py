@@ -29,8 +29,9 @@ from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import MASKS, allowed_tokens, example_seed, written_into
+from .masked import SPANS, MaskedPreparer
 from .pll import isolated
 
 if TYPE_CHECKING:
@@ -39,11 +40,14 @@ if TYPE_CHECKING:
 ORDERS = ("random", "l2r", "r2l", "given")
 SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
     "sequence", "prompt", "tokens", "fill_order", "order", "log_likelihood")
+# The infilling engine generates; the chain engine draws the orders.
+DECLARED = Declaration("generate", engines=("engine.infill", "engine.chain"), docs="docs/generate.md",
+                       row_key=(SEQUENCE,))
 
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
     pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
-    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
+    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
     pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
 ])
 
@@ -103,50 +107,22 @@ def given_order(value: str | None, masks: int, column: str) -> list[int] | str:
     return order
 
 
-class GeneratePreparer(Stage):
-    """Tokenises, finds the masks (and a `given` order), and makes error rows of what cannot be generated."""
+class GeneratePreparer(MaskedPreparer):
+    """Finds the masks (and a `given` order), and makes error rows of what cannot be generated."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the prompt: a text with mask tokens where tokens are generated",
-             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    reads = {**MaskedPreparer.reads, S.TEXT: "the prompt: a text with mask tokens where tokens are generated"}
     writes = PREPARED_SCHEMA
+    positions = MASKS
 
-    def __init__(self, model: ModelSpec, options: GenerateOptions) -> None:
-        from ..engine.model_files import load_tokenizer
-
-        self.tokenizer, self.max_length = load_tokenizer(model)
-        self.options = options
-
-    def process(self, rows: list[Row]) -> list[Row]:
-        return [self._row(row) for row in rows]
-
-    def _row(self, row: Row) -> Row:
-        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None,
-               S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
-        if row[S.STATUS] != S.STATUS_OK:
-            return out
-        error = self._prepare(out, row)
-        if error:
-            out.update({S.INPUT_IDS: None, MASKS: None, "spans": None, FILL_ORDER: None, S.STATUS: S.STATUS_ERROR,
-                        S.ERROR: error})
-        return out
-
-    def _prepare(self, out: Row, row: Row) -> str | None:
-        t, text = self.tokenizer, row[S.TEXT]
-        encoding = t(text, return_offsets_mapping=True, truncation=False)
-        ids = encoding["input_ids"]
-        if len(ids) > self.max_length:
-            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
-        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
+    def locate(self, row: Row, ids: list[int], offsets: Sequence[tuple[int, int]]) -> Row | str:
+        masks = self.masks(ids)
         if not masks:
-            return (f"no mask token {t.mask_token!r} in the text: write one {t.mask_token} for each token to "
-                    "generate (or use --length)")
-        if self.options.order == "given":
-            order = given_order(row.get(self.options.order_column), len(masks), self.options.order_column)
-            if isinstance(order, str):
-                return order
-            out[FILL_ORDER] = order
-        out.update({S.INPUT_IDS: ids, MASKS: masks, "spans": [list(encoding["offset_mapping"][i]) for i in masks]})
-        return None
+            mask = self.tokenizer.mask_token
+            return f"no mask token {mask!r} in the text: write one {mask} for each token to generate (or use --length)"
+        if self.options.order != "given":
+            return {MASKS: masks}
+        order = given_order(row.get(self.options.order_column), len(masks), self.options.order_column)
+        return order if isinstance(order, str) else {MASKS: masks, FILL_ORDER: order}
 
 
 class GenerateScorer(Stage):
@@ -157,7 +133,7 @@ class GenerateScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> None:
         from ..engine.infill import InfillEngine, InfillSettings
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = load_masked_lm(model)
         self.options, self.model_name = options, model.name
@@ -212,7 +188,7 @@ class GenerateScorer(Stage):
     def _text(self, row: Row, fill: Fill, tokens: list[str]) -> str:
         """The prompt with each mask replaced by its token as it reads; with --length, the decoded tokens."""
         if self.options.length is None:
-            return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+            return written_into(self.mlm.tokenizer, row[S.TEXT], row[SPANS], tokens)
         ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
         ids[row[MASKS]] = fill.tokens
         return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
@@ -228,6 +204,6 @@ def memory_estimate(options: GenerateOptions, shard_rows: int, tokens: int, n_al
 
 def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:
     """Generation in any order (`dscore generate`): `per_prompt` rows per prompt row."""
-    return Workload("generate", options, partial(GeneratePreparer, model, options),
+    return Workload(DECLARED.name, options, partial(GeneratePreparer, model, options),
                     partial(GenerateScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.per_prompt)
+                    rows_per_input=options.per_prompt, row_key=DECLARED.row_key)

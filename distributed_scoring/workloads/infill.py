@@ -27,14 +27,16 @@ from ..io import schema as S
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
+from .masked import SPANS, MaskedPreparer, unanswerable
 
 if TYPE_CHECKING:
     from ..engine.infill import Fill
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
 ORDERS = ("l2r", "best-to-worst")
+DECLARED = Declaration("infill", engines=("engine.infill",), docs="docs/infill.md")  # --rescore-pll: pll's engine too
 
 ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", "n_masks"
 BEAMS, BEST, RANK, CORRECT_TOKENS, PLL = "beams", "best", "rank", "correct_tokens", "pll"
@@ -48,7 +50,7 @@ BEAM = pa.struct([pa.field("tokens", pa.list_(pa.string())), pa.field("text", pa
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
     pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
-    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
+    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
     pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
 ])
 
@@ -145,54 +147,30 @@ def written_into(tokenizer: Any, text: str, spans: Sequence[Sequence[int]], toke
     return "".join(out) + text[at:]
 
 
-class InfillPreparer(Stage):
-    """Tokenises, finds the masks, and makes error rows of what cannot be filled."""
+class InfillPreparer(MaskedPreparer):
+    """Finds the masks, and makes error rows of what cannot be filled."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the text with mask tokens", S.STATUS: "ok, or error if unreadable",
-             S.ERROR: "why the row could not be read"}
     writes = PREPARED_SCHEMA
+    positions = MASKS
 
-    def __init__(self, model: ModelSpec, options: InfillOptions) -> None:
-        from ..engine.model_files import load_tokenizer
+    def carried(self, row: Row) -> Row:
+        return {ANSWER: row.get(self.options.answer_column)}
 
-        self.tokenizer, self.max_length = load_tokenizer(model)
-        self.options = options
-
-    def process(self, rows: list[Row]) -> list[Row]:
-        return [self._row(row) for row in rows]
-
-    def _row(self, row: Row) -> Row:
-        out = {**S.key(row), S.TEXT: row[S.TEXT], S.INPUT_IDS: None, MASKS: None, "spans": None,
-               ANSWER: row.get(self.options.answer_column), S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
-        if row[S.STATUS] != S.STATUS_OK:
-            return out
-        error = self._fill(out, row[S.TEXT])
-        if error:
-            out.update({S.INPUT_IDS: None, MASKS: None, "spans": None, S.STATUS: S.STATUS_ERROR, S.ERROR: error})
-        return out
-
-    def _fill(self, out: Row, text: str) -> str | None:
-        """Sets the token ids, mask positions and their character spans; the error of a row that cannot be filled."""
+    def refuse(self, text: str) -> str | None:
         mask = self.tokenizer.mask_token
         if mask not in text:
             return f"no mask token {mask!r} in the text: write one {mask} for each token to fill"
-        encoding = self.tokenizer(text, return_offsets_mapping=True, truncation=False)
-        ids = encoding["input_ids"]
-        masks = [i for i, t in enumerate(ids) if t == self.tokenizer.mask_token_id]
-        if len(ids) > self.max_length:
-            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
+        return None
+
+    def locate(self, row: Row, ids: list[int], offsets: Sequence[tuple[int, int]]) -> Row | str:
+        masks, text = self.masks(ids), row[S.TEXT]
         if len(masks) > self.options.max_masks:
             return f"{len(masks)} mask tokens, more than --max-masks {self.options.max_masks}"
-        spans = [encoding["offset_mapping"][i] for i in masks]
-        for start, end in spans:
+        for start, end in (offsets[i] for i in masks):
             if (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum()):
                 return (f"mask token inside a word ({text[max(0, start - 10):end + 10]!r}): a mask stands for a "
                         "whole token; put spaces around it")
-        answer = out[ANSWER]
-        if answer is not None and len(answer.split()) != len(masks):
-            return f"the answer has {len(answer.split())} tokens for {len(masks)} mask tokens"
-        out.update({S.INPUT_IDS: ids, MASKS: masks, "spans": [list(s) for s in spans]})
-        return None
+        return unanswerable(row.get(self.options.answer_column), len(masks), "mask tokens") or {MASKS: masks}
 
 
 class InfillScorer(Stage):
@@ -203,7 +181,7 @@ class InfillScorer(Stage):
     def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None,
                  mlm: MaskedLM | None = None) -> None:
         from ..engine.infill import InfillEngine, InfillSettings, exact_size
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
 
         self.mlm = mlm or load_masked_lm(model)
@@ -293,7 +271,7 @@ class InfillScorer(Stage):
 
     def _text(self, row: Row, fill: Fill) -> str:
         """The text with each mask token replaced by its fill, as the fill reads."""
-        return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], self._tokens(fill))
+        return written_into(self.mlm.tokenizer, row[S.TEXT], row[SPANS], self._tokens(fill))
 
     def _plls(self, row: Row, fills: list[Fill]) -> list[float]:
         """PLL of each completed sequence (every non-special token masked in turn)."""
@@ -348,5 +326,5 @@ def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allo
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:
     """Infilling of masked spans (`dscore infill`)."""
-    return Workload("infill", options, partial(InfillPreparer, model, options),
+    return Workload(DECLARED.name, options, partial(InfillPreparer, model, options),
                     partial(InfillScorer, model, options, batch_tokens), model.device)

@@ -22,16 +22,19 @@ import pyarrow.parquet as pq
 from ..io import schema as S
 from ..config import ModelSpec
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
-from .prepare import Preparer
+from .prepare import PLLPreparer
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
 SCHEMES = ("random", "contiguous")  # how a pair is drawn when none is given (`draw_pair`)
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
+# Its runs are named `joints-<scheme>`; one row per example and construction.
+DECLARED = Declaration("joints", engines=("engine.joints", "engine.conditionals"), docs="docs/joints.md",
+                       row_key=(CONSTRUCTION,))
 LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE = (
     "log_pair", "log_unary_a", "log_unary_b", "a_kl", "g_kl", "ag_change")
 
@@ -68,9 +71,10 @@ class PairwiseOptions:
 def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
                     batch_tokens: int | None, top_k: int | None) -> Workload:
     return Workload(
-        f"joints-{scheme}", PairwiseOptions.of(seed, options, top_k),
+        f"{DECLARED.name}-{scheme}", PairwiseOptions.of(seed, options, top_k),
         partial(PairPreparer, model, examples_file, scheme, seed),
         partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
+        row_key=DECLARED.row_key,
     )
 
 
@@ -92,12 +96,12 @@ def draw_pair(n_tokens: int, scheme: str, rng: random.Random) -> tuple[int, int]
 class PairPreparer(Stage):
     """Tokenises the examples and settles their two token indices (given, or drawn by the scheme)."""
 
-    reads = Preparer.reads
+    reads = PLLPreparer.reads
 
     def __init__(self, model: ModelSpec, examples_file: str, scheme: str, seed: int) -> None:
         from ..engine.model_files import load_tokenizer
 
-        self.preparer = Preparer(*load_tokenizer(model))
+        self.preparer = PLLPreparer(*load_tokenizer(model))
         self.scheme, self.seed = scheme, seed
         table = pq.read_table(examples_file, columns=[S.ID, A, B, S.ERROR])
         self.given = {r[S.ID]: r for r in table.to_pylist()}
@@ -153,7 +157,7 @@ class JointsScorer(Stage):
     def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None,
                  mlm: MaskedLM | None = None) -> None:
         from ..engine.conditionals import ConditionalsEngine
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
 
         self.mlm = mlm or load_masked_lm(model)
         self.engine = ConditionalsEngine(self.mlm, batch_tokens, top_k)

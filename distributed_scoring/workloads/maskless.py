@@ -27,13 +27,14 @@ from ..io import schema as S
 from ..io.output import ADDED_LATER
 from ..measures import pppl
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .pll import isolated, pll_preparer, to_sentence
 
 if TYPE_CHECKING:
     from ..engine.maskless import Prediction
 
 MASKLESS, UNMASKED = "maskless", "unmasked"  # the workloads' names, and their rows' `variant`
+DECLARED = Declaration(MASKLESS, engines=("engine.maskless",), docs="docs/score.md")  # UNMASKED is its other name
 RANGE = "range"  # maskless.json: the training rows' span, {"pll_per_token": [lowest, highest]}
 
 

@@ -1,6 +1,6 @@
 """The PLL workload (`dscore score`): pseudo-log-likelihoods of prepared rows (Salazar et al., 2020).
 
-Its prepare stage is `prepare.Preparer` (tokenising on CPU actors); its score stage, `Scorer`, loads the
+Its prepare stage is `prepare.PLLPreparer` (tokenising on CPU actors); its score stage, `PLLScorer`, loads the
 model once per actor (the in-process runner holds one too, so both paths run this code). A row whose
 scoring fails on its own becomes an error row; a failure that hits every row (a broken device, say) is
 raised so that the caller can retry the whole shard. The engine (torch) is imported by the scorer on
@@ -23,13 +23,15 @@ from ..engine.masking import Sentence
 from ..measures import pppl
 from ..io.output import ADDED_LATER
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
     from ..engine.pll import Conditionals
 
 logger = logging.getLogger(__name__)
+
+DECLARED = Declaration("pll", engines=("engine.pll",), docs="docs/score.md")
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -60,7 +62,7 @@ def to_sentence(row: Row) -> Sentence:
     )
 
 
-class Scorer(Stage):
+class PLLScorer(Stage):
     """Adds PLL, counts and PPPLs (and optionally per-token and word scores) to prepared rows."""
 
     reads = {
@@ -77,7 +79,7 @@ class Scorer(Stage):
     }
 
     def __init__(self, model: ModelSpec, options: ScoringOptions, mlm: MaskedLM | None = None) -> None:
-        from ..engine.models import load_masked_lm
+        from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
 
         self.mlm = mlm or load_masked_lm(model)
@@ -159,13 +161,13 @@ def isolated(score: Callable[[Sequence[T]], Sequence[R]], items: Sequence[T]) ->
 
 def pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
     from ..engine.model_files import load_tokenizer
-    from .prepare import Preparer
+    from .prepare import PLLPreparer
 
     tokenizer, max_length = load_tokenizer(model)
-    return Preparer(tokenizer, max_length, split_chars)
+    return PLLPreparer(tokenizer, max_length, split_chars)
 
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload("pll", PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
-                    partial(Scorer, model, scoring), model.device)
+    return Workload(DECLARED.name, PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
+                    partial(PLLScorer, model, scoring), model.device)

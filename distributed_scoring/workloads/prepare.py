@@ -1,4 +1,5 @@
-"""The prepare stage: tokenise read rows into the columns the PLL engine needs.
+"""The PLL's prepare stage (`PLLPreparer`): tokenise read rows into the columns the PLL engine needs (chain
+scoring, joints and the maskless students read the same columns).
 
 It needs the tokenizer only, never the model, so the Ray pipeline runs it on CPU tasks beside the
 scoring actors. Rows that cannot be scored (empty, too long, nothing to score) leave as error rows;
@@ -99,7 +100,7 @@ def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | No
     )
 
 
-class Preparer(Stage):
+class PLLPreparer(Stage):
     """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
     With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).

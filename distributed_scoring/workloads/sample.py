@@ -13,7 +13,7 @@ in x `rows_per_input` = rows out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
@@ -21,31 +21,32 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, check_bounds
+from ..engine.sampler_settings import STARTS as SAMPLER_STARTS, SamplerSettings
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import ADDED_LATER
 from ..pipeline.memory import ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
-from ..pipeline.workload import Workload
+from ..pipeline.workload import Declaration, Workload
 from .infill import ANSWER, allowed_tokens, example_seed, matches, surface, written_into
+from .masked import SPANS, MaskedPreparer, unanswerable
 
 if TYPE_CHECKING:
-    from ..engine.models import MaskedLM
+    from ..engine.masked_lm import MaskedLM
 
-ENERGIES = ("raw", "norm")
-SAMPLERS = ("mh", "block-mh", "gibbs")
-STARTS = ("auto", "given", "random", "warm")
-ORDERS = ("sweep", "random")
+STARTS = ("auto", *SAMPLER_STARTS)  # auto: settled per row (`SampleScorer._start`)
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
+DECLARED = Declaration("sample", engines=("engine.sampler",), docs="docs/sample.md", row_key=(CHAIN, EPOCH))
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
+SAMPLE = "sample"  # the prepared rows' positions to sample
 
 PREPARED_SCHEMA = pa.schema([
     pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field("sample", pa.list_(pa.int32())),
-    pa.field("spans", pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
+    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(SAMPLE, pa.list_(pa.int32())),
+    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
     pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
 ])
 
@@ -61,45 +62,46 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 
 
+SAMPLER_DEFAULTS = SamplerSettings()  # the engine's defaults, which the options share
+
+
 @dataclass(frozen=True)
 class SampleOptions:
-    """What changes a sampling run's rows (every field enters the run's fingerprint)."""
+    """What changes a sampling run's rows (every field enters the run's fingerprint): the engine's settings
+    (`engine.sampler_settings.SamplerSettings`, carried by name, with its defaults and its checks) and the
+    workload's own fields (chains per row, seed, which positions, the vocabulary, the answers)."""
 
-    energy: str = "norm"
-    sampler: str = "mh"
-    epochs: int = 10
-    burn_in: int = 0
+    energy: str = SAMPLER_DEFAULTS.energy
+    sampler: str = SAMPLER_DEFAULTS.sampler
+    epochs: int = SAMPLER_DEFAULTS.epochs
+    burn_in: int = SAMPLER_DEFAULTS.burn_in
     chains: int = 1
     seed: int = 0
     free_all: bool = False
-    block: int = 1
-    block_decay: int = 0
-    proposal_temperature: float = 1.0
-    target_temperature: float = 1.0
-    anneal: float = 0.0
-    top_p: float = 1.0
-    record_every: int = 1
-    order: str = "sweep"
+    block: int = SAMPLER_DEFAULTS.block
+    block_decay: int = SAMPLER_DEFAULTS.block_decay
+    proposal_temperature: float = SAMPLER_DEFAULTS.proposal_temperature
+    target_temperature: float = SAMPLER_DEFAULTS.target_temperature
+    anneal: float = SAMPLER_DEFAULTS.anneal
+    top_p: float = SAMPLER_DEFAULTS.top_p
+    record_every: int = SAMPLER_DEFAULTS.record_every
+    order: str = SAMPLER_DEFAULTS.order
     start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
     vocab_restrict: tuple[str, ...] | None = None
     answer_column: str = ANSWER
-    forced_accept: int = field(default=0, metadata=ADDED_LATER)
+    forced_accept: int = field(default=SAMPLER_DEFAULTS.forced_accept, metadata=ADDED_LATER)
 
     def __post_init__(self) -> None:
-        for name, value, choices in (("energy", self.energy, ENERGIES), ("sampler", self.sampler, SAMPLERS),
-                                     ("start", self.start, STARTS), ("order", self.order, ORDERS)):
-            if value not in choices:
-                raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        for flag, value, low in (("--epochs", self.epochs, 1), ("--chains", self.chains, 1), ("--block", self.block, 1),
-                                 ("--record-every", self.record_every, 1), ("--burn-in", self.burn_in, 0),
-                                 ("--block-decay", self.block_decay, 0), ("--forced-accept", self.forced_accept, 0)):
-            check_bounds(flag, value, low)
-        if self.sampler == "mh" and (self.block != 1 or self.block_decay):
-            raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
-        check_bounds("--proposal-temperature", self.proposal_temperature, 0, above=True)
-        check_bounds("--target-temperature", self.target_temperature, 0, above=True)
-        check_bounds("--anneal", self.anneal, 0)
-        check_bounds("--top-p", self.top_p, 0, 1, above=True)
+        if self.start not in STARTS:
+            raise UserError(f"--start {self.start!r} is not one of {', '.join(STARTS)}")
+        check_bounds("--chains", self.chains, 1)
+        self.settings()  # the engine's checks of every other field
+
+    def settings(self, start: str = SAMPLER_STARTS[0]) -> SamplerSettings:
+        """The engine's settings of these options, for chains that start `start` (`auto` is settled per row)."""
+        own = {f.name for f in fields(self)}
+        return SamplerSettings(**{f.name: getattr(self, f.name) for f in fields(SamplerSettings)
+                                  if f.name in own and f.name != "start"}, start=start)
 
     @property
     def recorded_epochs(self) -> list[int]:
@@ -114,47 +116,25 @@ class SampleOptions:
         return len(range(self.burn_in + self.record_every, self.burn_in + self.epochs, self.record_every)) + 1
 
 
-class SamplePreparer(Stage):
-    """Tokenises, settles the positions to sample, and makes error rows of what cannot be sampled."""
+class SamplePreparer(MaskedPreparer):
+    """Settles the positions to sample, and makes error rows of what cannot be sampled."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the text (mask tokens mark the positions to sample)",
-             S.STATUS: "ok, or error if unreadable", S.ERROR: "why the row could not be read"}
+    reads = {**MaskedPreparer.reads, S.TEXT: "the text (mask tokens mark the positions to sample)"}
     writes = PREPARED_SCHEMA
+    positions = SAMPLE
 
-    def __init__(self, model: ModelSpec, options: SampleOptions) -> None:
-        from ..engine.model_files import load_tokenizer
+    def carried(self, row: Row) -> Row:
+        return {ANSWER: row.get(self.options.answer_column)}
 
-        self.tokenizer, self.max_length = load_tokenizer(model)
-        self.options = options
-
-    def process(self, rows: list[Row]) -> list[Row]:
-        return [self._row(row) for row in rows]
-
-    def _row(self, row: Row) -> Row:
-        out = {**row, S.INPUT_IDS: None, "sample": None, "spans": None, ANSWER: row.get(self.options.answer_column)}
-        if row[S.STATUS] != S.STATUS_OK:
-            return out
-        error = self._sample(out, row[S.TEXT])
-        return {**out, S.STATUS: S.STATUS_ERROR, S.ERROR: error, S.INPUT_IDS: None} if error else out
-
-    def _sample(self, out: Row, text: str) -> str | None:
+    def locate(self, row: Row, ids: list[int], offsets: Sequence[tuple[int, int]]) -> Row | str:
         t = self.tokenizer
-        encoding = t(text, return_offsets_mapping=True, truncation=False)
-        ids = encoding["input_ids"]
-        if len(ids) > self.max_length:
-            return f"text is {len(ids)} tokens long, over the model's maximum of {self.max_length}"
-        masks = [i for i, token in enumerate(ids) if token == t.mask_token_id]
         specials = {t.cls_token_id, t.sep_token_id, t.bos_token_id, t.eos_token_id, t.pad_token_id} - {None}
-        sample = [i for i, token in enumerate(ids) if token not in specials] if self.options.free_all else masks
+        every = [i for i, token in enumerate(ids) if token not in specials]
+        sample = every if self.options.free_all else self.masks(ids)
         if not sample:
             return (f"nothing to sample: no mask token {t.mask_token!r} in the text; mark the positions to sample "
                     "with it, or pass --free-all to sample every position")
-        answer = out[ANSWER]
-        if answer is not None and len(answer.split()) != len(sample):
-            return f"the answer has {len(answer.split())} tokens for {len(sample)} sampled positions"
-        out.update({S.INPUT_IDS: ids, "sample": sample,
-                    "spans": [list(encoding["offset_mapping"][i]) for i in sample]})
-        return None
+        return unanswerable(row.get(self.options.answer_column), len(sample), "sampled positions") or {SAMPLE: sample}
 
 
 class SampleScorer(Stage):
@@ -165,20 +145,15 @@ class SampleScorer(Stage):
 
     def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None,
                  mlm: MaskedLM | None = None) -> None:
-        from ..engine.models import load_masked_lm
-        from ..engine.sampler import Sampler, SamplerSettings
+        from ..engine.masked_lm import load_masked_lm
+        from ..engine.sampler import Sampler
 
         self.mlm = mlm or load_masked_lm(model)
         self.options, self.model_name = options, model.name
         allowed = allowed_tokens(self.mlm.tokenizer, self.mlm.model.config.vocab_size, options.vocab_restrict)
         self.sampler = Sampler(self.mlm, allowed, batch_tokens)
-        o = options
-        self.settings = {start: SamplerSettings(
-            o.sampler, o.energy, o.epochs, o.burn_in, o.block, o.block_decay, o.proposal_temperature, o.top_p,
-            o.target_temperature, o.anneal, order=o.order, start=start, record_every=o.record_every,
-            forced_accept=o.forced_accept,
-        ) for start in STARTS[1:]}
-        self.signature = {**self.mlm.signature, "sampler": o.sampler, "energy": o.energy}
+        self.settings = {start: options.settings(start) for start in SAMPLER_STARTS}
+        self.signature = {**self.mlm.signature, "sampler": options.sampler, "energy": options.energy}
 
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.sampler import Chain, sequence_positions
@@ -188,7 +163,7 @@ class SampleScorer(Stage):
             if row[S.STATUS] != S.STATUS_OK:
                 continue
             ids = np.array(row[S.INPUT_IDS], dtype=np.int64)
-            sample = np.array(row["sample"], dtype=np.int64)
+            sample = np.array(row[SAMPLE], dtype=np.int64)
             start = self._start(ids, sample)
             for c in range(self.options.chains):
                 seed = example_seed(self.options.seed, f"{row[S.ID]}/{c}")
@@ -220,7 +195,7 @@ class SampleScorer(Stage):
         out = []
         for c, records in enumerate(chains):
             for record in records:
-                tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row["sample"]].tolist())
+                tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row[SAMPLE]].tolist())
                 correct = None if answer is None else sum(
                     matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
                 out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
@@ -234,7 +209,7 @@ class SampleScorer(Stage):
         """The chain's text: the input with each sampled token as it reads (`--free-all`: decoded)."""
         if self.options.free_all:
             return self.mlm.tokenizer.decode(ids.tolist(), skip_special_tokens=True)
-        return written_into(self.mlm.tokenizer, row[S.TEXT], row["spans"], tokens)
+        return written_into(self.mlm.tokenizer, row[S.TEXT], row[SPANS], tokens)
 
 
 def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> MemoryEstimate:
@@ -247,6 +222,6 @@ def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> Mem
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
     """MH chains from an MLM's energy (`dscore sample`): `chains` x records rows per input row."""
-    return Workload("sample", options, partial(SamplePreparer, model, options),
+    return Workload(DECLARED.name, options, partial(SamplePreparer, model, options),
                     partial(SampleScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.chains * options.records)
+                    rows_per_input=options.chains * options.records, row_key=DECLARED.row_key)

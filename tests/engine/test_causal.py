@@ -80,7 +80,7 @@ def test_engine_in_float64_equals_reference_to_rounding(family, causal_dir):
 def test_head_chunks_do_not_change_results(causal_dir, monkeypatch):
     """The head takes a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced
     row would show, blocking differences would not)."""
-    import distributed_scoring.engine.models as models
+    import distributed_scoring.engine.masked_lm as models
 
     lm = load_causal_lm(ModelSpec(str(causal_dir("gpt2")), dtype="float64"))
     sequences = encode(lm, TEXTS)

@@ -9,7 +9,7 @@ import pytest
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.chain import ChainEngine, orders_for
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from reference import NaiveChain, scored_positions
 
 FAMILIES = ("bert", "roberta", "albert", "deberta-v2")

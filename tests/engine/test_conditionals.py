@@ -16,8 +16,8 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joints import score_pair
-from distributed_scoring.engine.models import load_masked_lm
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import NaivePairs, candidate_set
 
 # (text, a, b): adjacent, reversed and distant pairs; the last text is short, so lengths differ in a batch.
@@ -31,7 +31,7 @@ BUDGETS = (120, 10**6)
 
 
 def pairs_of(mlm, examples) -> list[Pair]:
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts([text for text, _, _ in examples])
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts([text for text, _, _ in examples])
     assert all(p.error is None for p in prepared), [p.error for p in prepared]
     return [Pair(np.array(p.input_ids), np.array(p.targets), a, b) for p, (_, a, b) in zip(prepared, examples)]
 
@@ -119,7 +119,7 @@ def test_full_logits_fallback_is_exact(tiny_model_dir, naive_tables):
 def test_head_chunks_do_not_change_values(tiny_model_dir, monkeypatch):
     """Head outputs are produced a few rows at a time when rows x |V| exceeds HEAD_ELEMENTS (float64, so
     that a different matmul blocking cannot hide a misplaced row)."""
-    import distributed_scoring.engine.models as models
+    import distributed_scoring.engine.masked_lm as models
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
     pairs = pairs_of(mlm, EXAMPLES)

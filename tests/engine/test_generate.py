@@ -9,7 +9,7 @@ import pytest
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.chain import ChainEngine
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from reference import NaiveChain
 
 GREEDY = InfillSettings("standard", "given", beam=1)

@@ -10,7 +10,7 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from reference import NaiveInfill
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "she sells seashells by the seashore"]

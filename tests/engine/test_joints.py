@@ -20,8 +20,8 @@ from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
 from distributed_scoring.engine.joints import ag_joint, conditional_kls, construct, normalise, pair_metrics, score_pair
-from distributed_scoring.engine.models import load_masked_lm
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.workloads.prepare import PLLPreparer
 from pairwise_helpers import conditionals_of, conditionals_of_joint
 from reference import eq4_objective, joint_metrics, kl, minimise_eq4
 
@@ -218,7 +218,7 @@ def test_real_antiberty_joints_and_metrics_are_finite(offline_model_dir):
 
     mlm = load_masked_lm(ModelSpec(str(offline_model_dir("antiberty"))))
     sequence = spaced(sorted(v_genes("human").values())[0][:30])
-    (prepared,) = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts([sequence])
+    (prepared,) = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts([sequence])
     pairs = [Pair(np.array(prepared.input_ids), np.array(prepared.targets), a, b) for a, b in [(10, 11), (25, 3)]]
     results = dict(ConditionalsEngine(mlm, batch_tokens=1024).conditionals(pairs))
     assert sorted(results) == [0, 1]

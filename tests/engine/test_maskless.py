@@ -17,15 +17,15 @@ from distributed_scoring.engine.maskless import (
 )
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.model_files import STUDENT_FILE, ModelLoadError, read_student_info
-from distributed_scoring.engine.models import load_masked_lm
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import maskless_prediction, unmasked_logprobs
 
 BUDGETS = (20, 100, 10**5)  # 20: below one sentence, each goes alone
 
 
 def sentences_of(mlm) -> list[Sentence]:
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
     return [Sentence(np.asarray(p.input_ids), np.asarray(p.targets), np.asarray(p.piece_words)) for p in prepared]
 
 

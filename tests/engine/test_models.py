@@ -8,7 +8,7 @@ import torch
 import tiny
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.model_files import ModelLoadError
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 
 
 def test_folder_without_mlm_head_is_refused(tmp_path):

@@ -14,9 +14,9 @@ from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_
 from distributed_scoring.workloads.causal import score_texts
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.packing import OutOfMemory, Piece, TokenBudget, pack, rows_of, run_fitting
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 
 
 class FakeOutOfMemory(Exception):
@@ -145,7 +145,7 @@ def test_causal_engine_retries_out_of_memory_batches(tmp_path, monkeypatch):
 def test_conditionals_engine_retries_out_of_memory_batches(tiny_model_dir, monkeypatch):
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     examples = [(tiny.CORPUS[0], 0, 1), ("Naïve café owners", 2, 0)]
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts([text for text, _, _ in examples])
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts([text for text, _, _ in examples])
     pairs = [Pair(np.array(p.input_ids), np.array(p.targets), a, b) for p, (_, a, b) in zip(prepared, examples)]
     expected = dict(ConditionalsEngine(mlm, 10**4, top_k=4).conditionals(pairs))
     engine = ConditionalsEngine(mlm, 10**4, top_k=4)

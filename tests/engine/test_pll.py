@@ -7,7 +7,7 @@ import pytest
 
 import tiny
 from distributed_scoring.config import VARIANTS, ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from pll_helpers import TEXTS, sentences_of
 from reference import NaiveScorer
@@ -131,7 +131,7 @@ def test_out_of_memory_halves_the_budget_and_retries_the_batch(tiny_model_dir, m
 def test_head_chunks_do_not_change_results(tiny_model_dir, monkeypatch):
     """Logits come a few rows at a time when rows x V exceeds HEAD_ELEMENTS (float64: a misplaced row
     would show, blocking differences would not)."""
-    import distributed_scoring.engine.models as models
+    import distributed_scoring.engine.masked_lm as models
 
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")), dtype="float64"))
     sentences = sentences_of(mlm, TEXTS)

@@ -18,9 +18,9 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
-from distributed_scoring.engine.sampler import (Chain, EnergyEngine, Sampler, SamplerSettings, Step,
-                                                 sequence_positions)
+from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, Step, sequence_positions
+from distributed_scoring.engine.sampler_settings import SamplerSettings
 from reference import NaiveEnergy, total_variation
 
 TEXT = "the lazy dog"

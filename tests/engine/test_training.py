@@ -14,12 +14,12 @@ import tiny
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import MasklessEngine, Student, regressor_for
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.training import (
     Example, PMLMObjective, Schedule, SentenceObjective, TokenObjective, TrainState, batch_rows, fit, freeze_lower,
     upmlm_positions,
 )
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import distillation_loss, maskless_prediction, upmlm_loss
 
 
@@ -34,7 +34,7 @@ def one_thread():
 
 def examples_of(mlm) -> list[Example]:
     """The tiny corpus as training examples; targets like PLLs: about -3 nats a token, plus a wiggle."""
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
     return [Example(np.asarray(p.input_ids, dtype=np.int64), np.asarray(p.targets, dtype=np.int64),
                     -3.0 * len(p.targets) + 4 * np.sin(i)) for i, p in enumerate(prepared)]
 
@@ -156,7 +156,7 @@ def distilled(mlm, teacher: torch.nn.Module, k: int | None = None) -> list[Examp
     student.head = None
     engine = MasklessEngine(Student(student, None, {}, {}))
     out = []
-    for p in Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS):
+    for p in PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS):
         ids, positions = np.asarray(p.input_ids, dtype=np.int64), np.asarray(p.targets, dtype=np.int64)
         terms = engine.predict([Sentence(ids, positions, np.asarray(p.piece_words))])[0].token_logprobs
         with torch.no_grad():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,15 +17,22 @@ import tiny
 from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.pipeline.runner import run
+from distributed_scoring.pipeline.stage import Stage
+from distributed_scoring.pipeline.workload import Workload
 from distributed_scoring.workflows.score import score
+
+
+def write_corpus(folder: Path) -> Path:
+    corpus = folder / "corpus.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    return corpus
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, tiny_model_dir) -> Path:
     root = tmp_path_factory.mktemp("verify")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
+    config = RunConfig(InputSpec((str(write_corpus(root)),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
                        output=str(root / "out"))
     score(config)
     return root / "out"
@@ -41,14 +49,19 @@ def parts(out: Path) -> list[Path]:
     return sorted((out / "rows").glob("part-*.parquet"))
 
 
+def rewrite(out: Path, part: Path, table: pa.Table) -> None:
+    """Replace a shard's file with `table`, its marker keeping its row count but no digest of the bytes."""
+    pq.write_table(table, part)
+    marker = out / "_done" / f"{part.stem.removeprefix('part-')}.json"
+    marker.write_text(json.dumps({**json.loads(marker.read_text()), "file_sha256": None}))
+
+
 def duplicate_an_id(out: Path) -> None:
     first, second = parts(out)[:2]
     table = pq.read_table(second)
     ids = table.column(S.ID).to_pylist()
     ids[0] = pq.read_table(first).column(S.ID)[0].as_py()
-    pq.write_table(table.set_column(table.schema.get_field_index(S.ID), S.ID, pa.array(ids)), second)
-    marker = out / "_done" / f"{second.stem.removeprefix('part-')}.json"
-    marker.write_text(json.dumps({**json.loads(marker.read_text()), "file_sha256": None}))
+    rewrite(out, second, table.set_column(table.schema.get_field_index(S.ID), S.ID, pa.array(ids)))
 
 
 def marker_mismatch(out: Path) -> None:
@@ -134,7 +147,7 @@ def test_an_older_folder_is_verified_as_well_as_it_can_be(out, capsys):
     """A folder written before _run.json recorded its shards: the plan is made again from its inputs (and
     their digest checked against the recorded one); without its inputs, verify says what it could not check."""
     run = json.loads((out / "_run.json").read_text())
-    for key in ("shards", "rows_per_input", "outputs", "command"):
+    for key in ("shards", "rows_per_input", "row_key", "outputs", "command"):
         run.pop(key, None)
     (out / "_run.json").write_text(json.dumps(run))
     assert main(["verify", str(out)]) == 0
@@ -154,13 +167,17 @@ def test_an_older_folder_is_verified_as_well_as_it_can_be(out, capsys):
             Path(name).with_suffix(".moved").rename(name)
 
 
-def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(tmp_path, tiny_model_dir, capsys):
-    """verify of a `dscore joints` folder used to say "not a run folder" (exit 2): its run is DIR/scores."""
-    corpus = tmp_path / "corpus.txt"
-    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+@pytest.fixture
+def joints_folder(tmp_path, tiny_model_dir) -> Path:
     out = tmp_path / "joints"
-    assert main(["joints", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
+    assert main(["joints", str(write_corpus(tmp_path)), "--model", str(tiny_model_dir("bert")), "--output", str(out),
                  "--examples", "4", "--shard-rows", "2"]) == 0
+    return out
+
+
+def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(joints_folder, capsys):
+    """verify of a `dscore joints` folder used to say "not a run folder" (exit 2): its run is DIR/scores."""
+    out = joints_folder
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
@@ -168,3 +185,71 @@ def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(tmp_path, tiny_m
     drop_shards(out / "scores", slice(-1, None))
     assert main(["verify", str(out)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"INCOMPLETE: {out}")
+
+
+# Issue 28, item 2: verify told the rows of a workload writing several rows per id apart by a fixed table of
+# columns (construction, sequence, chain, epoch); a workload keyed by any other column failed as "ids appear
+# more than once". The workload declares its key, the run records it in _run.json, verify reads it there.
+
+
+@dataclass(frozen=True)
+class CopiesOptions:
+    copies: int = 2
+
+
+class Copies(Stage):
+    """Writes each row `copies` times, told apart by `copy`: a key column no table in verify names."""
+
+    reads = {S.ID: "kept", S.STATUS: "kept", S.ERROR: "kept"}
+    writes = pa.schema([pa.field(S.ID, pa.string()), pa.field("copy", pa.int32()), pa.field(S.STATUS, pa.string()),
+                        pa.field(S.ERROR, pa.string())])
+    signature = {"model": "copies"}
+
+    def process(self, rows):
+        return [{**S.key(row), "copy": c, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+                for row in rows for c in range(CopiesOptions().copies)]
+
+
+def unchanged(table: pa.Table) -> pa.Table:
+    return table
+
+
+def make_unchanged():
+    return unchanged
+
+
+@pytest.fixture
+def copies(tmp_path) -> Path:
+    config = RunConfig(InputSpec((str(write_corpus(tmp_path)),), shard_rows=4), ModelSpec("copies"),
+                       output=str(tmp_path / "out"))
+    run(config, Workload("copies", CopiesOptions(), make_unchanged, Copies, "cpu", rows_per_input=2, row_key=("copy",)))
+    return tmp_path / "out"
+
+
+def test_the_row_key_a_workload_declares_is_recorded_and_verified(copies, capsys):
+    assert json.loads((copies / "_run.json").read_text())["row_key"] == ["id", "copy"]
+    assert main(["verify", str(copies)]) == 0
+    assert capsys.readouterr().out.strip() == f"OK: {copies}: 4 shards, {2 * len(tiny.CORPUS)} rows"
+    part = parts(copies)[1]
+    table = pq.read_table(part)
+    rewrite(copies, part, table.set_column(table.schema.get_field_index("copy"), "copy",
+                                           pa.array([0] * table.num_rows, pa.int32())))
+    assert main(["verify", str(copies)]) == 1
+    assert "4 id(s) appear more than once" in capsys.readouterr().out
+
+
+def test_rows_without_a_column_of_their_recorded_key_fail(copies, capsys):
+    for part in parts(copies):
+        rewrite(copies, part, pq.read_table(part).drop_columns(["copy"]))
+    assert main(["verify", str(copies)]) == 1
+    assert "rows/ lacks the column(s) copy" in capsys.readouterr().out
+
+
+def test_an_earlier_folder_without_a_row_key_is_keyed_as_before(joints_folder, capsys):
+    """A joints run (several rows per id, by construction) written before _run.json recorded its key."""
+    run_file = joints_folder / "scores" / "_run.json"
+    recorded = json.loads(run_file.read_text())
+    assert recorded["row_key"] == ["id", "construction"]
+    run_file.write_text(json.dumps({k: v for k, v in recorded.items() if k != "row_key"}))
+    capsys.readouterr()
+    assert main(["verify", str(joints_folder)]) == 0, capsys.readouterr().out

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 from reference import NaiveScorer
 from pll_helpers import TEXTS, sentences_of

@@ -6,7 +6,7 @@ import numpy as np
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workloads.infill import allowed_tokens
 from reference import NaiveInfill

@@ -22,9 +22,9 @@ import torch
 from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import NaiveScorer
 
 TRASTUZUMAB_VH = (
@@ -38,7 +38,7 @@ REACTIONS = [
 
 
 def engine_scores(mlm, texts, budget=2048):
-    prepared = Preparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
+    prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
     assert all(p.error is None for p in prepared), [p.error for p in prepared]
     sentences = [Sentence(np.array(p.input_ids), np.array(p.targets), np.array(p.piece_words)) for p in prepared]
     return PLLEngine(mlm, "original", budget).token_logprobs(sentences)

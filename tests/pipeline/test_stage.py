@@ -13,8 +13,8 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline.stage import ColumnError, Row, Stage
 from distributed_scoring.workloads.causal import CausalScorer
 from distributed_scoring.workloads.joints import A, B, EXAMPLES_SCHEMA, JointsScorer, PairPreparer
-from distributed_scoring.workloads.pll import Scorer
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.pll import PLLScorer
+from distributed_scoring.workloads.prepare import PLLPreparer
 
 SHOUTED = pa.schema([pa.field("id", pa.string(), nullable=False), pa.field("shout", pa.string(), nullable=False)])
 
@@ -100,14 +100,15 @@ def test_a_stage_without_an_output_schema_says_so():
 
 
 @pytest.fixture(scope="module")
-def preparer(tiny_model_dir) -> Preparer:
-    return Preparer(*load_tokenizer(ModelSpec(str(tiny_model_dir("bert")))))
+def preparer(tiny_model_dir) -> PLLPreparer:
+    return PLLPreparer(*load_tokenizer(ModelSpec(str(tiny_model_dir("bert")))))
 
 
 def test_the_preparer_declares_the_read_columns_and_refuses_a_table_without_them(preparer):
-    assert set(Preparer.reads) == {S.ID, S.TEXT, S.STATUS, S.ERROR}
-    assert all(Preparer.reads.values())
-    with pytest.raises(ColumnError, match=r"stage Preparer reads .*'status'.*'error'.*the table has \['id', 'text'\]"):
+    assert set(PLLPreparer.reads) == {S.ID, S.TEXT, S.STATUS, S.ERROR}
+    assert all(PLLPreparer.reads.values())
+    with pytest.raises(ColumnError,
+                       match=r"stage PLLPreparer reads .*'status'.*'error'.*the table has \['id', 'text'\]"):
         preparer(pa.table({S.ID: ["a"], S.TEXT: ["the fox"]}))
 
 
@@ -123,7 +124,7 @@ def test_the_preparer_writes_the_prepared_schema_and_keeps_error_rows(preparer, 
 
 
 def test_each_stage_reads_only_columns_that_the_stage_before_it_writes(preparer, tiny_model_dir, tmp_path):
-    """read -> Preparer -> Scorer, read -> CausalScorer, read -> PairPreparer -> JointsScorer."""
+    """read -> PLLPreparer -> PLLScorer, read -> CausalScorer, read -> PairPreparer -> JointsScorer."""
     read = S.read_schema().names
     prepared = preparer.output_schema(read).names
     examples = tmp_path / "examples.parquet"
@@ -132,7 +133,7 @@ def test_each_stage_reads_only_columns_that_the_stage_before_it_writes(preparer,
     pairs = PairPreparer(ModelSpec(str(tiny_model_dir("bert"))), str(examples), "random", 0)
     paired = pairs(read_rows(["the quick fox"]))
     assert paired.column_names == pairs.output_schema(read).names
-    for stage, given in ((Preparer, read), (CausalScorer, read), (Scorer, prepared), (PairPreparer, read),
+    for stage, given in ((PLLPreparer, read), (CausalScorer, read), (PLLScorer, prepared), (PairPreparer, read),
                          (JointsScorer, paired.column_names)):
         assert issubclass(stage, Stage)
         assert set(stage.reads) <= set(given), stage.__name__

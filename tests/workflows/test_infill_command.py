@@ -10,7 +10,7 @@ import pytest
 
 from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.infill import InfillOptions, InfillPreparer, allowed_tokens
 from reference import NaiveInfill
 

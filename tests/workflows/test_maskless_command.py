@@ -23,11 +23,11 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.maskless import regressor_for, save_student
 from distributed_scoring.engine.model_files import load_tokenizer
-from distributed_scoring.engine.models import load_masked_lm
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
 from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
-from distributed_scoring.workloads.prepare import Preparer
+from distributed_scoring.workloads.prepare import PLLPreparer
 from reference import unmasked_logprobs
 
 
@@ -177,7 +177,7 @@ def test_the_per_token_targets_are_the_teachers_and_mutants_stay_with_their_pare
     assert code == 0
     teacher = read_teacher(str(tmp_path / "teacher"))
     tokenizer, longest = load_tokenizer(ModelSpec(model))
-    train, heldout, _ = _split(teacher, Preparer(tokenizer, longest), TrainOptions(heldout=0.3),
+    train, heldout, _ = _split(teacher, PLLPreparer(tokenizer, longest), TrainOptions(heldout=0.3),
                                StudentOptions("distribution", "~"))
     scored = {r[S.ID]: r for r in pq.read_table(tmp_path / "teacher" / "rows").to_pylist()}
     assert train.num_rows + heldout.num_rows == len(scored) == 60 and heldout.num_rows >= 6

@@ -1,4 +1,4 @@
-"""The training folder (`workflows/train/run.claimed`) and the held-out split, without Ray: the same run
+"""The training folder (`io.claim.claim_training`) and the held-out split, without Ray: the same run
 continues, another is refused unless --overwrite (which deletes what it wrote, checkpoints included), a
 folder of something else is never emptied."""
 
@@ -11,24 +11,26 @@ import pytest
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.errors import UserError
+from distributed_scoring.io.claim import claim_training
 from distributed_scoring.io.output import OutputError
-from distributed_scoring.workflows.train.run import TrainOptions, claimed, fingerprint, heldout_rows
+from distributed_scoring.workflows.train.run import TRAINING_OUTPUTS, TrainOptions, heldout_rows, training_fingerprint
 
 
 def run_of(lr: float) -> dict:
-    return fingerprint("maskless", ModelSpec("m"), TrainOptions(lr=lr), {"teacher": "t", "teacher_rows": "abc"})
+    data = {"teacher": "t", "teacher_rows": "abc"}
+    return training_fingerprint("maskless", ModelSpec("m"), TrainOptions(lr=lr), data)
 
 
 def test_the_same_run_continues_and_another_is_refused_unless_overwritten(tmp_path):
     out = tmp_path / "out"
-    with claimed(str(out), run_of(1e-4)):
+    with claim_training(str(out), run_of(1e-4), outputs=TRAINING_OUTPUTS):
         (out / "checkpoints" / "step-00000010").mkdir(parents=True)
-    with claimed(str(out), run_of(1e-4)):
+    with claim_training(str(out), run_of(1e-4), outputs=TRAINING_OUTPUTS):
         assert (out / "checkpoints" / "step-00000010").exists()  # continued: its checkpoints are kept
     with pytest.raises(OutputError, match=r"different run \(it differs in: lr\)"):
-        with claimed(str(out), run_of(2e-4)):
+        with claim_training(str(out), run_of(2e-4), outputs=TRAINING_OUTPUTS):
             pass
-    with claimed(str(out), run_of(2e-4), overwrite=True):
+    with claim_training(str(out), run_of(2e-4), overwrite=True, outputs=TRAINING_OUTPUTS):
         assert not (out / "checkpoints").exists()  # else Ray Train would resume the other run's weights
     assert json.loads((out / "_run.json").read_text())["lr"] == 2e-4
     assert not (out / "_lock.json").exists()
@@ -42,11 +44,11 @@ def test_folders_of_something_else_are_never_emptied(tmp_path):
     for folder, message in (("mine", "holds no _run.json of a dscore run"), ("scores", "not a training run")):
         for overwrite in (False, True):
             with pytest.raises(OutputError, match=message):
-                with claimed(str(tmp_path / folder), run_of(1e-4), overwrite=overwrite):
+                with claim_training(str(tmp_path / folder), run_of(1e-4), overwrite, outputs=TRAINING_OUTPUTS):
                     pass
     assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
     with pytest.raises(UserError, match="not an object store"):
-        with claimed("s3://bucket/run", run_of(1e-4)):
+        with claim_training("s3://bucket/run", run_of(1e-4), outputs=TRAINING_OUTPUTS):
             pass
 
 

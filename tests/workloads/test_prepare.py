@@ -6,14 +6,14 @@ import pytest
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.model_files import load_tokenizer
-from distributed_scoring.workloads.prepare import PROBE_CHARS_PER_TOKEN, Preparer, prepare_encoding
+from distributed_scoring.workloads.prepare import PROBE_CHARS_PER_TOKEN, PLLPreparer, prepare_encoding
 
 
 @pytest.fixture(scope="module")
 def preparers(tiny_model_dir):
-    def get(family: str) -> Preparer:
+    def get(family: str) -> PLLPreparer:
         tokenizer, max_length = load_tokenizer(ModelSpec(str(tiny_model_dir(family))))
-        return Preparer(tokenizer, max_length)
+        return PLLPreparer(tokenizer, max_length)
 
     return get
 
@@ -80,7 +80,7 @@ class SpyTokenizer:
 @pytest.mark.parametrize("family", ["bert", "roberta", "albert", "modernbert"])
 def test_a_megabyte_line_is_refused_on_a_bounded_prefix_without_tokenising_it(family, preparers):
     prep = preparers(family)
-    spy = Preparer(SpyTokenizer(prep.tokenizer), prep.max_length)
+    spy = PLLPreparer(SpyTokenizer(prep.tokenizer), prep.max_length)
     huge = "the cat sat on the mat. " * 100_000  # 2.4 MB
     ok, long = spy.prepare_texts(["the cat", huge])
     assert ok.error is None

@@ -28,19 +28,20 @@ from ...config import ModelSpec, check_bounds
 from ...engine.model_files import STUDENT_FILE, TARGET_DISTRIBUTION, TARGET_SENTENCE, TARGET_TOKEN, TARGETS
 from ...errors import UserError
 from ...io import schema as S
-from ...io.claim import Claim
+from ...io.claim import Claim, claim_training
 from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
 from ...io.storage import join
 from ...workloads.maskless import RANGE
-from ...workloads.prepare import Preparer
+from ...workloads.prepare import PLLPreparer
 from ..maskless import HELDOUT
 from .maskless_eval import (
     RESCORE_DIR, evaluate_student, heldout_figures, parent_of, predictions_table, render_report, rescore_lists,
     summary_of,
 )
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TrainOptions, TrainResources, claimed, fingerprint,
+    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TRAINING_OUTPUTS, TrainOptions, TrainResources,
     fit_on_ray, heldout_rows, on_ray, read_examples, run_task, start_worker, train, training_figures,
+    training_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -193,10 +194,11 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
                                                                     nbest, speed_sentences)
     targets = np.asarray(train_table[TARGET].to_pylist())
     per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
-    run = fingerprint("maskless", model, options, {"teacher": teacher_folder, "teacher_rows": teacher.digest,
-                                                   **asdict(student), "nbest": asdict(nbest) if nbest else None})
-    nbest_files = [p for p in (nbest.dev, nbest.test) if p] if nbest else []
-    with claimed(output, run, overwrite, [teacher_folder, *nbest_files], [model.name]) as folder:
+    run = training_fingerprint("maskless", model, options, {
+        "teacher": teacher_folder, "teacher_rows": teacher.digest, **asdict(student),
+        "nbest": asdict(nbest) if nbest else None})
+    inputs = [teacher_folder, *([p for p in (nbest.dev, nbest.test) if p] if nbest else [])]
+    with claim_training(output, run, overwrite, inputs, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
@@ -238,7 +240,7 @@ def _read_and_split(teacher_folder: str, model: ModelSpec, options: TrainOptions
     teacher = read_teacher(teacher_folder)
     check_teacher_has(teacher, student)
     tokenizer, model_max = load_tokenizer(model)
-    train_table, heldout_table, left_out = _split(teacher, Preparer(tokenizer, model_max, teacher.split_chars),
+    train_table, heldout_table, left_out = _split(teacher, PLLPreparer(tokenizer, model_max, teacher.split_chars),
                                                   options, student)
     if heldout_table.num_rows < MIN_HELDOUT:
         raise UserError(f"the held-out split has {heldout_table.num_rows} of {teacher.rows.num_rows} usable teacher rows; "
@@ -276,7 +278,7 @@ LOSSES = {
 }
 
 
-def _split(teacher: Teacher, preparer: Preparer, options: TrainOptions,
+def _split(teacher: Teacher, preparer: PLLPreparer, options: TrainOptions,
            student: StudentOptions) -> tuple[pa.Table, pa.Table, int]:
     """(training table, held-out table, training rows left out as longer than --max-length), tokenised, the
     split by (parent) id. Held-out rows are kept whatever their length (the student reads up to the model's
@@ -306,7 +308,7 @@ def _split(teacher: Teacher, preparer: Preparer, options: TrainOptions,
     return train, table.filter(pa.array(held & fits)).select(heldout_columns), int((~held & fits & ~short).sum())
 
 
-def _check_tokens(teacher: Teacher, preparer: Preparer, prepared: list) -> None:
+def _check_tokens(teacher: Teacher, preparer: PLLPreparer, prepared: list) -> None:
     """The student's scored tokens are the teacher's: as many per row (and the same tokens, where the
     teacher wrote them); else the --model's tokenizer is not the teacher's, and its targets would not line up."""
     counts = teacher.rows[S.N_TOKENS].to_pylist()
@@ -331,7 +333,7 @@ def _check_nbest(nbest: NBest) -> None:
 def maskless_worker(config: dict) -> None:
     """One Ray Train worker: the student trained on the training split; worker 0 writes it into DIR."""
     from ...engine.maskless import regressor_for, save_student
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.training import SentenceObjective, TokenObjective, freeze_lower
 
     job: MasklessJob = config["job"]

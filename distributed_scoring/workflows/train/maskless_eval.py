@@ -43,7 +43,7 @@ def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float, speed_sen
 
     from ...engine.maskless import MasklessEngine, load_student, unmasked_scorer
     from ...engine.masking import Sentence
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.pll import PLLEngine
 
     set_threads(cpus)

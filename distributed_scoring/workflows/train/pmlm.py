@@ -23,14 +23,14 @@ import pyarrow.compute as pc
 from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ...errors import UserError
 from ...io import schema as S
-from ...io.claim import Claim
+from ...io.claim import Claim, claim_training
 from ...io.ids import check_unique_ids
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
-from ...workloads.prepare import Preparer
+from ...workloads.prepare import PLLPreparer
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TrainOptions, TrainResources, claimed, fingerprint, fit_on_ray,
-    heldout_rows, on_ray, read_examples, start_worker, train, training_figures,
+    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TRAINING_OUTPUTS, TrainOptions, TrainResources, fit_on_ray, heldout_rows,
+    on_ray, read_examples, start_worker, train, training_figures, training_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -94,17 +94,18 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     check_bounds("--orders", orders, 1)
     check_bounds("--batch-tokens", batch_tokens, 1)
     tokenizer, model_max = load_tokenizer(model)
-    train_table, heldout_table, left_out = _split(corpus, Preparer(tokenizer, model_max, corpus.split_chars), options)
+    preparer = PLLPreparer(tokenizer, model_max, corpus.split_chars)
+    train_table, heldout_table, left_out = _split(corpus, preparer, options)
     if heldout_table.num_rows == 0:
         raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
     if train_table.num_rows < max(options.batch_size, resources.num_workers):
         raise UserError(f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
                         f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
                         "workers: lower --batch-size, raise --max-length or add rows")
-    run = fingerprint("pmlm", model, options, {"data": list(corpus.paths), "text_column": corpus.text_column,
-                                               "id_column": corpus.id_column, "split_chars": corpus.split_chars,
-                                               "data_rows": corpus.digest})
-    with claimed(output, run, overwrite, corpus.paths, [model.name]) as folder:
+    run = training_fingerprint("pmlm", model, options, {
+        "data": list(corpus.paths), "text_column": corpus.text_column, "id_column": corpus.id_column,
+        "split_chars": corpus.split_chars, "data_rows": corpus.digest})
+    with claim_training(output, run, overwrite, corpus.paths, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
@@ -129,7 +130,7 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     return report
 
 
-def _split(corpus: Corpus, preparer: Preparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:
+def _split(corpus: Corpus, preparer: PLLPreparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:
     """(training table, held-out table, training rows left out as longer than --max-length), tokenised;
     held-out rows are kept up to the model's maximum."""
     prepared = preparer.prepare_texts(corpus.rows[S.TEXT].to_pylist())
@@ -144,7 +145,7 @@ def _split(corpus: Corpus, preparer: Preparer, options: TrainOptions) -> tuple[p
 
 def pmlm_worker(config: dict) -> None:
     """One Ray Train worker: u-PMLM on the training split; worker 0 saves the model and tokenizer into DIR."""
-    from ...engine.models import load_masked_lm
+    from ...engine.masked_lm import load_masked_lm
     from ...engine.training import PMLMObjective
 
     job: PMLMJob = config["job"]

@@ -1,5 +1,6 @@
-"""What every training command shares: its options, its folder, the held-out split, the Ray Train launch,
-and what each training worker does around the engine's loop (resume, report, checkpoint, metrics, progress).
+"""What every training command shares: its options, its folder (claimed by `io.claim.claim_training`), the
+held-out split, the Ray Train launch, and what each training worker does around the engine's loop (resume,
+report, checkpoint, metrics, progress).
 
 A training folder DIR holds:
     _run.json, _lock.json            what the run is (another command is refused) and what it wrote (for
@@ -35,11 +36,9 @@ import pyarrow.parquet as pq
 
 from ...config import ModelSpec, RayOptions, check_bounds
 from ...cpus import set_torch_threads
-from ...errors import UserError
 from ...io import schema as S
-from ...io.claim import Claim, claim
-from ...io.output import RUN_FILE, OutputDir, OutputError
-from ...io.storage import scheme
+from ...io.claim import TRAINING
+from ...io.output import OutputDir
 from ...pipeline.on_ray import cluster_address, ray_session
 from ...quiet import quiet_transformers
 
@@ -48,7 +47,6 @@ if TYPE_CHECKING:  # torch code, imported on the training workers only
 
 logger = logging.getLogger(__name__)
 
-WORKLOAD_PREFIX = "train-"  # of a training run's workload name in _run.json
 CHECKPOINTS = "checkpoints"
 DATA_TRAIN = "data/train.parquet"
 DATA_HELDOUT = "data/heldout.parquet"
@@ -114,36 +112,14 @@ class TrainResources:
         return "cuda" if self.use_gpu else "cpu"
 
 
-def fingerprint(command: str, model: ModelSpec, options: TrainOptions, data: dict) -> dict:
-    """What must match for a rerun to continue in the same folder: the command, the model, every
-    training option and the data's identity (`data`)."""
-    return {"workload": WORKLOAD_PREFIX + command, "model": model.name, "revision": model.revision,
-            **asdict(options), **data}
+# What every training run writes beside its model (`io.claim.claim_training` records them for --overwrite).
+TRAINING_OUTPUTS = (DATA_TRAIN, DATA_HELDOUT, CHECKPOINTS, METRICS_FILE, REPORT_FILE)
 
 
-@contextlib.contextmanager
-def claimed(output: str, run: dict, overwrite: bool = False, inputs: Sequence[str] = (),
-            models: Sequence[str] = ()) -> Iterator[Claim]:
-    """Hold the training folder (`io.claim`, as every command does) while the body runs. A folder of the
-    same run is continued; one of another training run is refused unless `overwrite`, which deletes what
-    that run wrote first (its checkpoints would otherwise be resumed); a folder of a run of another command,
-    or with anything else in it, is never emptied."""
-    if scheme(output) not in (None, "file"):
-        raise UserError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
-                        "writes to a local or shared-filesystem path, not an object store")
-    with claim(output, inputs, models) as folder:
-        try:
-            previous = folder.out.read_json(RUN_FILE)
-        except ValueError as exc:  # --overwrite could not tell which files were the run's: its checkpoints
-            raise OutputError(f"{folder.out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
-        if previous is not None and not str(previous.get("workload", "")).startswith(WORKLOAD_PREFIX):
-            raise OutputError(f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use "
-                              "another --output")
-        previous = folder.admit(run, overwrite)
-        if previous is not None:
-            logger.info("continuing the training run in %s", folder.out.uri)
-        folder.begin(run, previous, [DATA_TRAIN, DATA_HELDOUT, CHECKPOINTS, METRICS_FILE, REPORT_FILE])
-        yield folder
+def training_fingerprint(command: str, model: ModelSpec, options: TrainOptions, data: dict) -> dict:
+    """A training run's `_run.json`, what must match for a rerun to continue in the same folder: the
+    command, the model, every training option and the data's identity (`data`)."""
+    return {"workload": TRAINING + command, "model": model.name, "revision": model.revision, **asdict(options), **data}
 
 
 def heldout_rows(ids: Sequence[str], seed: int, share: float) -> np.ndarray:

@@ -323,15 +323,15 @@ def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
     from distributed_scoring.workloads.causal import score_texts
     from distributed_scoring.config import ModelSpec, ScoringOptions
     from distributed_scoring.engine.model_files import load_tokenizer
-    from distributed_scoring.workloads.prepare import Preparer
-    from distributed_scoring.workloads.pll import Scorer
+    from distributed_scoring.workloads.prepare import PLLPreparer
+    from distributed_scoring.workloads.pll import PLLScorer
 
     dev, test, _ = known_answer_lists(5)
     texts = nbest.unique_texts(dev, test)
     spec = ModelSpec(str(tiny_model_dir("bert")))
     read = pa.table({S.ID: [f"h{i}" for i in range(len(texts))], S.TEXT: texts,
                      S.STATUS: [S.STATUS_OK] * len(texts), S.ERROR: pa.nulls(len(texts), pa.string())})
-    mlm_table = Scorer(spec, ScoringOptions())(Preparer(*load_tokenizer(spec))(read))
+    mlm_table = PLLScorer(spec, ScoringOptions())(PLLPreparer(*load_tokenizer(spec))(read))
     gpt2 = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
     causal_table = score_texts(CausalEngine(gpt2), texts)
     mlm, causal = text_scores(mlm_table, S.PLL, "masked LM"), text_scores(causal_table, LOGP, "causal LM")
