@@ -1,6 +1,6 @@
 """What N-best rescoring produces (`rescoring.rescore`): the tuned weights and tables (`Rescored`), the
 columns and schemas of those tables, and the files `write_outputs` writes: hypotheses.parquet,
-best.parquet, one 1-best text file per split, report.json and report.md (`render_markdown`).
+best.parquet, one 1-best text file per split, report.json and report.md (`render_rescore_report`).
 """
 
 from __future__ import annotations
@@ -101,11 +101,11 @@ def write_outputs(result: Rescored, folder: Claim) -> list[str]:
     for split in SPLITS:
         folder.write_text(best_text_file(split), "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split))
     folder.write_json(REPORT_JSON, result.report)
-    folder.write_text(REPORT_MD, render_markdown(result.report))
+    folder.write_text(REPORT_MD, render_rescore_report(result.report))
     return [folder.out.path(name) for name in OUTPUT_FILES]
 
 
-def render_markdown(report: dict) -> str:
+def render_rescore_report(report: dict) -> str:
     """A readable summary of `report.json`."""
     wer = report["metric"] == "wer"
     shown = (lambda v: f"{100 * v:.2f}") if wer else (lambda v: f"{v:.2f}")

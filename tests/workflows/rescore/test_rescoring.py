@@ -391,7 +391,7 @@ def test_an_optimum_at_the_limit_is_reported():
     table = nbest.nbest_table(records)
     limited = rescore(table, table, mlm=lm, options=RescoreOptions(lambda_limit=1.2))
     assert limited.lam == 1.2 and "raise --lambda-limit" in limited.report["edges"][0]
-    assert "Edge:" in O.render_markdown(limited.report)
+    assert "Edge:" in O.render_rescore_report(limited.report)
     free = rescore(table, table, mlm=lm)
     assert 1.9 < free.lam and free.report["dev"]["rescored"] == 0.0
 
