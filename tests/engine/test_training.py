@@ -82,13 +82,13 @@ def test_sentence_loss_is_the_squared_error_of_the_prediction_over_std(tiny_mode
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     examples = examples_of(mlm)[:6]
     regressor = regressor_for(mlm, mean=-40.0, std=12.0).eval()
-    torch.nn.init.normal_(regressor.head.weight, std=0.5)
+    torch.nn.init.normal_(regressor.head.weight, std=0.5, generator=torch.Generator().manual_seed(0))  # seeded
     got = SentenceObjective(regressor, mlm).loss(regressor, examples, torch.Generator())
     head = regressor.head
     predicted = [maskless_prediction(mlm.encoder, head.weight, head.bias, -40.0, 12.0, e.input_ids.tolist())
                  for e in examples]
     expected = np.mean([((p - e.target) / 12.0) ** 2 for p, e in zip(predicted, examples)])
-    assert abs(float(got.detach()) - expected) < 1e-5
+    assert abs(float(got.detach()) - expected) < 1e-5 * max(1.0, expected)  # fp32 against float64
 
 
 @pytest.mark.parametrize("objective, drop", [("maskless", 0.3), ("pmlm", 0.05)])
