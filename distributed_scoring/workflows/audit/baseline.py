@@ -233,8 +233,12 @@ class _Judge:
     current_rows: pa.Table | None
     baseline_rows: pa.Table | None
     methods: set[str] = field(default_factory=set)
-    # `_by_partition` of each side's rows, made once (keyed by the table's id: the two sides are held above)
-    partitions: dict[int, dict[str, pa.Table]] = field(default_factory=dict)
+    current_parts: dict[str, pa.Table] = field(init=False)  # `_by_partition` of each side's rows, made once
+    baseline_parts: dict[str, pa.Table] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.current_parts = {} if self.current_rows is None else _by_partition(self.current_rows)
+        self.baseline_parts = {} if self.baseline_rows is None else _by_partition(self.baseline_rows)
 
     def check(self, name: str, now: ScopeFigures | None, before: ScopeFigures | None) -> Check:
         metric = self.t.metric
@@ -250,7 +254,8 @@ class _Judge:
             reason = (f"fewer than {self.t.min_rows} rows ({before.rows} -> {now.rows}): too few to judge; "
                       "lower --min-rows only if such a scope is meaningful")
             return Check(name, INSUFFICIENT, **figures, reasons=(reason,))
-        cur, base = self._rows(name, self.current_rows), self._rows(name, self.baseline_rows)
+        cur = _scope_rows(name, self.current_rows, self.current_parts)
+        base = _scope_rows(name, self.baseline_rows, self.baseline_parts)
         paired = cur is not None and base is not None and _same_ids(cur, base)
         if paired:
             cur, base = cur.sort_by(S.ID), base.sort_by(S.ID)
@@ -274,13 +279,6 @@ class _Judge:
             error_rate_change_high=e_int.high if e_int else None,
             error_rate_verdict=errors[0], paired=paired, reasons=reasons,
         )
-
-    def _rows(self, name: str, rows: pa.Table | None) -> pa.Table | None:
-        if rows is None or name == OVERALL:
-            return rows
-        if id(rows) not in self.partitions:
-            self.partitions[id(rows)] = _by_partition(rows)
-        return self.partitions[id(rows)].get(name, rows.slice(0, 0))
 
     def _pppl(self, cur: pa.Table | None, base: pa.Table | None, paired: bool,
               rng: np.random.Generator) -> tuple[str, Interval | None, str]:
@@ -325,6 +323,13 @@ class _Judge:
         if -tol <= interval.low and interval.high <= tol:
             return NO_CHANGE, interval, ""
         return INSUFFICIENT, interval, f"{said} crosses the edge of the no-change band +-{tol * 100:.2f} points"
+
+
+def _scope_rows(name: str, rows: pa.Table | None, parts: dict[str, pa.Table]) -> pa.Table | None:
+    """A scope's per-row figures: all of them for the corpus, a partition's own (none: an empty table)."""
+    if rows is None or name == OVERALL:
+        return rows
+    return parts.get(name, rows.slice(0, 0))
 
 
 def _by_partition(rows: pa.Table) -> dict[str, pa.Table]:
