@@ -369,40 +369,39 @@ def noop_run(job: RunJob, inputs) -> tuple:
     return RunConfig(inputs, ModelSpec(NOOP_MODEL), output=job.output), noop_workload(NoopOptions(job.scores, job.per_token))
 
 
+def model_config(job: RunJob, inputs, model: str):
+    """The RunConfig of a run of `model` on the CPU, as `dscore score` makes it."""
+    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
+
+    return RunConfig(inputs, ModelSpec(model, device="cpu"), ScoringOptions(per_token=job.per_token), output=job.output)
+
+
 def pll_run(job: RunJob, inputs) -> tuple:
     """The PLL workload on `job.model`, its tokenizer loaded first as `dscore score` does."""
-    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
     from distributed_scoring.engine.model_files import load_tokenizer
     from distributed_scoring.workloads.pll import pll_workload
 
-    config = RunConfig(inputs, ModelSpec(job.model, device="cpu"), ScoringOptions(per_token=job.per_token),
-                       output=job.output)
+    config = model_config(job, inputs, job.model)
     load_tokenizer(config.model)
     return config, pll_workload(config.model, config.scoring)
 
 
-# Scorer name -> (RunJob, InputSpec) -> (RunConfig, Workload): a new scorer (`--method unmasked`, a maskless
-# student) is one entry here and one in SCORERS.
 def unmasked_run(job: RunJob, inputs) -> tuple:
     """`dscore score --method unmasked` on `job.model`: one forward pass of the unmasked sentence."""
-    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
     from distributed_scoring.engine.model_files import load_tokenizer
     from distributed_scoring.workloads.maskless import UNMASKED, maskless_workload
 
-    config = RunConfig(inputs, ModelSpec(job.model, device="cpu"), ScoringOptions(per_token=job.per_token),
-                       output=job.output)
+    config = model_config(job, inputs, job.model)
     load_tokenizer(config.model)
     return config, maskless_workload(config.model, config.scoring, UNMASKED)
 
 
 def student_run(job: RunJob, inputs) -> tuple:
     """`dscore score --maskless DIR` with a `sentence` student of the tiny model (`tiny_student`)."""
-    from distributed_scoring.config import ModelSpec, RunConfig, ScoringOptions
     from distributed_scoring.workflows.maskless import check_student
     from distributed_scoring.workloads.maskless import maskless_workload
 
-    config = RunConfig(inputs, ModelSpec(tiny_student(job.model), device="cpu"),
-                       ScoringOptions(per_token=job.per_token), output=job.output)
+    config = model_config(job, inputs, tiny_student(job.model))
     check_student(config)
     return config, maskless_workload(config.model, config.scoring)
 
@@ -424,6 +423,7 @@ def tiny_student(model: str) -> str:
     return str(folder)
 
 
+# Scorer name -> (RunJob, InputSpec) -> (RunConfig, Workload): a new scorer is one entry here and one in SCORERS.
 RUNS = {"noop": noop_run, "tiny": pll_run, "tiny-unmasked": unmasked_run, "tiny-student": student_run}
 
 
