@@ -18,12 +18,9 @@ from pathlib import Path
 CGROUP_V2_MAX = Path("/sys/fs/cgroup/cpu.max")  # "<quota> <period>" in µs, or "max <period>"
 CGROUP_V1_DIRS = (Path("/sys/fs/cgroup/cpu"), Path("/sys/fs/cgroup/cpu,cpuacct"))  # cpu.cfs_quota_us, cpu.cfs_period_us
 # OpenMP's wait policy for torch's threads, set before torch starts (OpenMP reads it once; a user's
-# OMP_WAIT_POLICY always wins). Passive: a thread that waits at a barrier sleeps instead of spinning. The
-# tiny model's forward with 2 threads on 2 cores (2026-11-26): with other agents' work running at nice 19,
-# 317 ms under OpenMP's default, 255 ms active, 14.7 ms passive (29.6 ms with 1 thread); in
-# `benchmarks/threads.py`'s grid, with 0 / 1 / 2 cores kept busy at the same priority, 7.1 / 8.8 / 26.6 ms
-# unset, 6.3 / 33.9 / 87.0 active, 8.6 / 8.9 / 31.3 passive. Passive gives up about 1.5 ms (20 %) of an idle
-# machine to never fall off the 20x cliff when lower-priority work shares the cores.
+# OMP_WAIT_POLICY always wins). Passive: a thread that waits at a barrier sleeps instead of spinning, which
+# costs about 20 % on an idle machine and avoids a 20x cliff when lower-priority work shares the cores
+# (the measurements: docs/ray.md "Threads", benchmarks/RESULTS.md "Threads").
 OMP_WAIT_POLICY: str | None = "passive"
 
 
