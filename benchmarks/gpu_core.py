@@ -1,9 +1,10 @@
-"""GPU throughput of the scoring core alone: bf16, a token-budget sweep, eager and torch.compile, MFU.
+"""GPU throughput of the scoring core alone: PLL and one pass, bf16, a token-budget sweep, eager and compiled, MFU.
 
     python benchmarks/gpu_core.py --shapes bert-base --out OUT        # on a CUDA machine (~5 min a shape)
     python benchmarks/gpu_core.py --device cpu --smoke --out /tmp/x   # CPU check of the code paths
 
-Scores synthetic sentences with `PLLEngine` directly: no Ray, no Parquet (pyarrow is not needed), only
+Scores synthetic sentences with `PLLEngine` (`--methods pll`) and with `MasklessEngine` reading each
+sentence once, unmasked (`unmasked`: what `--method unmasked` and the token/distribution students compute), directly: no Ray, no Parquet (pyarrow is not needed), only
 `masking`, `pll` and `masked_lm`, as one scoring actor does. Models are the random BERT-base and
 RoBERTa-base shapes of `synthetic.py`, loaded through `load_masked_lm` with dtype bfloat16 (encoder
 under bf16 autocast, LM head and log-softmax in float32). Sentences go to the engine in shards of
@@ -19,7 +20,12 @@ LM head on one row per copy:
     F = n * [ N * (8*L*d^2 + 4*L*d*d_ff + 4*L^2*d) + 2*d^2 + 2*d*V ]
 
 (per layer and token: 4 projections 8d^2, feed-forward 4*d*d_ff, scores and weighted sum 4*L*d;
-head: dense d->d and decoder d->V). Embeddings, layer norms, softmax, GELU and biases are left out.
+head: dense d->d and decoder d->V). One pass (`unmasked`) runs the encoder once and the head on the n
+scored rows:
+
+    F_unmasked = N * (8*L*d^2 + 4*L*d*d_ff + 4*L^2*d) + n * (2*d^2 + 2*d*V)
+
+Embeddings, layer norms, softmax, GELU and biases are left out.
 Padding inside packed batches is not useful work and is not counted; its share is reported apart
 ("executed / useful"). Achieved TFLOP/s = sum F / median time; MFU = that / the TFLOP/s of a large bf16
 matmul (torch.matmul, n = --matmul-size) measured in the same run on the same device.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import json
 import logging
 import statistics
@@ -46,6 +53,8 @@ sys.path.insert(0, str(HERE.parent))  # the GPU machine runs from a checkout, wi
 from distributed_scoring.config import ModelSpec  # noqa: E402
 from distributed_scoring.engine.masking import Sentence, pack  # noqa: E402
 from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm  # noqa: E402
+from distributed_scoring.engine.maskless import MasklessEngine, Student  # noqa: E402
+from distributed_scoring.engine import packing  # noqa: E402
 from distributed_scoring.quiet import quiet_transformers  # noqa: E402
 from distributed_scoring.offline.models import cache_root  # noqa: E402
 from distributed_scoring.engine.pll import PLLEngine  # noqa: E402
@@ -98,23 +107,50 @@ def shape_of(model) -> dict:
     return dict(N=c.num_hidden_layers, d=c.hidden_size, d_ff=c.intermediate_size, V=c.vocab_size)
 
 
-def copy_flops(length: int, rows: int, N: int, d: int, d_ff: int, V: int) -> float:
+METHODS = ("pll", "unmasked")
+
+
+def encoder_flops(length: int, N: int, d: int, d_ff: int, **_: int) -> float:
+    """Matmul FLOPs of one row of `length` tokens through the encoder."""
+    return N * (8 * length * d**2 + 4 * length * d * d_ff + 4 * length**2 * d)
+
+
+def head_flops(rows: int, d: int, V: int, **_: int) -> float:
+    """Matmul FLOPs of the LM head (dense d->d, decoder d->V) on `rows` positions."""
+    return rows * (2 * d**2 + 2 * d * V)
+
+
+def copy_flops(length: int, rows: int, **shape: int) -> float:
     """Matmul FLOPs of `rows` masked copies of `length` tokens: encoder on every token, head on one row each."""
-    encoder = N * (8 * length * d**2 + 4 * length * d * d_ff + 4 * length**2 * d)
-    return rows * (encoder + 2 * d**2 + 2 * d * V)
+    return rows * (encoder_flops(length, **shape) + head_flops(1, **shape))
 
 
-def useful_flops(sentences: list[Sentence], shape: dict) -> float:
-    return sum(copy_flops(len(s.input_ids), len(s.targets), **shape) for s in sentences)
+def sentence_flops(method: str, length: int, scored: int, shape: dict) -> float:
+    """Useful FLOPs of one sentence: n masked copies (PLL) or one unmasked pass with the head on n rows."""
+    if method == "pll":
+        return copy_flops(length, scored, **shape)
+    return encoder_flops(length, **shape) + head_flops(scored, **shape)
 
 
-def executed_flops(shards: list[list[Sentence]], mlm: MaskedLM, budget: int, shape: dict) -> tuple[float, float]:
+def useful_flops(method: str, sentences: list[Sentence], shape: dict) -> float:
+    return sum(sentence_flops(method, len(s.input_ids), len(s.targets), shape) for s in sentences)
+
+
+def executed_flops(method: str, shards: list[list[Sentence]], mlm: MaskedLM, budget: int,
+                   shape: dict) -> tuple[float, float]:
     """FLOPs of the packed batches as run (padding included), and the seconds packing took on the host."""
     total, start = 0.0, time.perf_counter()
     for shard in shards:
-        for batch in pack(shard, "original", budget, mlm.mask_token_id, mlm.pad_token_id):
-            rows, width = batch.input_ids.shape
-            total += copy_flops(width, rows, **shape)
+        if method == "pll":
+            for batch in pack(shard, "original", budget, mlm.mask_token_id, mlm.pad_token_id):
+                rows, width = batch.input_ids.shape
+                total += copy_flops(width, rows, **shape)
+            continue
+        lengths = [len(s.input_ids) for s in shard]
+        for pieces in packing.pack(lengths, [1] * len(lengths), packing.TokenBudget(budget)):
+            width = max(lengths[p.group] for p in pieces)
+            scored = sum(len(shard[p.group].targets) for p in pieces)
+            total += len(pieces) * encoder_flops(width, **shape) + head_flops(scored, **shape)
     return total, time.perf_counter() - start
 
 
@@ -162,18 +198,28 @@ def matmul_tflops(device: torch.device, n: int, dtype: torch.dtype, repeats: int
     return 2 * n**3 * repeats / watch.seconds / 1e12
 
 
-def score(engine: PLLEngine, shards: list[list[Sentence]]) -> list[np.ndarray]:
+Scorer = Callable[[list[Sentence]], list[np.ndarray]]
+
+
+def scorer(method: str, mlm: MaskedLM, budget: int) -> Scorer:
+    """Each sentence's per-token log-probabilities: masked copies (PLL) or one unmasked pass."""
+    if method == "pll":
+        return PLLEngine(mlm, "original", budget).token_logprobs
+    engine = MasklessEngine(Student(mlm, None, {}, {}), budget)
+    return lambda shard: [p.token_logprobs for p in engine.predict(shard)]
+
+
+def score(engine: Scorer, shards: list[list[Sentence]]) -> list[np.ndarray]:
     out: list[np.ndarray] = []
     for shard in shards:
-        out.extend(engine.token_logprobs(shard))
+        out.extend(engine(shard))
     return out
 
 
 def timed_rounds(
-    engine: PLLEngine, shards: list[list[Sentence]], rounds: int
+    engine: Scorer, device: torch.device, shards: list[list[Sentence]], rounds: int
 ) -> tuple[float, list[float], float | None, list[np.ndarray]]:
     """Seconds of the untimed warm-up round and of each timed round, peak GPU memory in GiB, last scores."""
-    device = engine.mlm.device
     start = time.perf_counter()
     score(engine, shards)  # warm-up; compiles on the first call when the encoder is compiled
     sync(device)
@@ -199,12 +245,12 @@ def max_diff(a: list[np.ndarray], b: list[np.ndarray]) -> float:
 
 @dataclasses.dataclass
 class Corpus:
-    """One length distribution, ready for the engine, with its float32 reference on a few sentences."""
+    """One length distribution, ready for the engine, with each method's float32 reference on a few sentences."""
 
     lengths: str
     sentences: list[Sentence]
     shards: list[list[Sentence]]
-    reference: list[np.ndarray]
+    reference: dict[str, list[np.ndarray]]
 
 
 def corpus(mlm: MaskedLM, lengths: str, args: argparse.Namespace) -> Corpus:
@@ -214,24 +260,27 @@ def corpus(mlm: MaskedLM, lengths: str, args: argparse.Namespace) -> Corpus:
         check_encode(mlm, texts, sentences)
     shards = [sentences[i : i + args.shard_rows] for i in range(0, len(sentences), args.shard_rows)]
     # computed before anything is compiled: the bound that bf16 scores must stay within
-    fp32 = PLLEngine(dataclasses.replace(mlm, autocast_dtype=None), "original", args.budgets[0])
-    return Corpus(lengths, sentences, shards, fp32.token_logprobs(sentences[: args.check_sentences]))
+    fp32 = dataclasses.replace(mlm, autocast_dtype=None)
+    checked = sentences[: args.check_sentences]
+    reference = {method: scorer(method, fp32, args.budgets[0])(checked) for method in args.methods}
+    return Corpus(lengths, sentences, shards, reference)
 
 
-def measure(mlm: MaskedLM, data: Corpus, budget: int, shape: dict, args: argparse.Namespace) -> tuple[dict, list]:
+def measure(method: str, mlm: MaskedLM, data: Corpus, budget: int, shape: dict,
+            args: argparse.Namespace) -> tuple[dict, list]:
     """One row of the table (rates, FLOPs, memory, bf16 difference from float32) and the scores."""
-    warmup, seconds, peak_gib, scores = timed_rounds(PLLEngine(mlm, "original", budget), data.shards, args.rounds)
-    useful = useful_flops(data.sentences, shape)
-    executed, pack_s = executed_flops(data.shards, mlm, budget, shape)
+    warmup, seconds, peak_gib, scores = timed_rounds(scorer(method, mlm, budget), mlm.device, data.shards, args.rounds)
+    useful = useful_flops(method, data.sentences, shape)
+    executed, pack_s = executed_flops(method, data.shards, mlm, budget, shape)
     median = statistics.median(seconds)
     n_tokens = sum(len(s.targets) for s in data.sentences)
     row = {
-        "lengths": data.lengths, "budget": budget, "sentences": len(data.sentences), "scored_tokens": n_tokens,
+        "method": method, "lengths": data.lengths, "budget": budget, "sentences": len(data.sentences), "scored_tokens": n_tokens,
         "warmup_s": warmup, "seconds": seconds, "median_s": median,
         "sentences_per_s": len(data.sentences) / median, "tokens_per_s": n_tokens / median,
         "useful_tflop": useful / 1e12, "executed_over_useful": executed / useful,
         "achieved_tflops": useful / median / 1e12, "peak_mem_gib": peak_gib, "host_pack_s": pack_s,
-        "max_diff_vs_fp32": max_diff(data.reference, scores[: args.check_sentences]),
+        "max_diff_vs_fp32": max_diff(data.reference[method], scores[: args.check_sentences]),
     }
     return row, scores
 
@@ -248,24 +297,22 @@ def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float,
     for compiled in args.compile:
         if compiled:
             mlm.encoder.compile(dynamic=True)
-        for data in corpora:
-            for budget in args.budgets:
-                row, scores = measure(mlm, data, budget, shape, args)
-                key = (data.lengths, budget)
-                if not compiled:
-                    eager[key] = scores
-                vs_eager = max_diff(eager[key], scores) if compiled and key in eager else None
-                row.update(shape=shape_name, compile=compiled, mfu=row["achieved_tflops"] / peak_tflops,
-                           max_diff_vs_eager=vs_eager)
-                if row["max_diff_vs_fp32"] > args.atol or (vs_eager or 0.0) > args.atol:
-                    raise SystemExit(f"{shape_name} {data.lengths} budget {budget} compile={compiled}: bf16 scores "
-                                     f"differ by {row['max_diff_vs_fp32']:.3f} from float32 and {vs_eager} from "
-                                     f"eager (tolerance {args.atol})")
-                done(row)
-                logger.info("%s %s compile=%s budget %d: %.1f sentences/s, %.1f TFLOP/s, MFU %.1f%%", shape_name,
-                            data.lengths, compiled, budget, row["sentences_per_s"], row["achieved_tflops"],
-                            100 * row["mfu"])
-
+        for method, data, budget in itertools.product(args.methods, corpora, args.budgets):
+            row, scores = measure(method, mlm, data, budget, shape, args)
+            key = (method, data.lengths, budget)
+            if not compiled:
+                eager[key] = scores
+            vs_eager = max_diff(eager[key], scores) if compiled and key in eager else None
+            row.update(shape=shape_name, compile=compiled, mfu=row["achieved_tflops"] / peak_tflops,
+                       max_diff_vs_eager=vs_eager)
+            if row["max_diff_vs_fp32"] > args.atol or (vs_eager or 0.0) > args.atol:
+                raise SystemExit(f"{shape_name} {method} {data.lengths} budget {budget} compile={compiled}: bf16 "
+                                 f"scores differ by {row['max_diff_vs_fp32']:.3f} from float32 and {vs_eager} from "
+                                 f"eager (tolerance {args.atol})")
+            done(row)
+            logger.info("%s %s %s compile=%s budget %d: %.1f sentences/s, %.1f TFLOP/s, MFU %.1f%%", shape_name,
+                        method, data.lengths, compiled, budget, row["sentences_per_s"], row["achieved_tflops"],
+                        100 * row["mfu"])
 
 def markdown(result: dict) -> str:
     m, s = result["machine"], result["settings"]
@@ -276,14 +323,14 @@ def markdown(result: dict) -> str:
         f"Encoder bf16 autocast, head float32; shards of {s['shard_rows']} sentences; median of {s['rounds']} rounds "
         "after a warm-up round; timed with CUDA events.",
         "",
-        "| shape | lengths | compile | budget | sentences/s | tokens/s | TFLOP/s | MFU | executed / useful | "
+        "| shape | method | lengths | compile | budget | sentences/s | tokens/s | TFLOP/s | MFU | executed / useful | "
         "host packing s | warm-up s | peak GiB | max diff vs fp32 |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
         peak = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
         lines.append(
-            f"| {r['shape']} | {r['lengths']} | {'yes' if r['compile'] else 'no'} | {r['budget']} | "
+            f"| {r['shape']} | {r.get('method', 'pll')} | {r['lengths']} | {'yes' if r['compile'] else 'no'} | {r['budget']} | "
             f"{r['sentences_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {r['achieved_tflops']:.1f} | "
             f"{100 * r['mfu']:.1f}% | "
             f"{r['executed_over_useful']:.2f} | {r['host_pack_s']:.2f} | {r['warmup_s']:.1f} | {peak} | "
@@ -298,6 +345,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (--smoke checks only)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every code path runs")
     parser.add_argument("--shapes", default=",".join(synthetic.SHAPES))
+    parser.add_argument("--methods", default=",".join(METHODS), help="pll, unmasked, or both (comma-separated)")
     parser.add_argument("--lengths", default="blimp,librispeech")
     parser.add_argument("--sentences", type=int, help="sentences per length distribution (full: 4096)")
     parser.add_argument("--budgets", help="comma-separated token budgets (full: 8192 ... 131072)")
@@ -318,6 +366,9 @@ def parse_args() -> argparse.Namespace:
         raise SystemExit("no CUDA device: run on a GPU machine, or check the code paths with --device cpu --smoke")
     args.shapes = args.shapes.split(",")
     args.lengths = args.lengths.split(",")
+    args.methods = args.methods.split(",")
+    if not set(args.methods) <= set(METHODS):
+        raise SystemExit(f"--methods: choose among {', '.join(METHODS)}")
     args.budgets = [int(b) for b in args.budgets.split(",")]
     args.compile = [{"off": False, "on": True}[c] for c in args.compile.split(",")]
     return args
