@@ -21,7 +21,7 @@ import tiny
 from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig
 from distributed_scoring.workflows.score import score
-from local_cluster import REPO, local_cluster, running
+from local_cluster import REPO, local_cluster, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
 STALL_S = 120  # a run that stops making progress fails within this, instead of hanging the suite
@@ -164,7 +164,8 @@ def test_a_killed_worker_node_loses_no_row_and_doubles_none(tmp_path, tiny_model
         finally:
             if driver.poll() is None:
                 driver.kill()
-        if first != 0:
+        if first != 0:  # rerun as an operator would, once Ray has seen the node go
+            wait_for_alive_nodes(env, alive=2)
             rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
             assert rerun.returncode == 0, why(rerun.stderr)
         after = markers(out)
