@@ -1,5 +1,6 @@
-# The two commands of the README: `make demo` (set up, run the main job) and `make test` (set up, run
-# the tests). Both are idempotent: the virtual environment is rebuilt only when pyproject.toml changes.
+# The commands of the README: `make demo` (set up, run the main job), `make test` (set up, run the tests) and
+# `make test-fast` (the tests without Ray or real weights, for the edit loop). All are idempotent: the
+# virtual environment is rebuilt only when pyproject.toml changes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ BIN := $(VENV)/bin
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup browser demo test bench bench-smoke clean
+.PHONY: setup browser demo lint test test-fast bench bench-smoke clean
 
 setup: $(STAMP)
 
@@ -31,11 +32,22 @@ browser:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "chromium could not be installed: the report's browser test will be skipped"
 
-# Import contracts first (pyproject.toml [tool.importlinter]: the layers may not reach across), then the tests,
-# one line per test file as it starts (its dots follow), so that a log shows which module runs.
-test: setup browser
+# The checks that take seconds, before any test: the import contracts (pyproject.toml [tool.importlinter]: the
+# layers may not reach across), then ruff's lint (import order included) and format ([tool.ruff]).
+lint: setup
 	$(BIN)/lint-imports --no-cache
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
+
+# The full suite, as CI runs it (.ci/run): one line per test file as it starts (its dots follow), so that a
+# log shows which module runs.
+test: setup browser lint
 	$(BIN)/python -m pytest
+
+# The same suite less the tests marked ray (they start or use a Ray instance) or weights (real offline
+# models): tests/conftest.py marks them from the fixtures they use.
+test-fast: setup browser lint
+	$(BIN)/python -m pytest -m "not ray and not weights"
 
 # Throughput side by side with naive scoring and minicons (its own venv, made on first use), then the
 # Ray pipeline against the number of actors, then pairwise joints; on a quiet machine (about 45 minutes

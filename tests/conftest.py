@@ -66,3 +66,22 @@ def ray_local():
     ray.init(num_cpus=6, include_dashboard=False, logging_level="WARNING", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+# Markers a test gets from the fixtures it uses, directly or through other fixtures (the local cluster's
+# fixtures in pipeline/test_cluster.py ask for `ray_local`), so that `make test-fast` (-m "not ray and not
+# weights") leaves them out with no hand-kept list. Modules whose tests start Ray without these fixtures (a
+# `dscore ... --ray` driver or a training run in a subprocess, a local cluster of their own) mark themselves:
+# `pytestmark = pytest.mark.ray` in faults/test_kills.py and faults/test_train_kill.py.
+MARKER_FIXTURES = {
+    "ray": {"ray_local"},
+    "weights": {"offline_model_dir"},
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in MARKER_FIXTURES.items():
+            if used & fixtures:
+                item.add_marker(marker)
