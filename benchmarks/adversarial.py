@@ -1624,6 +1624,13 @@ def _none(value: object, instead: str = "-") -> str:
     return instead if value is None else str(value)
 
 
+def verdict_line(fails: list) -> str:
+    """The report's one line on failures: none, or each failed case with its problems."""
+    if not fails:
+        return "Every case passed."
+    return "Failed: " + ", ".join(f"{r.id} ({'; '.join(r.outcome.problems)})" for r in fails) + "."
+
+
 def counts_table(results: Sequence[Result]) -> str:
     table = counts(results)
     lines = ["| category | cases | PASS | FAIL |", "|---|---|---|---|"]
@@ -1660,7 +1667,7 @@ Last run: {meta['date']}, {meta['cases']} cases in {meta['minutes']:.1f} min, lo
 before the start on {meta['cores']} cores, commands {meta['mode']}ed, dscore at commit {meta['commit']}.
 
 {counts_table(results)}
-{"Every case passed." if not fails else "Failed: " + ", ".join(f"{r.id} ({'; '.join(r.outcome.problems)})" for r in fails) + "."}
+{verdict_line(fails)}
 
 Columns: the command judged (paths relative to the case's folder; `../_models/bert` is a tiny random BERT),
 its exit code (`killed`: kill -9 by the trial), its `dscore` line(s) on standard error, whether a Python

@@ -4,8 +4,9 @@
     python benchmarks/gpu_core.py --device cpu --smoke --out /tmp/x   # CPU check of the code paths
 
 Scores synthetic sentences with `PLLEngine` (`--methods pll`) and with `MasklessEngine` reading each
-sentence once, unmasked (`unmasked`: what `--method unmasked` and the token/distribution students compute), directly: no Ray, no Parquet (pyarrow is not needed), only
-`masking`, `pll` and `masked_lm`, as one scoring actor does. Models are the random BERT-base and
+sentence once, unmasked (`unmasked`: what `--method unmasked` and the token/distribution students
+compute), directly: no Ray, no Parquet (pyarrow is not needed), only the engine modules, as one scoring
+actor does. Models are the random BERT-base and
 RoBERTa-base shapes of `synthetic.py`, loaded through `load_masked_lm` with dtype bfloat16 (encoder
 under bf16 autocast, LM head and log-softmax in float32). Sentences go to the engine in shards of
 --shard-rows, as the pipeline hands them to an actor. For each budget, with the encoder eager and then
@@ -330,7 +331,8 @@ def markdown(result: dict) -> str:
     for r in result["rows"]:
         peak = f"{r['peak_mem_gib']:.1f}" if r["peak_mem_gib"] is not None else "n/a"
         lines.append(
-            f"| {r['shape']} | {r.get('method', 'pll')} | {r['lengths']} | {'yes' if r['compile'] else 'no'} | {r['budget']} | "
+            f"| {r['shape']} | {r.get('method', 'pll')} | {r['lengths']} | "
+            f"{'yes' if r['compile'] else 'no'} | {r['budget']} | "
             f"{r['sentences_per_s']:,.1f} | {r['tokens_per_s']:,.0f} | {r['achieved_tflops']:.1f} | "
             f"{100 * r['mfu']:.1f}% | "
             f"{r['executed_over_useful']:.2f} | {r['host_pack_s']:.2f} | {r['warmup_s']:.1f} | {peak} | "

@@ -80,8 +80,9 @@ def main() -> None:
             scorers[f"{student.info['target']} student ({path.name})"] = student
     rows = []
     for budget in (int(b) for b in args.budgets.split(",")):
-        methods = {"PLL engine": lambda: PLLEngine(mlm, "original", budget).token_logprobs(batch),
-                   **{name: (lambda s=s: MasklessEngine(s, budget).predict(batch)) for name, s in scorers.items()}}
+        methods = {"PLL engine": lambda budget=budget: PLLEngine(mlm, "original", budget).token_logprobs(batch),
+                   **{name: (lambda s=s, budget=budget: MasklessEngine(s, budget).predict(batch))
+                      for name, s in scorers.items()}}
         for run in methods.values():
             run()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in methods}

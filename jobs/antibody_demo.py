@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     summary = json.loads((output / "summary.json").read_text())
     print(f"\n{'group':<10} {'chains':>6} {'residues':>8} {'PPPL':>7} {'PLL/residue':>12}")
     for name, s in summary["by_input"].items():
-        print(f"{Path(name).stem:<10} {s['ok']:>6} {s['n_tokens']:>8} {s['pppl_token']:>7.2f} {s['sum_pll'] / s['n_tokens']:>12.3f}")
+        mean = s["sum_pll"] / s["n_tokens"]
+        print(f"{Path(name).stem:<10} {s['ok']:>6} {s['n_tokens']:>8} {s['pppl_token']:>7.2f} {mean:>12.3f}")
     print(f"{'all':<10} {summary['ok']:>6} {summary['n_tokens']:>8} {summary['pppl_token']:>7.2f}")
     print(f"\nscored rows: {output / 'rows'}  summary (all figures, as JSON): {output / 'summary.json'}")
     return 0

@@ -192,10 +192,12 @@ def render(reports: dict[str, dict], pmlm: dict | None) -> str:
         *[row(f"student: {target}", r["heldout"]["student"], r["rescoring"]["student"]["test"]["rescored"],
               r["speed"]["speedup"]) for target, r in reports.items()], "",
         f"Rescoring {rescoring['test']} (WER over residues): baseline {rescoring['teacher']['test']['baseline']:.4f}, "
-        f"teacher (PLL) {rescoring['teacher']['test']['rescored']:.4f}, oracle {rescoring['teacher']['test']['oracle']:.4f}. "
+        f"teacher (PLL) {rescoring['teacher']['test']['rescored']:.4f}, "
+        f"oracle {rescoring['teacher']['test']['oracle']:.4f}. "
         f"Teacher PLL std on the held-out chains: {h['teacher_std']:.2f} nats. Speed-ups timed inside each training "
         f"job ({first['speed']['device']}, {first['speed']['threads']} threads, load average "
-        f"{first['speed']['load_average']:.1f} for the first): benchmarks/maskless_speed.py times them on a quiet machine.",
+        f"{first['speed']['load_average']:.1f} for the first): "
+        "benchmarks/maskless_speed.py times them on a quiet machine.",
     ]
     if pmlm is not None:
         before, after = pmlm["heldout"]["before"], pmlm["heldout"]["after"]

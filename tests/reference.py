@@ -257,7 +257,7 @@ def minimise_eq4(log_a_given_b: torch.Tensor, log_b_given_a: torch.Tensor, start
         optimiser = torch.optim.LBFGS([theta], max_iter=2000, tolerance_grad=1e-14, tolerance_change=1e-16,
                                       line_search_fn="strong_wolfe")
 
-        def closure():
+        def closure(theta=theta, optimiser=optimiser):  # called by this start's optimiser.step only
             optimiser.zero_grad()
             value = eq4_objective(theta.flatten().log_softmax(0).view_as(theta), log_a_given_b, log_b_given_a)
             value.backward()
@@ -518,26 +518,6 @@ class NaiveEnergy:
         logits = np.array([-self.energies(self.fill(ids, sample, s), scored)[which] / temperature for s in states])
         probs = np.exp(logits - np.logaddexp.reduce(logits))
         return dict(zip(states, probs.tolist()))
-
-    def gibbs_sweep(self, ids, sample, allowed: list[int], temperature: float = 1.0) -> dict:
-        """The stationary distribution of single-site Gibbs with the MLM conditionals (over the allowed
-        tokens, proposal temperature applied) sweeping `sample` in ascending order: the left
-        eigenvector of eigenvalue 1 of K_1 K_2 ... K_k, state -> probability."""
-        states = self.states(ids, sample, allowed)
-        index = {s: n for n, s in enumerate(states)}
-        sweep = np.eye(len(states))
-        for k, position in enumerate(sorted(sample)):
-            kernel = np.zeros((len(states), len(states)))
-            slot = list(sample).index(position)
-            for s in states:
-                logq = self.proposal(self.fill(ids, sample, s), [position], allowed, temperature)[0]
-                for c, w in enumerate(allowed):
-                    kernel[index[s], index[s[:slot] + (w,) + s[slot + 1 :]]] += np.exp(logq[c])
-            sweep = sweep @ kernel
-        values, vectors = np.linalg.eig(sweep.T)
-        stationary = np.real(vectors[:, np.argmin(np.abs(values - 1))])
-        stationary = stationary / stationary.sum()
-        return dict(zip(states, stationary.tolist()))
 
 
 def total_variation(p: dict, q: dict) -> float:

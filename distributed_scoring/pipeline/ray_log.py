@@ -6,9 +6,10 @@ constructor arguments in the object store` line that every Ray Data actor pool t
 (ray-project/ray#57733); and under memory pressure, its out-of-memory killer's `(raylet) ... retried`
 notices (which the driver prints even with `log_to_driver` off) and `ERROR services.py` lines of its
 processes. Its Python loggers (`ray`, `ray.data`) are handed to a handler that writes the run log instead
-of the terminal, and so are the Python warnings raised in its code; its C++ core and its other processes write straight to file descriptor 2, so while the
-run lasts that descriptor is a pipe whose lines in Ray's formats (its C++ log lines, anywhere in a line;
-its Python log lines and `(raylet)` notices, at a line's start) go to the run log and everything else
+of the terminal, and so are the Python warnings raised in its code; its C++ core and its other processes
+write straight to file descriptor 2, so while the run lasts that descriptor is a pipe whose lines in Ray's
+formats (its C++ log lines, anywhere in a line; its Python log lines and `(raylet)` notices, at a line's
+start) go to the run log and everything else
 (this package's log lines, the progress bar, tracebacks) to where it went before. The run log is
 `dscore-driver-<pid>.log` in the Ray session's log folder, beside the logs of Ray's workers; lines that
 come before Ray has made that folder are held until then.

@@ -209,7 +209,8 @@ class InfillScorer(Stage):
                 if size > self.options.exact_limit:
                     row.update({S.STATUS: S.STATUS_ERROR, S.ERROR: (
                         f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
-                        f"--exact-limit {self.options.exact_limit:,}: restrict the vocabulary or use a beam decoder")})
+                        f"--exact-limit {self.options.exact_limit:,}: "
+                        "restrict the vocabulary or use a beam decoder")})
             if row[S.STATUS] == S.STATUS_OK:
                 fillable.append(i)
         examples = [InfillExample(np.array(rows[i][S.INPUT_IDS], dtype=np.int64),

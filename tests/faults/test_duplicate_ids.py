@@ -23,7 +23,10 @@ from distributed_scoring.cli import main
 
 JSONL_RECORDS = [{"id": 1, "text": "the [MASK] fox"}, {"id": "2", "text": "a [MASK] dog"},
                  {"id": "1", "text": "the [MASK] cat"}, {"id": 7, "text": "x [MASK]"}, {"id": 7, "text": "y [MASK]"}]
-JSONL_REFUSAL = "2 ids of --id-column 'id' repeat: '1' at in.jsonl line 1 and in.jsonl line 3; '7' at in.jsonl line 4 and in.jsonl line 5."
+JSONL_REFUSAL = (
+    "2 ids of --id-column 'id' repeat: '1' at in.jsonl line 1 and in.jsonl line 3; "
+    "'7' at in.jsonl line 4 and in.jsonl line 5."
+)
 PARQUET_REFUSAL = "1 id of --id-column 'id' repeats: '2' at in.parquet row 2 and in.parquet row 3."
 
 

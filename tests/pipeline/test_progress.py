@@ -182,7 +182,8 @@ def make_unchanged():
 @pytest.mark.ray
 def test_on_ray_the_driver_sees_a_shard_move_before_it_is_written(ray_local, tmp_path, recording, caplog):
     """Two shards of 10 rows, 4 s of scoring each: the scoring actors post to the board every second
-    and the driver collects every second, so it must see each shard part done before its file arrives. Two actors asked for on 6 CPUs: their CPUs are sized to fit, and the log says so."""
+    and the driver collects every second, so it must see each shard part done before its file arrives. Two actors
+    asked for on 6 CPUs: their CPUs are sized to fit, and the log says so."""
     from ray import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test file

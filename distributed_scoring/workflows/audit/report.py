@@ -129,7 +129,9 @@ def _verdict(comparison: Comparison | None) -> str:
     title = {
         "pass": f"PASS: no scope changed beyond the tolerance, with {_confidence(comparison)} confidence (exit {code})",
         "regression": f"REGRESSION in {len(comparison.regressions)} place(s) (exit {code})",
-        INSUFFICIENT: f"INSUFFICIENT DATA in {len(comparison.insufficient)} place(s): the data cannot tell (exit {code})",
+        INSUFFICIENT: (
+            f"INSUFFICIENT DATA in {len(comparison.insufficient)} place(s): the data cannot tell (exit {code})"
+        ),
         "incomparable": f"INCOMPARABLE: baseline scored by another model or variant (exit {code})",
     }[verdict]
     items = [
@@ -212,7 +214,8 @@ def _partition_table(audit: AuditRecord, comparison: Comparison | None) -> str:
     body = [_table_row(overall, "overall", comparison is not None)]
     body += [_table_row(r, _CSS_CLASS.get(r.status, ""), comparison is not None) for r in rows]
     more = "" if len(rows) <= MAX_BARS else (
-        f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: regressed and most changed first.</p>"
+        f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: "
+        "regressed and most changed first.</p>"
     )
     return f"{more}<table>{head}{''.join(body)}</table>"
 

@@ -111,18 +111,18 @@ def grid_search(split: Split, options: RescoreOptions, mlm: bool, causal: bool, 
         if not _better(grid[wider], grid[best], metric):
             break
         adopted, best = len(lambdas), wider
-    a, g, l = best
+    a, g, j = best
     edges = []
-    if l == adopted - 1 and l > 0:
+    if j == adopted - 1 and j > 0:
         if adopted == len(lambdas):
-            edges.append(f"lambda = {lambdas[l]:g} is the largest weight searched (lambda_limit) and the dev metric "
+            edges.append(f"lambda = {lambdas[j]:g} is the largest weight searched (lambda_limit) and the dev metric "
                          "was still improving there: the best weight may lie beyond it; raise --lambda-limit")
-        elif grid[a, g, adopted] == grid[a, g, l]:
-            edges.append(f"lambda = {lambdas[l]:g} is the largest of the weights searched before a plateau of equally "
+        elif grid[a, g, adopted] == grid[a, g, j]:
+            edges.append(f"lambda = {lambdas[j]:g} is the largest of the weights searched before a plateau of equally "
                          f"good ones that goes on past it (searched up to {lambdas[-1]:g}, none better)")
     if len(alphas) > 1 and a == len(alphas) - 1:
         edges.append(f"alpha = {alphas[a]} is the largest length-penalty exponent searched")
-    return Search(lambdas, gammas, alphas, grid, (float(lambdas[l]), float(gammas[g]), alphas[a]), edges)
+    return Search(lambdas, gammas, alphas, grid, (float(lambdas[j]), float(gammas[g]), alphas[a]), edges)
 
 
 def _better(value: float, other: float, metric: Metric) -> bool:
@@ -147,8 +147,8 @@ def _pick(grid: np.ndarray, lambdas: np.ndarray, gammas: np.ndarray, alphas: lis
     largest gamma, then the smallest alpha (appendix A)."""
     objective = grid if higher_is_better else -grid
     found = np.argwhere(objective == objective.max())  # (k, 3)
-    a, g, l = max(found.tolist(), key=lambda i: (lambdas[i[2]], gammas[i[1]], -i[0]))
-    return a, g, l
+    a, g, j = max(found.tolist(), key=lambda i: (lambdas[i[2]], gammas[i[1]], -i[0]))
+    return a, g, j
 
 
 def _steps(top: float, step: float) -> np.ndarray:

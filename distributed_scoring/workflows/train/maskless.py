@@ -46,7 +46,9 @@ from .run import (
 
 logger = logging.getLogger(__name__)
 
-LR = 1e-4  # default peak learning rate of the encoder (the paper used 1e-5 over 10 epochs of LibriSpeech text; the head learns faster, see engine.training)
+# default peak learning rate of the encoder (the paper used 1e-5 over 10 epochs of LibriSpeech text; the head
+# learns faster, see engine.training)
+LR = 1e-4
 DEFAULT_TARGET = TARGET_DISTRIBUTION  # the target that won on the demo's held-out report (docs/train.md)
 PREDICTIONS_FILE = "heldout_predictions.parquet"
 REPORT_MD = "report.md"

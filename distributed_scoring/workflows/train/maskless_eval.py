@@ -203,7 +203,8 @@ def render_report(report: dict) -> str:
     lines = [f"# Maskless student (`{report['target']}`) of {report['teacher_model'] or report['teacher']}", "",
              f"{report['rows']['train']} training rows, {t['steps']} steps of {t['batch_size']}; {h['rows']} held-out "
              f"rows ({h['mutant_pairs']} mutant-parent pairs); teacher PLL std {h['teacher_std']:.2f} nats.", "",
-             "| scorer | Pearson | Spearman | Pearson per token | RMSE (nats) | token terms r | mutant - parent rho | above 0 |",
+             "| scorer | Pearson | Spearman | Pearson per token | RMSE (nats) | token terms r | "
+             "mutant - parent rho | above 0 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in ("student", "unmasked", "length_baseline"):
         f = h[name]
