@@ -51,8 +51,14 @@ for _path in (ROOT, TESTS, TESTS / "faults"):  # tests/tiny.py, tests/faults/tes
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-for _name, _value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
-                      "RAY_USAGE_STATS_ENABLED": "0", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}.items():
+for _name, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}.items():
     os.environ.setdefault(_name, _value)
 
 BAD_INPUT, FAULT, MISTAKE, ATTACK = "bad input", "fault", "operator mistake", "attack"
@@ -61,8 +67,12 @@ TIMEOUT_S = 300.0  # one command; a run of a case's few rows takes seconds
 RAY_TIMEOUT_S = 420.0
 DUPLICATE_KEYS = ("construction", "sequence", "chain", "epoch", "line")  # with `id`, a row's key where present
 CORPUS_LINES = 12
-MASKED = ["the quick brown [MASK] jumps", "she sells [MASK] by the seashore", "a [MASK] dog",
-          "colourless green [MASK] sleep furiously"]
+MASKED = [
+    "the quick brown [MASK] jumps",
+    "she sells [MASK] by the seashore",
+    "a [MASK] dog",
+    "colourless green [MASK] sleep furiously",
+]
 
 
 # Running the CLI
@@ -152,8 +162,14 @@ class Dscore:
         self.mode = mode
         self.count = 0
 
-    def start(self, argv: Sequence[str], cwd: Path, spawn: bool = False, prelude: Prelude | None = None,
-              env: dict[str, str] | None = None) -> Process:
+    def start(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        spawn: bool = False,
+        prelude: Prelude | None = None,
+        env: dict[str, str] | None = None,
+    ) -> Process:
         argv = [str(a) for a in argv]
         self.count += 1
         logs = cwd / "_logs"
@@ -161,9 +177,14 @@ class Dscore:
         out, err = logs / f"{self.count:03d}.out", logs / f"{self.count:03d}.err"
         if (spawn or self.mode == "spawn") and prelude is None:
             with out.open("wb") as o, err.open("wb") as e:
-                popen = subprocess.Popen([sys.executable, "-m", "distributed_scoring.cli", *argv], cwd=cwd, stdout=o,
-                                         stderr=e, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                                         start_new_session=True)
+                popen = subprocess.Popen(
+                    [sys.executable, "-m", "distributed_scoring.cli", *argv],
+                    cwd=cwd,
+                    stdout=o,
+                    stderr=e,
+                    env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                    start_new_session=True,
+                )
             return Process(argv, popen.pid, popen, out, err)
         assert self.mode != "inline", "the inline runner runs commands to their end: use call()"
         sys.stdout.flush()
@@ -224,9 +245,9 @@ def full_disk(kind: str, n: int) -> Prelude:
     folder finds the disk full (tests/faults/test_disk_full.py's filesystem)."""
 
     def patch() -> None:
-        from test_disk_full import full_disk_at
-
         from distributed_scoring.io import output
+
+        from test_disk_full import full_disk_at
 
         disk = full_disk_at(kind, n)
         output.filesystem = lambda uri: (disk, str(Path(uri).resolve()))
@@ -349,10 +370,12 @@ class Trial:
 
     # outcomes
 
-    def observe(self, call: Call, d: Path, out: str | None, rows_in: int | None, done: str = "",
-                rows_dir: str | None = None) -> Outcome:
-        o = Outcome(command=call.shown, done=done, rc=call.rc, line=call.line, traceback=call.traceback,
-                    rows_in=rows_in)
+    def observe(
+        self, call: Call, d: Path, out: str | None, rows_in: int | None, done: str = "", rows_dir: str | None = None
+    ) -> Outcome:
+        o = Outcome(
+            command=call.shown, done=done, rc=call.rc, line=call.line, traceback=call.traceback, rows_in=rows_in
+        )
         folder = d / (rows_dir or out) if out else None
         rows = marked_rows(folder) if folder is not None else None
         if rows is not None:
@@ -361,9 +384,17 @@ class Trial:
             o.verdict = self.verify(d, out)
         return o
 
-    def refused(self, d: Path, argv: Sequence, words: Sequence[str] = (), out: str | None = "out",
-                rows_in: int | None = None, done: str = "", untouched: dict | None = None,
-                code: int = 2) -> Outcome:
+    def refused(
+        self,
+        d: Path,
+        argv: Sequence,
+        words: Sequence[str] = (),
+        out: str | None = "out",
+        rows_in: int | None = None,
+        done: str = "",
+        untouched: dict | None = None,
+        code: int = 2,
+    ) -> Outcome:
         """Expected: exit 2, one line holding `words`, no traceback, nothing written (`out` not created, or
         the snapshot `untouched` of its files unchanged)."""
         call = self.call(d, *argv)
@@ -393,8 +424,16 @@ class Trial:
         o.check(o.verdict == "OK", f"verify says {o.verdict}")
         return o
 
-    def rows_ok(self, d: Path, argv: Sequence, rows_in: int, errors: int | None = None, out: str = "out",
-                done: str = "", rows_dir: str | None = None) -> Outcome:
+    def rows_ok(
+        self,
+        d: Path,
+        argv: Sequence,
+        rows_in: int,
+        errors: int | None = None,
+        out: str = "out",
+        done: str = "",
+        rows_dir: str | None = None,
+    ) -> Outcome:
         """Expected: exit 0, an error row per bad row (`errors`), rows in == rows out, verify OK."""
         call = self.call(d, *argv)
         o = self.observe(call, d, out, rows_in, done, rows_dir)
@@ -413,16 +452,25 @@ class Trial:
         o = self.observe(call, d, out, rows_in)
         if call.rc == 2:
             self.one_line(o, call, 2)
-            o.check(snapshot(d / out) == before if existed else not (d / out).exists(),
-                    f"{out}/ was changed" if existed else f"{out}/ was created")
+            o.check(
+                snapshot(d / out) == before if existed else not (d / out).exists(),
+                f"{out}/ was changed" if existed else f"{out}/ was created",
+            )
         else:
             self.complete(o, call)
         return o
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file() and "_logs" not in p.parts} if folder.exists() else {}
+    return (
+        {
+            str(p.relative_to(folder)): p.read_bytes()
+            for p in sorted(folder.rglob("*"))
+            if p.is_file() and "_logs" not in p.parts
+        }
+        if folder.exists()
+        else {}
+    )
 
 
 # Inputs
@@ -459,9 +507,17 @@ def parquet(d: Path, name: str, columns: dict[str, list]) -> str:
 def nbest(d: Path, name: str, utterances: int = 3, hyps: int = 2, prefix: str = "u") -> str:
     import tiny
 
-    records = [{"utt_id": f"{prefix}{u}", "hyp_id": h, "text": tiny.CORPUS[(u * hyps + h) % len(tiny.CORPUS)],
-                "score": -1.0 * h - u / 10, "ref": tiny.CORPUS[(u * hyps + 1) % len(tiny.CORPUS)]}
-               for u in range(1, utterances + 1) for h in range(1, hyps + 1)]
+    records = [
+        {
+            "utt_id": f"{prefix}{u}",
+            "hyp_id": h,
+            "text": tiny.CORPUS[(u * hyps + h) % len(tiny.CORPUS)],
+            "score": -1.0 * h - u / 10,
+            "ref": tiny.CORPUS[(u * hyps + 1) % len(tiny.CORPUS)],
+        }
+        for u in range(1, utterances + 1)
+        for h in range(1, hyps + 1)
+    ]
     return jsonl(d, name, records)
 
 
@@ -508,8 +564,12 @@ def _bad_file(name: str) -> Callable[[Trial, Path], Outcome]:
         shutil.copy(BAD / name, d / name)
         expected = BAD_FILES.get(name)
         if isinstance(expected, tuple):
-            return t.rows_ok(d, ["score", name, "--id-column", "id", "--model", M, "--output", "out"],
-                             rows_in=expected[0], errors=expected[1])
+            return t.rows_ok(
+                d,
+                ["score", name, "--id-column", "id", "--model", M, "--output", "out"],
+                rows_in=expected[0],
+                errors=expected[1],
+            )
         o = t.refused(d, ["score", name, "--model", M, "--output", "out"], [name, expected or ""])
         o.check(expected is not None, f"{name} is not in the trial's table: add it to BAD_FILES")
         return o
@@ -519,9 +579,14 @@ def _bad_file(name: str) -> Callable[[Trial, Path], Outcome]:
 
 for _i, _path in enumerate(sorted(BAD.iterdir()), start=1):
     _expected = BAD_FILES.get(_path.name)
-    case(f"B{_i:02d}", BAD_INPUT, f"score tests/data/bad/{_path.name}",
-         f"{ROWS_LINE} ({_expected[0]} rows, {_expected[1]} errors)" if isinstance(_expected, tuple)
-         else f"{REFUSED_LINE}: '{_expected}'")(_bad_file(_path.name))
+    case(
+        f"B{_i:02d}",
+        BAD_INPUT,
+        f"score tests/data/bad/{_path.name}",
+        f"{ROWS_LINE} ({_expected[0]} rows, {_expected[1]} errors)"
+        if isinstance(_expected, tuple)
+        else f"{REFUSED_LINE}: '{_expected}'",
+    )(_bad_file(_path.name))
 
 
 @case("B20", BAD_INPUT, "score an empty file", CLEAR_LINE)
@@ -544,8 +609,7 @@ def _(t: Trial, d: Path) -> Outcome:
 
 @case("B23", BAD_INPUT, "score a CSV without the text column", f"{REFUSED_LINE}, naming the column")
 def _(t: Trial, d: Path) -> Outcome:
-    return t.refused(d, ["score", write(d, "t.csv", "id,sentence\n1,a b\n"), "--model", M, "--output", "out"],
-                     ["text"])
+    return t.refused(d, ["score", write(d, "t.csv", "id,sentence\n1,a b\n"), "--model", M, "--output", "out"], ["text"])
 
 
 @case("B24", BAD_INPUT, "score JSONL with a null text among 3", f"{ROWS_LINE} (3 rows, 1 error)")
@@ -572,18 +636,24 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.rows_ok(d, ["score", source, "--model", M, "--output", "out"], rows_in=5, errors=3)
 
 
-@case("B28", BAD_INPUT, "score JSONL with ids 1 and \"1\"", f"{REFUSED_LINE}, naming the ids and lines")
+@case("B28", BAD_INPUT, 'score JSONL with ids 1 and "1"', f"{REFUSED_LINE}, naming the ids and lines")
 def _(t: Trial, d: Path) -> Outcome:
     source = jsonl(d, "i.jsonl", [{"id": 1, "text": "a dog"}, {"id": "1", "text": "the fox"}])
-    return t.refused(d, ["score", source, "--id-column", "id", "--model", M, "--output", "out"],
-                     ["'1' at i.jsonl line 1 and i.jsonl line 2", "--allow-duplicate-ids"])
+    return t.refused(
+        d,
+        ["score", source, "--id-column", "id", "--model", M, "--output", "out"],
+        ["'1' at i.jsonl line 1 and i.jsonl line 2", "--allow-duplicate-ids"],
+    )
 
 
 @case("B29", BAD_INPUT, "score Parquet with ids [1, 2, 2]", f"{REFUSED_LINE}, naming the ids and rows")
 def _(t: Trial, d: Path) -> Outcome:
     source = parquet(d, "p.parquet", {"id": [1, 2, 2], "text": ["a dog", "the fox", "a cat"]})
-    return t.refused(d, ["score", source, "--id-column", "id", "--model", M, "--output", "out"],
-                     ["'2' at p.parquet row 2 and p.parquet row 3"])
+    return t.refused(
+        d,
+        ["score", source, "--id-column", "id", "--model", M, "--output", "out"],
+        ["'2' at p.parquet row 2 and p.parquet row 3"],
+    )
 
 
 @case("B30", BAD_INPUT, "score a text file with one Latin-1 (not UTF-8) line", f"{ROWS_LINE} (3 rows, 1 error)")
@@ -592,8 +662,9 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.rows_ok(d, ["score", source, "--model", M, "--output", "out"], rows_in=3, errors=1)
 
 
-@case("B31", BAD_INPUT, "score JSONL lines that are not objects ([1,2], \"s\", 42, null)",
-      f"{ROWS_LINE} (5 rows, 4 errors)")
+@case(
+    "B31", BAD_INPUT, 'score JSONL lines that are not objects ([1,2], "s", 42, null)', f"{ROWS_LINE} (5 rows, 4 errors)"
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = write(d, "o.jsonl", '{"text": "a dog"}\n[1, 2]\n"s"\n42\nnull\n')
     return t.rows_ok(d, ["score", source, "--model", M, "--output", "out"], rows_in=5, errors=4)
@@ -628,8 +699,9 @@ def _(t: Trial, d: Path) -> Outcome:
 
 @case("B36", BAD_INPUT, "score a line holding a NUL byte", CLEAR_LINE)
 def _(t: Trial, d: Path) -> Outcome:
-    return t.clear(d, ["score", write(d, "nul.txt", b"a dog\nthe\x00fox\na cat\n"), "--model", M, "--output", "out"],
-                   rows_in=3)
+    return t.clear(
+        d, ["score", write(d, "nul.txt", b"a dog\nthe\x00fox\na cat\n"), "--model", M, "--output", "out"], rows_in=3
+    )
 
 
 @case("B37", BAD_INPUT, "score JSONL with --text-column naming no field", f"{REFUSED_LINE}, naming the column")
@@ -664,8 +736,9 @@ def _(t: Trial, d: Path) -> Outcome:
 
 @case("B42", BAD_INPUT, "score Parquet whose text column holds integers", CLEAR_LINE)
 def _(t: Trial, d: Path) -> Outcome:
-    return t.clear(d, ["score", parquet(d, "p.parquet", {"text": [1, 2, 3]}), "--model", M, "--output", "out"],
-                   rows_in=3)
+    return t.clear(
+        d, ["score", parquet(d, "p.parquet", {"text": [1, 2, 3]}), "--model", M, "--output", "out"], rows_in=3
+    )
 
 
 FLAG_CASES = [  # id, command, flag, value, words
@@ -689,22 +762,37 @@ FLAG_CASES = [  # id, command, flag, value, words
 def _flag(command: str, flag: str, value: str, words: str) -> Callable[[Trial, Path], Outcome]:
     def run(t: Trial, d: Path) -> Outcome:
         source = masked(d) if command in ("sample", "infill") else corpus(d, 3)
-        return t.refused(d, [*command.split(), source, *(["--id-column", "id"] if source.endswith(".jsonl") else []),
-                             flag, value, "--model", M, "--output", "out"], [words])
+        return t.refused(
+            d,
+            [
+                *command.split(),
+                source,
+                *(["--id-column", "id"] if source.endswith(".jsonl") else []),
+                flag,
+                value,
+                "--model",
+                M,
+                "--output",
+                "out",
+            ],
+            [words],
+        )
 
     return run
 
 
 for _id, _command, _flag_name, _value, _words in FLAG_CASES:
     case(_id, BAD_INPUT, f"{_command} {_flag_name} {_value}", f"{REFUSED_LINE}: '{_words}'")(
-        _flag(_command, _flag_name, _value, _words))
+        _flag(_command, _flag_name, _value, _words)
+    )
 
 
 @case("B57", BAD_INPUT, "sample JSONL with a repeated id", f"{REFUSED_LINE}, naming --allow-duplicate-ids")
 def _(t: Trial, d: Path) -> Outcome:
     source = masked(d, rows=[("a", MASKED[0]), ("a", MASKED[1])])
-    return t.refused(d, ["sample", source, "--id-column", "id", "--model", M, "--output", "out"],
-                     ["--allow-duplicate-ids"])
+    return t.refused(
+        d, ["sample", source, "--id-column", "id", "--model", M, "--output", "out"], ["--allow-duplicate-ids"]
+    )
 
 
 @case("B58", BAD_INPUT, "audit an empty file", CLEAR_LINE)
@@ -715,39 +803,73 @@ def _(t: Trial, d: Path) -> Outcome:
 @case("B59", BAD_INPUT, "audit JSONL with a repeated id", f"{REFUSED_LINE}, naming --allow-duplicate-ids")
 def _(t: Trial, d: Path) -> Outcome:
     source = jsonl(d, "a.jsonl", [{"id": "x", "text": "a dog"}, {"id": "x", "text": "the fox"}])
-    return t.refused(d, ["audit", source, "--id-column", "id", "--model", M, "--output", "out"],
-                     ["--allow-duplicate-ids"])
+    return t.refused(
+        d, ["audit", source, "--id-column", "id", "--model", M, "--output", "out"], ["--allow-duplicate-ids"]
+    )
 
 
 @case("B60", BAD_INPUT, "audit with --partition-column naming no field", f"{REFUSED_LINE}, naming the column")
 def _(t: Trial, d: Path) -> Outcome:
     source = jsonl(d, "a.jsonl", [{"id": "x", "text": "a dog"}])
-    return t.refused(d, ["audit", source, "--id-column", "id", "--partition-column", "source", "--model", M,
-                         "--output", "out"], ["source"])
+    return t.refused(
+        d,
+        ["audit", source, "--id-column", "id", "--partition-column", "source", "--model", M, "--output", "out"],
+        ["source"],
+    )
 
 
-INFILL_BAD = [("a", MASKED[0]), ("a", None), ("b", MASKED[1]), ("b", "no mask token here"), ("c", MASKED[2]),
-              ("c", MASKED[3])]
+INFILL_BAD = [
+    ("a", MASKED[0]),
+    ("a", None),
+    ("b", MASKED[1]),
+    ("b", "no mask token here"),
+    ("c", MASKED[2]),
+    ("c", MASKED[3]),
+]
 
 
-@case("B61", BAD_INPUT, "infill repeated ids with a null text and a row without [MASK]",
-      f"{REFUSED_LINE}, naming --allow-duplicate-ids")
+@case(
+    "B61",
+    BAD_INPUT,
+    "infill repeated ids with a null text and a row without [MASK]",
+    f"{REFUSED_LINE}, naming --allow-duplicate-ids",
+)
 def _(t: Trial, d: Path) -> Outcome:
-    return t.refused(d, ["infill", masked(d, rows=INFILL_BAD), "--id-column", "id", "--model", M, "--output", "out"],
-                     ["--allow-duplicate-ids"])
+    return t.refused(
+        d,
+        ["infill", masked(d, rows=INFILL_BAD), "--id-column", "id", "--model", M, "--output", "out"],
+        ["--allow-duplicate-ids"],
+    )
 
 
 @case("B62", BAD_INPUT, "the same with --allow-duplicate-ids", f"{ROWS_LINE} (6 rows, 2 errors)")
 def _(t: Trial, d: Path) -> Outcome:
-    return t.rows_ok(d, ["infill", masked(d, rows=INFILL_BAD), "--id-column", "id", "--allow-duplicate-ids",
-                         "--beam", "2", "--model", M, "--output", "out"], rows_in=6, errors=2)
+    return t.rows_ok(
+        d,
+        [
+            "infill",
+            masked(d, rows=INFILL_BAD),
+            "--id-column",
+            "id",
+            "--allow-duplicate-ids",
+            "--beam",
+            "2",
+            "--model",
+            M,
+            "--output",
+            "out",
+        ],
+        rows_in=6,
+        errors=2,
+    )
 
 
 @case("B63", BAD_INPUT, "infill a row without [MASK] among good rows", f"{ROWS_LINE} (3 rows, 1 error)")
 def _(t: Trial, d: Path) -> Outcome:
     source = masked(d, rows=[("a", MASKED[0]), ("b", "no mask here"), ("c", MASKED[1])])
-    return t.rows_ok(d, ["infill", source, "--id-column", "id", "--beam", "2", "--model", M, "--output", "out"],
-                     rows_in=3, errors=1)
+    return t.rows_ok(
+        d, ["infill", source, "--id-column", "id", "--beam", "2", "--model", M, "--output", "out"], rows_in=3, errors=1
+    )
 
 
 @case("B64", BAD_INPUT, "infill an empty file", CLEAR_LINE)
@@ -856,8 +978,18 @@ def _reap(processes: list, grace_s: float = 30.0) -> None:
     psutil.wait_procs(alive, timeout=10)
 
 
-def survived(t: Trial, d: Path, argv: Sequence[str], rows_in: int, done: str, damage: Callable[[], object] | None,
-             out: str = "out", rows_dir: str | None = None, killed: Call | None = None, spawn: bool = False) -> Outcome:
+def survived(
+    t: Trial,
+    d: Path,
+    argv: Sequence[str],
+    rows_in: int,
+    done: str,
+    damage: Callable[[], object] | None,
+    out: str = "out",
+    rows_dir: str | None = None,
+    killed: Call | None = None,
+    spawn: bool = False,
+) -> Outcome:
     """After a kill or `damage` to a finished folder: verify is not OK, the rerun completes."""
     if damage is not None:
         first = t.call(d, *argv, spawn=spawn)
@@ -899,10 +1031,25 @@ def _(t: Trial, d: Path) -> Outcome:
 def _(t: Trial, d: Path) -> Outcome:
     import tiny
 
-    source = jsonl(d, "a.jsonl", [{"id": f"r{i}", "text": tiny.CORPUS[i % len(tiny.CORPUS)], "source": f"s{i % 2}"}
-                                  for i in range(KILL_LINES)])
-    argv = ["audit", source, "--id-column", "id", "--partition-column", "source", "--model", M, "--output", "out",
-            "--shard-rows", "2"]
+    source = jsonl(
+        d,
+        "a.jsonl",
+        [{"id": f"r{i}", "text": tiny.CORPUS[i % len(tiny.CORPUS)], "source": f"s{i % 2}"} for i in range(KILL_LINES)],
+    )
+    argv = [
+        "audit",
+        source,
+        "--id-column",
+        "id",
+        "--partition-column",
+        "source",
+        "--model",
+        M,
+        "--output",
+        "out",
+        "--shard-rows",
+        "2",
+    ]
     killed = kill_midway(t, d, argv, "out")
     return survived(t, d, argv, KILL_LINES, "killed after 2 of 12 shards", None, killed=killed)
 
@@ -918,33 +1065,79 @@ def _(t: Trial, d: Path) -> Outcome:
 @case("F05", FAULT, "kill -9 of `sample` mid-run, then the same command", SURVIVED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
     source = masked(d, rows=[(f"r{i}", MASKED[i % len(MASKED)].replace("[MASK]", "cat")) for i in range(KILL_LINES)])
-    argv = ["sample", source, "--id-column", "id", "--epochs", "2", "--model", M, "--output", "out",
-            "--shard-rows", "2"]
+    argv = [
+        "sample",
+        source,
+        "--id-column",
+        "id",
+        "--epochs",
+        "2",
+        "--model",
+        M,
+        "--output",
+        "out",
+        "--shard-rows",
+        "2",
+    ]
     killed = kill_midway(t, d, argv, "out")
-    return survived(t, d, argv, KILL_LINES * 2, "killed after 2 of 12 shards (2 recorded epochs a row)", None,
-                    killed=killed)
+    return survived(
+        t, d, argv, KILL_LINES * 2, "killed after 2 of 12 shards (2 recorded epochs a row)", None, killed=killed
+    )
 
 
 @case("F06", FAULT, "kill -9 of `rescore` mid-run, then the same command", SURVIVED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
-    argv = ["rescore", "--dev", nbest(d, "dev.jsonl", 6, 2, "d"), "--test", nbest(d, "test.jsonl", 6, 2, "t"),
-            "--model", M, "--output", "out", "--shard-rows", "2"]
+    argv = [
+        "rescore",
+        "--dev",
+        nbest(d, "dev.jsonl", 6, 2, "d"),
+        "--test",
+        nbest(d, "test.jsonl", 6, 2, "t"),
+        "--model",
+        M,
+        "--output",
+        "out",
+        "--shard-rows",
+        "2",
+    ]
     killed = kill_midway(t, d, argv, "out/mlm")
-    return survived(t, d, argv, distinct_texts(d, argv[2], argv[4]), "killed after 2 shards of its MLM run (rows: "
-                    "the distinct texts it scores)", None, rows_dir="out/mlm", killed=killed)
+    return survived(
+        t,
+        d,
+        argv,
+        distinct_texts(d, argv[2], argv[4]),
+        "killed after 2 shards of its MLM run (rows: the distinct texts it scores)",
+        None,
+        rows_dir="out/mlm",
+        killed=killed,
+    )
 
 
-@case("F07", FAULT, "kill -9 of the driver mid-run on an embedded Ray (`--ray`), then the same command",
-      SURVIVED_LINE, ray=True)
+@case(
+    "F07",
+    FAULT,
+    "kill -9 of the driver mid-run on an embedded Ray (`--ray`), then the same command",
+    SURVIVED_LINE,
+    ray=True,
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d, KILL_LINES), "--ray", "--num-actors", "1", "--stall-timeout", "300")
     killed = kill_midway(t, d, argv, "out", spawn=True)
-    return survived(t, d, argv, KILL_LINES, "killed after 2 of 12 shards; its Ray's processes end on their own",
-                    None, killed=killed, spawn=True)
+    return survived(
+        t,
+        d,
+        argv,
+        KILL_LINES,
+        "killed after 2 of 12 shards; its Ray's processes end on their own",
+        None,
+        killed=killed,
+        spawn=True,
+    )
 
 
-def _damage(name: str, what: str, damage: Callable[[Path], object], extra: Sequence[str] = (),
-            ray: bool = False) -> None:
+def _damage(
+    name: str, what: str, damage: Callable[[Path], object], extra: Sequence[str] = (), ray: bool = False
+) -> None:
     def run(t: Trial, d: Path) -> Outcome:
         argv = _score(corpus(d), *extra)
         return survived(t, d, argv, CORPUS_LINES, what, lambda: damage(d / "out"), spawn=ray)
@@ -954,57 +1147,95 @@ def _damage(name: str, what: str, damage: Callable[[Path], object], extra: Seque
 
 LAST = "00000-000000000010"  # the last of six shards of 2 rows
 _damage("F08", "delete the last shard's file", lambda o: (o / "rows" / f"part-{LAST}.parquet").unlink())
-_damage("F09", "truncate a shard's file to half",
-        lambda o: (o / "rows" / f"part-{LAST}.parquet").write_bytes(
-            (o / "rows" / f"part-{LAST}.parquet").read_bytes()[:200]))
-_damage("F10", "overwrite a shard's file with garbage of its size",
-        lambda o: (o / "rows" / f"part-{LAST}.parquet").write_bytes(
-            b"\x00" * (o / "rows" / f"part-{LAST}.parquet").stat().st_size))
+_damage(
+    "F09",
+    "truncate a shard's file to half",
+    lambda o: (o / "rows" / f"part-{LAST}.parquet").write_bytes(
+        (o / "rows" / f"part-{LAST}.parquet").read_bytes()[:200]
+    ),
+)
+_damage(
+    "F10",
+    "overwrite a shard's file with garbage of its size",
+    lambda o: (o / "rows" / f"part-{LAST}.parquet").write_bytes(
+        b"\x00" * (o / "rows" / f"part-{LAST}.parquet").stat().st_size
+    ),
+)
 _damage("F11", "delete a marker", lambda o: (o / "_done" / f"{LAST}.json").unlink())
 _damage("F12", "empty a marker", lambda o: (o / "_done" / f"{LAST}.json").write_text(""))
 _damage("F13", "garbage in a marker", lambda o: (o / "_done" / f"{LAST}.json").write_text("{not json"))
-_damage("F14", "a marker counting 3 rows for a shard of 2",
-        lambda o: (o / "_done" / f"{LAST}.json").write_text(
-            json.dumps({**json.loads((o / "_done" / f"{LAST}.json").read_text()), "rows": 3})))
+_damage(
+    "F14",
+    "a marker counting 3 rows for a shard of 2",
+    lambda o: (o / "_done" / f"{LAST}.json").write_text(
+        json.dumps({**json.loads((o / "_done" / f"{LAST}.json").read_text()), "rows": 3})
+    ),
+)
 _damage("F15", "delete summary.json", lambda o: (o / "summary.json").unlink())
-_damage("F16", "a summary.json counting 99 rows",
-        lambda o: (o / "summary.json").write_text(json.dumps({**json.loads((o / "summary.json").read_text()),
-                                                              "rows": 99})))
-_damage("F17", "delete a marker and its shard's file, leave a stale .tmp",
-        lambda o: ((o / "_done" / f"{LAST}.json").unlink(), (o / "rows" / f"part-{LAST}.parquet").rename(
-            o / "rows" / f".part-{LAST}.parquet.tmp")))
-_damage("F18", "delete a marker, then rerun on an embedded Ray (`--ray`)",
-        lambda o: (o / "_done" / f"{LAST}.json").unlink(), ("--ray", "--num-actors", "1"), ray=True)
+_damage(
+    "F16",
+    "a summary.json counting 99 rows",
+    lambda o: (o / "summary.json").write_text(json.dumps({**json.loads((o / "summary.json").read_text()), "rows": 99})),
+)
+_damage(
+    "F17",
+    "delete a marker and its shard's file, leave a stale .tmp",
+    lambda o: (
+        (o / "_done" / f"{LAST}.json").unlink(),
+        (o / "rows" / f"part-{LAST}.parquet").rename(o / "rows" / f".part-{LAST}.parquet.tmp"),
+    ),
+)
+_damage(
+    "F18",
+    "delete a marker, then rerun on an embedded Ray (`--ray`)",
+    lambda o: (o / "_done" / f"{LAST}.json").unlink(),
+    ("--ray", "--num-actors", "1"),
+    ray=True,
+)
 
 
-@case("F19", FAULT, "delete _run.json of a finished run, verify, the same command",
-      "verify not OK; the rerun refused in one line (the folder holds no run), nothing changed")
+@case(
+    "F19",
+    FAULT,
+    "delete _run.json of a finished run, verify, the same command",
+    "verify not OK; the rerun refused in one line (the folder holds no run), nothing changed",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
     (d / "out" / "_run.json").unlink()
     before = t.verify(d, "out")
-    o = t.refused(d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"),
-                  done=f"verify before: {before}")
+    o = t.refused(
+        d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done=f"verify before: {before}"
+    )
     o.check(before != "OK", f"verify before the rerun says {before}")
     return o
 
 
-@case("F20", FAULT, "garbage in _run.json of a finished run, verify, the same command",
-      "verify not OK; the rerun refused in one line, nothing changed")
+@case(
+    "F20",
+    FAULT,
+    "garbage in _run.json of a finished run, verify, the same command",
+    "verify not OK; the rerun refused in one line, nothing changed",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
     (d / "out" / "_run.json").write_text("{garbage")
     before = t.verify(d, "out")
-    o = t.refused(d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"),
-                  done=f"verify before: {before}")
+    o = t.refused(
+        d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done=f"verify before: {before}"
+    )
     o.check(before != "OK", f"verify before the rerun says {before}")
     return o
 
 
-@case("F21", FAULT, "kill -9 mid-run, edit a scored line of the input, the same command; then --overwrite",
-      "the rerun refused in one line naming the file and shard; --overwrite completes, verify OK")
+@case(
+    "F21",
+    FAULT,
+    "kill -9 mid-run, edit a scored line of the input, the same command; then --overwrite",
+    "the rerun refused in one line naming the file and shard; --overwrite completes, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d, KILL_LINES)
     argv = _score(source)
@@ -1022,20 +1253,27 @@ def _(t: Trial, d: Path) -> Outcome:
     return o
 
 
-@case("F22", FAULT, "append lines to the input of a finished run, the same command",
-      "refused in one line (a different run: --overwrite or another --output), nothing changed")
+@case(
+    "F22",
+    FAULT,
+    "append lines to the input of a finished run, the same command",
+    "refused in one line (a different run: --overwrite or another --output), nothing changed",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     argv = _score(source)
     t.call(d, *argv)
     with (d / source).open("a") as f:
         f.write("One more line.\n")
-    return t.refused(d, argv, [source], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"),
-                     done="1 line appended")
+    return t.refused(d, argv, [source], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done="1 line appended")
 
 
-@case("F23", FAULT, "touch the input of a finished run (mtime only), the same command",
-      "exit 0, nothing scored again, rows in == rows out, verify OK")
+@case(
+    "F23",
+    FAULT,
+    "touch the input of a finished run (mtime only), the same command",
+    "exit 0, nothing scored again, rows in == rows out, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     argv = _score(source)
@@ -1056,13 +1294,26 @@ def lock(folder: Path, host: str | None, pid: int, age_s: float) -> None:
     from distributed_scoring.io.lock import current_pid_namespace
 
     now = time.time()
-    (folder / "_lock.json").write_text(json.dumps({
-        "host": host or socket.gethostname(), "pid": pid, "pid_namespace": current_pid_namespace(),
-        "started": now - age_s - 60, "heartbeat": now - age_s, "token": "another-run"}))
+    (folder / "_lock.json").write_text(
+        json.dumps(
+            {
+                "host": host or socket.gethostname(),
+                "pid": pid,
+                "pid_namespace": current_pid_namespace(),
+                "started": now - age_s - 60,
+                "heartbeat": now - age_s,
+                "token": "another-run",
+            }
+        )
+    )
 
 
-@case("F24", FAULT, "a stale lock of a dead pid on this machine, beside a killed run; the same command",
-      "taken over with a warning; exit 0, rows in == rows out, verify OK")
+@case(
+    "F24",
+    FAULT,
+    "a stale lock of a dead pid on this machine, beside a killed run; the same command",
+    "taken over with a warning; exit 0, rows in == rows out, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d, KILL_LINES))
     kill_midway(t, d, argv, "out")
@@ -1070,19 +1321,33 @@ def _(t: Trial, d: Path) -> Outcome:
     return survived(t, d, argv, KILL_LINES, "killed after 2 shards, its lock replaced by a dead pid's", None)
 
 
-@case("F25", FAULT, "a lock of another host whose heartbeat is 20 minutes old; the same command",
-      "refused in one line saying to delete _lock.json if no run uses the folder; nothing changed")
+@case(
+    "F25",
+    FAULT,
+    "a lock of another host whose heartbeat is 20 minutes old; the same command",
+    "refused in one line saying to delete _lock.json if no run uses the folder; nothing changed",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
     (d / "out" / "summary.json").unlink()
     lock(d / "out", "gpu-node-7", 4242, 1200)
-    return t.refused(d, argv, ["_lock.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"),
-                     done="summary.json deleted, lock of gpu-node-7 20 min old")
+    return t.refused(
+        d,
+        argv,
+        ["_lock.json"],
+        rows_in=CORPUS_LINES,
+        untouched=snapshot(d / "out"),
+        done="summary.json deleted, lock of gpu-node-7 20 min old",
+    )
 
 
-@case("F26", FAULT, "a live lock of another host (heartbeat now); the same command",
-      "refused in one line naming the holder; nothing changed")
+@case(
+    "F26",
+    FAULT,
+    "a live lock of another host (heartbeat now); the same command",
+    "refused in one line naming the holder; nothing changed",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     (d / "out").mkdir()
@@ -1099,8 +1364,13 @@ def _full(name: str, kind: str, n: int, expected_rc: int, words: str) -> None:
         before = t.verify(d, "out") if (d / "out").exists() else "-"
         leftovers = [p.name for p in (d / "out").rglob("*.tmp")] if (d / "out").exists() else []
         rerun = t.call(d, *argv)
-        o = t.observe(full, d, "out", CORPUS_LINES,
-                      f"{kind} write no. {n} fails with ENOSPC; verify: {before}; space freed, the same command")
+        o = t.observe(
+            full,
+            d,
+            "out",
+            CORPUS_LINES,
+            f"{kind} write no. {n} fails with ENOSPC; verify: {before}; space freed, the same command",
+        )
         t.one_line(o, full, expected_rc, [words, "No space left on device"])
         o.check(not leftovers, f"temporary files left: {leftovers}")
         if expected_rc == 1:
@@ -1109,10 +1379,17 @@ def _full(name: str, kind: str, n: int, expected_rc: int, words: str) -> None:
         o.rows_out, o.duplicates, o.verdict = after.rows_out, after.duplicates, after.verdict
         return t.complete(o, rerun)
 
-    expected = ("exit 1 `dscore: incomplete` in one line, no .tmp, verify INCOMPLETE" if expected_rc == 1
-                else "exit 2 `dscore: error` in one line, no .tmp")
-    case(name, FAULT, f"a full disk at {kind} write no. {n} (ENOSPC half-way), then the same command",
-         f"{expected}; the rerun exit 0, rows in == rows out, verify OK")(run)
+    expected = (
+        "exit 1 `dscore: incomplete` in one line, no .tmp, verify INCOMPLETE"
+        if expected_rc == 1
+        else "exit 2 `dscore: error` in one line, no .tmp"
+    )
+    case(
+        name,
+        FAULT,
+        f"a full disk at {kind} write no. {n} (ENOSPC half-way), then the same command",
+        f"{expected}; the rerun exit 0, rows in == rows out, verify OK",
+    )(run)
 
 
 _full("F27", "shard", 3, 1, "dscore: incomplete: the run stopped on an error while writing")
@@ -1120,8 +1397,12 @@ _full("F28", "marker", 2, 1, "dscore: incomplete: the run stopped on an error wh
 _full("F29", "run file", 1, 2, "dscore: error: cannot create or write the output folder")
 
 
-@case("F30", FAULT, "a directory in the way of a shard's file (EISDIR), then removed and the same command",
-      "exit 1 `dscore: incomplete` in one line, verify not OK; the rerun exit 0, rows in == rows out, verify OK")
+@case(
+    "F30",
+    FAULT,
+    "a directory in the way of a shard's file (EISDIR), then removed and the same command",
+    "exit 1 `dscore: incomplete` in one line, verify not OK; the rerun exit 0, rows in == rows out, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
@@ -1144,13 +1425,39 @@ def _(t: Trial, d: Path) -> Outcome:
 # Operator mistakes (issue 25, items 1-7, and their neighbours)
 
 
-@case("O01", MISTAKE, "two rescore runs into one folder at once (issue 25, item 1)",
-      "the second refused in one line, changing nothing; the first exit 0, its texts its own, verify OK")
+@case(
+    "O01",
+    MISTAKE,
+    "two rescore runs into one folder at once (issue 25, item 1)",
+    "the second refused in one line, changing nothing; the first exit 0, its texts its own, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
-    first_argv = ["rescore", "--dev", nbest(d, "a_dev.jsonl", 6, 2, "ad"), "--test", nbest(d, "a_test.jsonl", 6, 2, "at"),
-                  "--model", M, "--output", "R", "--shard-rows", "2"]
-    second_argv = ["rescore", "--dev", nbest(d, "b_dev.jsonl", 5, 3, "bd"), "--test", nbest(d, "b_test.jsonl", 5, 3, "bt"),
-                   "--model", M, "--output", "R", "--shard-rows", "2"]
+    first_argv = [
+        "rescore",
+        "--dev",
+        nbest(d, "a_dev.jsonl", 6, 2, "ad"),
+        "--test",
+        nbest(d, "a_test.jsonl", 6, 2, "at"),
+        "--model",
+        M,
+        "--output",
+        "R",
+        "--shard-rows",
+        "2",
+    ]
+    second_argv = [
+        "rescore",
+        "--dev",
+        nbest(d, "b_dev.jsonl", 5, 3, "bd"),
+        "--test",
+        nbest(d, "b_test.jsonl", 5, 3, "bt"),
+        "--model",
+        M,
+        "--output",
+        "R",
+        "--shard-rows",
+        "2",
+    ]
     first = t.dscore.start(first_argv, d)
     while markers(d / "R" / "mlm") < 1 and first.poll() is None:
         time.sleep(0.02)
@@ -1175,25 +1482,45 @@ def _texts_are(folder: Path, d: Path, sources: Sequence[str]) -> bool:
     import pyarrow.parquet as pq
 
     wanted = {json.loads(line)["text"] for s in sources for line in (d / s).read_text().splitlines()}
-    got = {text for m in (folder / "_done").glob("*.json")
-           for text in pq.read_table(folder / "rows" / f"part-{m.stem}.parquet", columns=["text"],
-                                     use_threads=False).column("text").to_pylist()}
+    got = {
+        text
+        for m in (folder / "_done").glob("*.json")
+        for text in pq.read_table(folder / "rows" / f"part-{m.stem}.parquet", columns=["text"], use_threads=False)
+        .column("text")
+        .to_pylist()
+    }
     return got <= wanted
 
 
-@case("O02", MISTAKE, "--output = an input folder: `score o/x --output o/x` (issue 25, item 2)",
-      f"{REFUSED_LINE} into o/x")
+@case(
+    "O02",
+    MISTAKE,
+    "--output = an input folder: `score o/x --output o/x` (issue 25, item 2)",
+    f"{REFUSED_LINE} into o/x",
+)
 def _(t: Trial, d: Path) -> Outcome:
     t.call(d, *_score(corpus(d), out="o/x"))
-    return t.refused(d, ["score", "o/x", "--model", M, "--output", "o/x"], ["o/x"], out="o/x",
-                     untouched=snapshot(d / "o/x"), rows_in=CORPUS_LINES)
+    return t.refused(
+        d,
+        ["score", "o/x", "--model", M, "--output", "o/x"],
+        ["o/x"],
+        out="o/x",
+        untouched=snapshot(d / "o/x"),
+        rows_in=CORPUS_LINES,
+    )
 
 
 @case("O03", MISTAKE, "the same with --overwrite", f"{REFUSED_LINE} into o/x")
 def _(t: Trial, d: Path) -> Outcome:
     t.call(d, *_score(corpus(d), out="o/x"))
-    return t.refused(d, ["score", "o/x", "--model", M, "--output", "o/x", "--overwrite"], ["o/x"], out="o/x",
-                     untouched=snapshot(d / "o/x"), rows_in=CORPUS_LINES)
+    return t.refused(
+        d,
+        ["score", "o/x", "--model", M, "--output", "o/x", "--overwrite"],
+        ["o/x"],
+        out="o/x",
+        untouched=snapshot(d / "o/x"),
+        rows_in=CORPUS_LINES,
+    )
 
 
 @case("O04", MISTAKE, "--output inside the input folder", REFUSED_LINE)
@@ -1205,8 +1532,7 @@ def _(t: Trial, d: Path) -> Outcome:
 @case("O05", MISTAKE, "an input inside the --output folder", REFUSED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
     corpus(d, name="out/c.txt")
-    return t.refused(d, ["score", "out/c.txt", "--model", M, "--output", "out"], ["out"],
-                     untouched=snapshot(d / "out"))
+    return t.refused(d, ["score", "out/c.txt", "--model", M, "--output", "out"], ["out"], untouched=snapshot(d / "out"))
 
 
 def _users_folder(d: Path) -> dict[str, bytes]:
@@ -1216,20 +1542,28 @@ def _users_folder(d: Path) -> dict[str, bytes]:
     return snapshot(d / "out")
 
 
-@case("O06", MISTAKE, "audit into a folder of the user's own files (summary.json, report.html) (item 4)",
-      f"{REFUSED_LINE}: the user's files unchanged")
+@case(
+    "O06",
+    MISTAKE,
+    "audit into a folder of the user's own files (summary.json, report.html) (item 4)",
+    f"{REFUSED_LINE}: the user's files unchanged",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
-    return t.refused(d, ["audit", source, "--model", M, "--output", "out"], ["_run.json"],
-                     untouched=_users_folder(d))
+    return t.refused(d, ["audit", source, "--model", M, "--output", "out"], ["_run.json"], untouched=_users_folder(d))
 
 
-@case("O07", MISTAKE, "score --overwrite into a folder of the user's own files (item 7)",
-      f"{REFUSED_LINE}: the user's files unchanged")
+@case(
+    "O07",
+    MISTAKE,
+    "score --overwrite into a folder of the user's own files (item 7)",
+    f"{REFUSED_LINE}: the user's files unchanged",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
-    return t.refused(d, ["score", source, "--model", M, "--output", "out", "--overwrite"], ["_run.json"],
-                     untouched=_users_folder(d))
+    return t.refused(
+        d, ["score", source, "--model", M, "--output", "out", "--overwrite"], ["_run.json"], untouched=_users_folder(d)
+    )
 
 
 def _empty_output(command: str) -> Callable[[Trial, Path], Outcome]:
@@ -1240,8 +1574,10 @@ def _empty_output(command: str) -> Callable[[Trial, Path], Outcome]:
             argv = [command, masked(d) if command in ("infill", "sample") else corpus(d)]
         before = snapshot(d)
         o = t.refused(d, [*argv, "--model", M, "--output", ""], ["--output is empty"], out=None)
-        o.check(set(snapshot(d)) - set(before) <= {k for k in snapshot(d) if k.startswith("_logs")},
-                "files were written into the current directory")
+        o.check(
+            set(snapshot(d)) - set(before) <= {k for k in snapshot(d) if k.startswith("_logs")},
+            "files were written into the current directory",
+        )
         return o
 
     return run
@@ -1249,11 +1585,16 @@ def _empty_output(command: str) -> Callable[[Trial, Path], Outcome]:
 
 for _id, _command in (("O08", "score"), ("O09", "audit"), ("O10", "infill"), ("O11", "rescore")):
     case(_id, MISTAKE, f"{_command} --output '' (item 4)", f"{REFUSED_LINE} in the current directory")(
-        _empty_output(_command))
+        _empty_output(_command)
+    )
 
 
-@case("O12", MISTAKE, "a copied shard in rows/ (item 6), then the same command",
-      "exit 0 warning of it; rows out (marked shards) == rows in, no repeated id; verify FAILED naming the file")
+@case(
+    "O12",
+    MISTAKE,
+    "a copied shard in rows/ (item 6), then the same command",
+    "exit 0 warning of it; rows out (marked shards) == rows in, no repeated id; verify FAILED naming the file",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d))
     t.call(d, *argv)
@@ -1271,8 +1612,12 @@ def _(t: Trial, d: Path) -> Outcome:
     return o
 
 
-@case("O13", MISTAKE, "--overwrite of a run folder holding the user's files in rows/ and _done/ (item 7)",
-      "exit 0; the user's files kept; rows out == rows in; verify names the user's file in rows/ (FAILED)")
+@case(
+    "O13",
+    MISTAKE,
+    "--overwrite of a run folder holding the user's files in rows/ and _done/ (item 7)",
+    "exit 0; the user's files kept; rows out == rows in; verify names the user's file in rows/ (FAILED)",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     t.call(d, *_score(source))
@@ -1281,15 +1626,21 @@ def _(t: Trial, d: Path) -> Outcome:
     call = t.call(d, *_score(source, "--overwrite", "--variant", "word_l2r"))
     o = t.observe(call, d, "out", CORPUS_LINES, "the second run with another --variant")
     o.check(call.rc == 0 and not call.traceback, f"exit {call.rc}")
-    o.check((d / "out/rows/my-notes.txt").exists() and (d / "out/_done/my-notes.txt").exists(),
-            "the user's files were deleted")
+    o.check(
+        (d / "out/rows/my-notes.txt").exists() and (d / "out/_done/my-notes.txt").exists(),
+        "the user's files were deleted",
+    )
     o.check(o.rows_out == CORPUS_LINES and o.duplicates == 0, f"rows out {o.rows_out}, {o.duplicates} repeated")
     o.check(o.verdict == "FAILED", f"verify says {o.verdict}")
     return o
 
 
-@case("O14", MISTAKE, "score --overwrite into an audit's folder (item 7)",
-      "exit 0; the audit's audit.json and report.html gone; rows in == rows out; verify OK")
+@case(
+    "O14",
+    MISTAKE,
+    "score --overwrite into an audit's folder (item 7)",
+    "exit 0; the audit's audit.json and report.html gone; rows in == rows out; verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     t.call(d, "audit", source, "--model", M, "--output", "out", "--shard-rows", "4")
@@ -1300,8 +1651,9 @@ def _(t: Trial, d: Path) -> Outcome:
     return o
 
 
-@case("O15", MISTAKE, "score into a training folder (made by train's own claim)",
-      f"{REFUSED_LINE}, the folder unchanged")
+@case(
+    "O15", MISTAKE, "score into a training folder (made by train's own claim)", f"{REFUSED_LINE}, the folder unchanged"
+)
 def _(t: Trial, d: Path) -> Outcome:
     from distributed_scoring.config import ModelSpec
     from distributed_scoring.io.claim import claim_training
@@ -1310,16 +1662,20 @@ def _(t: Trial, d: Path) -> Outcome:
     run = training_fingerprint("maskless", ModelSpec(M), TrainOptions(), {"teacher": "t"})
     with claim_training(str(d / "trained"), run, outputs=TRAINING_OUTPUTS):
         write(d, "trained/checkpoints/step-00000010/weights.bin", b"\x00" * 16)
-    return t.refused(d, _score(corpus(d), out="trained"), ["trained"], out="trained",
-                     untouched=snapshot(d / "trained"))
+    return t.refused(d, _score(corpus(d), out="trained"), ["trained"], out="trained", untouched=snapshot(d / "trained"))
 
 
 @case("O16", MISTAKE, "a finished score folder rerun with another model", f"{REFUSED_LINE}, the folder unchanged")
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     t.call(d, *_score(source))
-    return t.refused(d, ["score", source, "--model", R, "--output", "out", "--shard-rows", "2"], ["--overwrite"],
-                     rows_in=CORPUS_LINES, untouched=snapshot(d / "out"))
+    return t.refused(
+        d,
+        ["score", source, "--model", R, "--output", "out", "--shard-rows", "2"],
+        ["--overwrite"],
+        rows_in=CORPUS_LINES,
+        untouched=snapshot(d / "out"),
+    )
 
 
 @case("O17", MISTAKE, "the same with --overwrite", "exit 0, only the new model's rows, verify OK")
@@ -1328,8 +1684,9 @@ def _(t: Trial, d: Path) -> Outcome:
 
     source = corpus(d)
     t.call(d, *_score(source))
-    o = t.rows_ok(d, ["score", source, "--model", R, "--output", "out", "--shard-rows", "2", "--overwrite"],
-                  CORPUS_LINES)
+    o = t.rows_ok(
+        d, ["score", source, "--model", R, "--output", "out", "--shard-rows", "2", "--overwrite"], CORPUS_LINES
+    )
     summary = json.loads((d / "out/summary.json").read_text())
     o.check(summary["model"] == R, f"summary names model {summary['model']}")
     o.check(len(list((d / "out/rows").glob("*.parquet"))) == 6, "shard files of the first run remain")
@@ -1344,8 +1701,12 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.clear(d, ["score", source, "--model", M, "--output", "out", "--shard-rows", "3"], CORPUS_LINES)
 
 
-@case("O19", MISTAKE, "two score runs into one folder at once",
-      "the second refused in one line naming the holder; the first exit 0, rows in == rows out, verify OK")
+@case(
+    "O19",
+    MISTAKE,
+    "two score runs into one folder at once",
+    "the second refused in one line naming the holder; the first exit 0, rows in == rows out, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     argv = _score(corpus(d, KILL_LINES))
     first = t.dscore.start(argv, d)
@@ -1392,37 +1753,57 @@ def _(t: Trial, d: Path) -> Outcome:
 @case("O23", MISTAKE, "--output = the model's folder, with --overwrite", f"{REFUSED_LINE}, the model unchanged")
 def _(t: Trial, d: Path) -> Outcome:
     shutil.copytree(d.parent / "_models" / "bert", d / "model")
-    return t.refused(d, ["score", corpus(d), "--model", "model", "--output", "model", "--overwrite"], ["model"],
-                     out="model", untouched=snapshot(d / "model"))
+    return t.refused(
+        d,
+        ["score", corpus(d), "--model", "model", "--output", "model", "--overwrite"],
+        ["model"],
+        out="model",
+        untouched=snapshot(d / "model"),
+    )
 
 
 @case("O24", MISTAKE, "infill into a finished score folder", f"{REFUSED_LINE}, the folder unchanged")
 def _(t: Trial, d: Path) -> Outcome:
     t.call(d, *_score(corpus(d)))
-    return t.refused(d, ["infill", masked(d), "--id-column", "id", "--model", M, "--output", "out"], ["--overwrite"],
-                     rows_in=CORPUS_LINES, untouched=snapshot(d / "out"))
+    return t.refused(
+        d,
+        ["infill", masked(d), "--id-column", "id", "--model", M, "--output", "out"],
+        ["--overwrite"],
+        rows_in=CORPUS_LINES,
+        untouched=snapshot(d / "out"),
+    )
 
 
 @case("O25", MISTAKE, "audit --baseline pointing at a score run's summary.json, not an audit.json", REFUSED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
     source = corpus(d)
     t.call(d, *_score(source, out="scored"))
-    return t.refused(d, ["audit", source, "--model", M, "--output", "out", "--baseline", "scored/summary.json"],
-                     ["scored/summary.json"])
+    return t.refused(
+        d,
+        ["audit", source, "--model", M, "--output", "out", "--baseline", "scored/summary.json"],
+        ["scored/summary.json"],
+    )
 
 
 # Attacks
 
 
-@case("A01", ATTACK, "path traversal in ids (../../escape, /etc/passwd, ..\\..\\x, rows/../../y)",
-      "exit 0, rows in == rows out, no file written outside out/, verify OK")
+@case(
+    "A01",
+    ATTACK,
+    "path traversal in ids (../../escape, /etc/passwd, ..\\..\\x, rows/../../y)",
+    "exit 0, rows in == rows out, no file written outside out/, verify OK",
+)
 def _(t: Trial, d: Path) -> Outcome:
     ids = ["../../escape", "/etc/passwd", "..\\..\\x", "rows/../../y"]
     source = jsonl(d, "p.jsonl", [{"id": i, "text": "a dog"} for i in ids])
     before = {p for p in d.parent.rglob("*") if "_logs" not in p.parts}
     o = t.rows_ok(d, ["score", source, "--id-column", "id", "--model", M, "--output", "out"], len(ids))
-    outside = [str(p) for p in d.parent.rglob("*") if p not in before and "_logs" not in p.parts
-               and not p.is_relative_to(d / "out")]
+    outside = [
+        str(p)
+        for p in d.parent.rglob("*")
+        if p not in before and "_logs" not in p.parts and not p.is_relative_to(d / "out")
+    ]
     o.check(not outside, f"written outside out/: {outside[:3]}")
     return o
 
@@ -1441,10 +1822,32 @@ def _html(where: str) -> Callable[[Trial, Path], Outcome]:
     def run(t: Trial, d: Path) -> Outcome:
         import tiny
 
-        records = [{"id": (HTML + str(i)) if where == "ids" else f"r{i}", "text": tiny.CORPUS[i % 14] if where != "text"
-                    or i else HTML, "source": HTML if where == "partitions" and i % 2 else "plain"} for i in range(12)]
-        o = t.rows_ok(d, ["audit", jsonl(d, "h.jsonl", records), "--id-column", "id", "--partition-column", "source",
-                          "--model", M, "--output", "out", "--outlier-min-sigma", "0.0001"], 12)
+        records = [
+            {
+                "id": (HTML + str(i)) if where == "ids" else f"r{i}",
+                "text": tiny.CORPUS[i % 14] if where != "text" or i else HTML,
+                "source": HTML if where == "partitions" and i % 2 else "plain",
+            }
+            for i in range(12)
+        ]
+        o = t.rows_ok(
+            d,
+            [
+                "audit",
+                jsonl(d, "h.jsonl", records),
+                "--id-column",
+                "id",
+                "--partition-column",
+                "source",
+                "--model",
+                M,
+                "--output",
+                "out",
+                "--outlier-min-sigma",
+                "0.0001",
+            ],
+            12,
+        )
         report = (d / "out" / "report.html").read_text() if (d / "out" / "report.html").exists() else ""
         o.check(bool(report), "no report.html")
         o.check("<script>alert" not in report and "<img src=x" not in report, "report.html holds the raw HTML")
@@ -1453,12 +1856,24 @@ def _html(where: str) -> Callable[[Trial, Path], Outcome]:
     return run
 
 
-case("A03", ATTACK, "HTML in partition names (audit report.html)",
-     "exit 0, rows in == rows out, verify OK; report.html escapes it")(_html("partitions"))
-case("A04", ATTACK, "HTML in ids (audit's outliers in report.html)",
-     "exit 0, rows in == rows out, verify OK; report.html escapes it")(_html("ids"))
-case("A05", ATTACK, "HTML as a text (audit's outliers in report.html)",
-     "exit 0, rows in == rows out, verify OK; report.html escapes it")(_html("text"))
+case(
+    "A03",
+    ATTACK,
+    "HTML in partition names (audit report.html)",
+    "exit 0, rows in == rows out, verify OK; report.html escapes it",
+)(_html("partitions"))
+case(
+    "A04",
+    ATTACK,
+    "HTML in ids (audit's outliers in report.html)",
+    "exit 0, rows in == rows out, verify OK; report.html escapes it",
+)(_html("ids"))
+case(
+    "A05",
+    ATTACK,
+    "HTML as a text (audit's outliers in report.html)",
+    "exit 0, rows in == rows out, verify OK; report.html escapes it",
+)(_html("text"))
 
 
 def _remote_code(where: str) -> Callable[[Trial, Path], Outcome]:
@@ -1470,17 +1885,22 @@ def _remote_code(where: str) -> Callable[[Trial, Path], Outcome]:
         shutil.copytree(d.parent / "_models" / "bert", folder)
         payload = f"open({str(d / 'pwned')!r}, 'w').write('ran')\n"
         if where == "config":
-            (folder / "custom.py").write_text(payload + "from transformers import BertConfig\n\n\n"
-                                              "class CustomConfig(BertConfig):\n    model_type = 'custom-bert'\n")
+            (folder / "custom.py").write_text(
+                payload + "from transformers import BertConfig\n\n\n"
+                "class CustomConfig(BertConfig):\n    model_type = 'custom-bert'\n"
+            )
             config = json.loads((folder / "config.json").read_text())
             config.update(model_type="custom-bert", auto_map={"AutoConfig": "custom.CustomConfig"})
             (folder / "config.json").write_text(json.dumps(config))
         else:
-            (folder / "custom_tok.py").write_text(payload + "from transformers import BertTokenizer\n\n\n"
-                                                  "class CustomTokenizer(BertTokenizer):\n    pass\n")
+            (folder / "custom_tok.py").write_text(
+                payload + "from transformers import BertTokenizer\n\n\n"
+                "class CustomTokenizer(BertTokenizer):\n    pass\n"
+            )
             config = json.loads((folder / "tokenizer_config.json").read_text())
-            config.update(tokenizer_class="CustomTokenizer", auto_map={"AutoTokenizer": ["custom_tok.CustomTokenizer",
-                                                                                          None]})
+            config.update(
+                tokenizer_class="CustomTokenizer", auto_map={"AutoTokenizer": ["custom_tok.CustomTokenizer", None]}
+            )
             (folder / "tokenizer_config.json").write_text(json.dumps(config))
         argv = ["score", corpus(d, 3), "--model", "custom-model", "--output", "out"]
         # A config naming its own class cannot be loaded without the code; a tokenizer's files may still load
@@ -1492,18 +1912,24 @@ def _remote_code(where: str) -> Callable[[Trial, Path], Outcome]:
     return run
 
 
-case("A06", ATTACK, "a model whose config needs its own code (auto_map)",
-     f"{REFUSED_LINE}, naming --trust-remote-code; the code never runs")(_remote_code("config"))
-case("A07", ATTACK, "a model whose tokenizer needs its own code (auto_map)",
-     f"the code never runs: {CLEAR_LINE}")(_remote_code("tokenizer"))
+case(
+    "A06",
+    ATTACK,
+    "a model whose config needs its own code (auto_map)",
+    f"{REFUSED_LINE}, naming --trust-remote-code; the code never runs",
+)(_remote_code("config"))
+case("A07", ATTACK, "a model whose tokenizer needs its own code (auto_map)", f"the code never runs: {CLEAR_LINE}")(
+    _remote_code("tokenizer")
+)
 
 
 @case("A08", ATTACK, "--output a symlink to the input folder", f"{REFUSED_LINE}, the input unchanged")
 def _(t: Trial, d: Path) -> Outcome:
     corpus(d, name="data/c.txt")
     (d / "out").symlink_to(d / "data", target_is_directory=True)
-    return t.refused(d, ["score", "data/c.txt", "--model", M, "--output", "out"], ["out"],
-                     untouched=snapshot(d / "data"), out="data")
+    return t.refused(
+        d, ["score", "data/c.txt", "--model", M, "--output", "out"], ["out"], untouched=snapshot(d / "data"), out="data"
+    )
 
 
 @case("A09", ATTACK, "--output a symlink to the input file, with --overwrite", f"{REFUSED_LINE}, the input unchanged")
@@ -1516,18 +1942,31 @@ def _(t: Trial, d: Path) -> Outcome:
     return o
 
 
-@case("A10", ATTACK, "a run folder whose rows/ is a symlink to the input folder, --overwrite",
-      f"{REFUSED_LINE}, the input unchanged")
+@case(
+    "A10",
+    ATTACK,
+    "a run folder whose rows/ is a symlink to the input folder, --overwrite",
+    f"{REFUSED_LINE}, the input unchanged",
+)
 def _(t: Trial, d: Path) -> Outcome:
     corpus(d, name="data/c.txt")
     (d / "out").mkdir()
     (d / "out" / "rows").symlink_to(d / "data", target_is_directory=True)
-    return t.refused(d, ["score", "data/c.txt", "--model", M, "--output", "out", "--overwrite"], [],
-                     untouched=snapshot(d / "data"), out="data")
+    return t.refused(
+        d,
+        ["score", "data/c.txt", "--model", M, "--output", "out", "--overwrite"],
+        [],
+        untouched=snapshot(d / "data"),
+        out="data",
+    )
 
 
-@case("A11", ATTACK, "shell and format strings as ids and texts ($(touch pwned), %s%n, {0.__class__})",
-      "exit 0, rows in == rows out, verify OK, nothing run")
+@case(
+    "A11",
+    ATTACK,
+    "shell and format strings as ids and texts ($(touch pwned), %s%n, {0.__class__})",
+    "exit 0, rows in == rows out, verify OK, nothing run",
+)
 def _(t: Trial, d: Path) -> Outcome:
     values = ["$(touch pwned)", "`touch pwned`", "%s%n%x", "{0.__class__}", "'; DROP TABLE rows; --"]
     source = jsonl(d, "s.jsonl", [{"id": v, "text": v} for v in values])
@@ -1581,8 +2020,11 @@ def run_trial(root: Path, cases: Sequence[Case], mode: str = "fork") -> list[Res
         result = run_case(c, trial)
         results.append(result)
         o = result.outcome
-        print(f"[{n:3d}/{len(cases)}] {c.id} {result.verdict} {result.seconds:5.1f} s  {c.what}"
-              + (f"\n      {'; '.join(o.problems)}" if o.problems else ""), flush=True)
+        print(
+            f"[{n:3d}/{len(cases)}] {c.id} {result.verdict} {result.seconds:5.1f} s  {c.what}"
+            + (f"\n      {'; '.join(o.problems)}" if o.problems else ""),
+            flush=True,
+        )
     return results
 
 
@@ -1602,8 +2044,20 @@ def _cell(text: object, limit: int = 220) -> str:
     return text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").replace(">", "&gt;")
 
 
-COLUMNS = ("case", "category", "what was done", "command", "expected", "exit", "the dscore line", "traceback",
-           "rows in / out", "repeated ids", "verify after", "verdict")
+COLUMNS = (
+    "case",
+    "category",
+    "what was done",
+    "command",
+    "expected",
+    "exit",
+    "the dscore line",
+    "traceback",
+    "rows in / out",
+    "repeated ids",
+    "verify after",
+    "verdict",
+)
 
 
 def markdown_table(results: Sequence[Result]) -> str:
@@ -1613,9 +2067,20 @@ def markdown_table(results: Sequence[Result]) -> str:
         rows = "-" if o.rows_in is None and o.rows_out is None else f"{_none(o.rows_in)} / {_none(o.rows_out)}"
         what = r.what + (f" ({o.done})" if o.done else "")
         verdict = r.verdict + (": " + "; ".join(o.problems) if o.problems else "")
-        cells = [r.id, r.category, what, f"`{_cell(o.command, 160)}`" if o.command else "", r.expected,
-                 _none(o.rc, "killed"), _cell(o.line), "yes" if o.traceback else "no", rows, _none(o.duplicates),
-                 o.verdict, verdict]
+        cells = [
+            r.id,
+            r.category,
+            what,
+            f"`{_cell(o.command, 160)}`" if o.command else "",
+            r.expected,
+            _none(o.rc, "killed"),
+            _cell(o.line),
+            "yes" if o.traceback else "no",
+            rows,
+            _none(o.duplicates),
+            o.verdict,
+            verdict,
+        ]
         lines.append("| " + " | ".join(_cell(c, 400) if i not in (3,) else c for i, c in enumerate(cells)) + " |")
     return "\n".join(lines) + "\n"
 
@@ -1663,8 +2128,8 @@ the code is fixed.
 trial after the imports; the `--ray` cases always spawn), `--no-ray` leaves the Ray cases out. Each case's
 folder, with the commands' standard output and error (`<case>/_logs`), stays under `--output`.
 
-Last run: {meta['date']}, {meta['cases']} cases in {meta['minutes']:.1f} min, load average {meta['load']:.2f}
-before the start on {meta['cores']} cores, commands {meta['mode']}ed, dscore at commit {meta['commit']}.
+Last run: {meta["date"]}, {meta["cases"]} cases in {meta["minutes"]:.1f} min, load average {meta["load"]:.2f}
+before the start on {meta["cores"]} cores, commands {meta["mode"]}ed, dscore at commit {meta["commit"]}.
 
 {counts_table(results)}
 {verdict_line(fails)}
@@ -1679,15 +2144,17 @@ readers read), the ids among them that repeat, and `dscore verify`'s verdict on 
 
 def git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--output", required=True, help="folder of the cases' folders, adversarial.json and .md")
     parser.add_argument("--update", default=None, help="write this page (docs/reliability.md) with the table")
     parser.add_argument("--only", action="append", default=[], help="cases whose id starts with this (repeatable)")
@@ -1705,13 +2172,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     mode = "spawn" if args.spawn else "fork"
     results = run_trial(root, cases, mode)
-    meta = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cases": len(results),
-            "minutes": (time.monotonic() - started) / 60, "load": load, "cores": os.cpu_count(), "mode": mode,
-            "commit": git_commit()}
-    (root / "adversarial.json").write_text(json.dumps(
-        {"meta": meta, "counts": {k: dict(v) for k, v in counts(results).items()},
-         "cases": [{**{k: v for k, v in asdict(r).items() if k != "outcome"}, **asdict(r.outcome),
-                    "verdict": r.verdict} for r in results]}, indent=1))
+    meta = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cases": len(results),
+        "minutes": (time.monotonic() - started) / 60,
+        "load": load,
+        "cores": os.cpu_count(),
+        "mode": mode,
+        "commit": git_commit(),
+    }
+    (root / "adversarial.json").write_text(
+        json.dumps(
+            {
+                "meta": meta,
+                "counts": {k: dict(v) for k, v in counts(results).items()},
+                "cases": [
+                    {
+                        **{k: v for k, v in asdict(r).items() if k != "outcome"},
+                        **asdict(r.outcome),
+                        "verdict": r.verdict,
+                    }
+                    for r in results
+                ],
+            },
+            indent=1,
+        )
+    )
     (root / "adversarial.md").write_text(counts_table(results) + "\n" + markdown_table(results))
     if args.update:
         Path(args.update).write_text(page(results, meta))

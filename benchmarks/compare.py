@@ -41,10 +41,10 @@ import numpy as np
 import torch
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.masking import Sentence, mask_matrix
 from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm
-from distributed_scoring.offline.models import cache_root, fetch_model
+from distributed_scoring.engine.masking import Sentence, mask_matrix
 from distributed_scoring.engine.pll import PLLEngine
+from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.workloads.prepare import PLLPreparer
 
 import machine
@@ -148,12 +148,23 @@ class MiniconsWorker:
         self.log_file = folder / "minicons-worker.log"
         self.texts_file.write_text(json.dumps(texts))
         command = [
-            str(python), str(HERE / "minicons_worker.py"), "--model", str(model), "--texts", str(self.texts_file),
-            "--threads", str(threads), "--pll-metric", MINICONS_METRIC[variant], "--scores", str(self.scores_file),
+            str(python),
+            str(HERE / "minicons_worker.py"),
+            "--model",
+            str(model),
+            "--texts",
+            str(self.texts_file),
+            "--threads",
+            str(threads),
+            "--pll-metric",
+            MINICONS_METRIC[variant],
+            "--scores",
+            str(self.scores_file),
         ]
         self.log = self.log_file.open("w")
-        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                        text=True, cwd=HERE)
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=HERE
+        )
         self.machine = self._reply("ready")["machine"]
 
     def round(self, batch_size: int) -> float:
@@ -246,7 +257,7 @@ def run_block(corpus_: Corpus, path: Path, args: argparse.Namespace, minicons_py
         times: dict[str, list[float]] = {m: [] for m in methods}
         scores: dict[str, list[np.ndarray]] = {}
         for r in range(args.rounds):
-            for name in methods[r % len(methods):] + methods[: r % len(methods)]:
+            for name in methods[r % len(methods) :] + methods[: r % len(methods)]:
                 if name in ours:
                     seconds, scores[name] = machine.timed(lambda method=ours[name]: method(texts))
                 else:
@@ -306,15 +317,22 @@ def markdown(result: dict) -> str:
     ]
     if peer:
         v = peer["versions"]
-        lines.append(f"minicons env: minicons {v['minicons']}, torch {v['torch']}, transformers {v['transformers']} "
-                     f"({peer['dtype']}, {peer['attention']} attention).")
-    lines.append(f"Variant `{s['variant']}`; median of {s['rounds']} interleaved rounds after a warm-up; "
-                 f"engine budget {result['blocks'][0]['engine_batch_tokens']} tokens; tokenisation included; "
-                 f"1-minute load average {result['load_average'][0]:.1f} at the start, "
-                 f"{result['load_average'][1]:.1f} at the end.")
-    lines += ["", "| model | lengths | sentences | scored tokens | tokens/sentence mean (max) | method | sentences/s "
-              "| tokens/s | engine speed-up | max abs diff vs engine (token / PLL) |",
-              "|---|---|---:|---:|---:|---|---:|---:|---:|---|"]
+        lines.append(
+            f"minicons env: minicons {v['minicons']}, torch {v['torch']}, transformers {v['transformers']} "
+            f"({peer['dtype']}, {peer['attention']} attention)."
+        )
+    lines.append(
+        f"Variant `{s['variant']}`; median of {s['rounds']} interleaved rounds after a warm-up; "
+        f"engine budget {result['blocks'][0]['engine_batch_tokens']} tokens; tokenisation included; "
+        f"1-minute load average {result['load_average'][0]:.1f} at the start, "
+        f"{result['load_average'][1]:.1f} at the end."
+    )
+    lines += [
+        "",
+        "| model | lengths | sentences | scored tokens | tokens/sentence mean (max) | method | sentences/s "
+        "| tokens/s | engine speed-up | max abs diff vs engine (token / PLL) |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---|",
+    ]
     for b in result["blocks"]:
         for name, row in b["methods"].items():
             check = b["agreement"].get(name)
@@ -328,23 +346,32 @@ def markdown(result: dict) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--preset", choices=PRESETS, default="full", help="sizes: full (default) or smoke")
     parser.add_argument("--sentences", type=int, help="sentences per synthetic block (preset full: 32)")
     parser.add_argument("--antibody-sentences", type=int, help="sentences of the AntiBERTy block (full: 9)")
     parser.add_argument("--rounds", type=int, help="timed rounds per method (full: 3)")
-    parser.add_argument("--configs", default=",".join(f"{m}:{d}" for m, d in CONFIGS),
-                        help="comma-separated model:lengths blocks")
-    parser.add_argument("--methods", default="naive-sentence,minicons,engine",
-                        help="comma-separated, from naive-sentence, naive-copy, minicons, engine (engine required)")
-    parser.add_argument("--minicons-batch-sizes", default="8",
-                        help="sentences per minicons call, one row each (1 is the naive-sentence computation)")
+    parser.add_argument(
+        "--configs", default=",".join(f"{m}:{d}" for m, d in CONFIGS), help="comma-separated model:lengths blocks"
+    )
+    parser.add_argument(
+        "--methods",
+        default="naive-sentence,minicons,engine",
+        help="comma-separated, from naive-sentence, naive-copy, minicons, engine (engine required)",
+    )
+    parser.add_argument(
+        "--minicons-batch-sizes",
+        default="8",
+        help="sentences per minicons call, one row each (1 is the naive-sentence computation)",
+    )
     parser.add_argument("--variant", choices=tuple(MINICONS_METRIC), default="original")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--batch-tokens", type=int, help="engine token budget (default: the engine's CPU default)")
-    parser.add_argument("--extra-budgets", default="4096",
-                        help="more engine budgets, one row `engine-N` each ('' for none)")
+    parser.add_argument(
+        "--extra-budgets", default="4096", help="more engine budgets, one row `engine-N` each ('' for none)"
+    )
     parser.add_argument("--atol", type=float, default=1e-4, help="largest per-token difference allowed")
     parser.add_argument("--minicons-venv", type=Path, default=cache_root() / "venv-minicons")
     parser.add_argument("--models-dir", type=Path, default=cache_root() / "benchmarks" / "models")
@@ -374,8 +401,12 @@ def main() -> None:
         blocks.append(run_block(texts, path, args, minicons_python))
     local = ("out", "update_results", "minicons_venv", "models_dir")
     settings = {k: v for k, v in vars(args).items() if k not in local}
-    result = {"settings": {**settings, "configs": [":".join(c) for c in args.configs]},
-              "machine": machine.describe(), "load_average": [load_before, os.getloadavg()[0]], "blocks": blocks}
+    result = {
+        "settings": {**settings, "configs": [":".join(c) for c in args.configs]},
+        "machine": machine.describe(),
+        "load_average": [load_before, os.getloadavg()[0]],
+        "blocks": blocks,
+    }
     table = markdown(result)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "cpu-compare.json").write_text(json.dumps(result, indent=1, default=str))

@@ -52,13 +52,13 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the GPU machine runs from a checkout, without installing the package
 
 from distributed_scoring.config import ModelSpec  # noqa: E402
-from distributed_scoring.engine.masking import Sentence, pack  # noqa: E402
-from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm  # noqa: E402
-from distributed_scoring.engine.maskless import MasklessEngine, Student  # noqa: E402
 from distributed_scoring.engine import packing  # noqa: E402
-from distributed_scoring.quiet import quiet_transformers  # noqa: E402
-from distributed_scoring.offline.models import cache_root  # noqa: E402
+from distributed_scoring.engine.masked_lm import MaskedLM, load_masked_lm  # noqa: E402
+from distributed_scoring.engine.masking import Sentence, pack  # noqa: E402
+from distributed_scoring.engine.maskless import MasklessEngine, Student  # noqa: E402
 from distributed_scoring.engine.pll import PLLEngine  # noqa: E402
+from distributed_scoring.offline.models import cache_root  # noqa: E402
+from distributed_scoring.quiet import quiet_transformers  # noqa: E402
 
 import machine  # noqa: E402
 import synthetic  # noqa: E402
@@ -137,8 +137,9 @@ def useful_flops(method: str, sentences: list[Sentence], shape: dict) -> float:
     return sum(sentence_flops(method, len(s.input_ids), len(s.targets), shape) for s in sentences)
 
 
-def executed_flops(method: str, shards: list[list[Sentence]], mlm: MaskedLM, budget: int,
-                   shape: dict) -> tuple[float, float]:
+def executed_flops(
+    method: str, shards: list[list[Sentence]], mlm: MaskedLM, budget: int, shape: dict
+) -> tuple[float, float]:
     """FLOPs of the packed batches as run (padding included), and the seconds packing took on the host."""
     total, start = 0.0, time.perf_counter()
     for shard in shards:
@@ -267,8 +268,9 @@ def corpus(mlm: MaskedLM, lengths: str, args: argparse.Namespace) -> Corpus:
     return Corpus(lengths, sentences, shards, reference)
 
 
-def measure(method: str, mlm: MaskedLM, data: Corpus, budget: int, shape: dict,
-            args: argparse.Namespace) -> tuple[dict, list]:
+def measure(
+    method: str, mlm: MaskedLM, data: Corpus, budget: int, shape: dict, args: argparse.Namespace
+) -> tuple[dict, list]:
     """One row of the table (rates, FLOPs, memory, bf16 difference from float32) and the scores."""
     warmup, seconds, peak_gib, scores = timed_rounds(scorer(method, mlm, budget), mlm.device, data.shards, args.rounds)
     useful = useful_flops(method, data.sentences, shape)
@@ -276,18 +278,27 @@ def measure(method: str, mlm: MaskedLM, data: Corpus, budget: int, shape: dict,
     median = statistics.median(seconds)
     n_tokens = sum(len(s.targets) for s in data.sentences)
     row = {
-        "method": method, "lengths": data.lengths, "budget": budget, "sentences": len(data.sentences), "scored_tokens": n_tokens,
-        "warmup_s": warmup, "seconds": seconds, "median_s": median,
-        "sentences_per_s": len(data.sentences) / median, "tokens_per_s": n_tokens / median,
-        "useful_tflop": useful / 1e12, "executed_over_useful": executed / useful,
-        "achieved_tflops": useful / median / 1e12, "peak_mem_gib": peak_gib, "host_pack_s": pack_s,
+        "method": method,
+        "lengths": data.lengths,
+        "budget": budget,
+        "sentences": len(data.sentences),
+        "scored_tokens": n_tokens,
+        "warmup_s": warmup,
+        "seconds": seconds,
+        "median_s": median,
+        "sentences_per_s": len(data.sentences) / median,
+        "tokens_per_s": n_tokens / median,
+        "useful_tflop": useful / 1e12,
+        "executed_over_useful": executed / useful,
+        "achieved_tflops": useful / median / 1e12,
+        "peak_mem_gib": peak_gib,
+        "host_pack_s": pack_s,
         "max_diff_vs_fp32": max_diff(data.reference[method], scores[: args.check_sentences]),
     }
     return row, scores
 
 
-def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float,
-              done: Callable[[dict], None]) -> None:
+def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float, done: Callable[[dict], None]) -> None:
     """Every (compile, lengths, budget) row of one model shape, each handed to `done` as it is measured
     (so a run stopped by a time limit keeps what it measured); stops if bf16 drifts beyond --atol."""
     folder = synthetic.model_folder(shape_name, args.models_dir)
@@ -304,16 +315,28 @@ def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float,
             if not compiled:
                 eager[key] = scores
             vs_eager = max_diff(eager[key], scores) if compiled and key in eager else None
-            row.update(shape=shape_name, compile=compiled, mfu=row["achieved_tflops"] / peak_tflops,
-                       max_diff_vs_eager=vs_eager)
+            row.update(
+                shape=shape_name, compile=compiled, mfu=row["achieved_tflops"] / peak_tflops, max_diff_vs_eager=vs_eager
+            )
             if row["max_diff_vs_fp32"] > args.atol or (vs_eager or 0.0) > args.atol:
-                raise SystemExit(f"{shape_name} {method} {data.lengths} budget {budget} compile={compiled}: bf16 "
-                                 f"scores differ by {row['max_diff_vs_fp32']:.3f} from float32 and {vs_eager} from "
-                                 f"eager (tolerance {args.atol})")
+                raise SystemExit(
+                    f"{shape_name} {method} {data.lengths} budget {budget} compile={compiled}: bf16 "
+                    f"scores differ by {row['max_diff_vs_fp32']:.3f} from float32 and {vs_eager} from "
+                    f"eager (tolerance {args.atol})"
+                )
             done(row)
-            logger.info("%s %s %s compile=%s budget %d: %.1f sentences/s, %.1f TFLOP/s, MFU %.1f%%", shape_name,
-                        method, data.lengths, compiled, budget, row["sentences_per_s"], row["achieved_tflops"],
-                        100 * row["mfu"])
+            logger.info(
+                "%s %s %s compile=%s budget %d: %.1f sentences/s, %.1f TFLOP/s, MFU %.1f%%",
+                shape_name,
+                method,
+                data.lengths,
+                compiled,
+                budget,
+                row["sentences_per_s"],
+                row["achieved_tflops"],
+                100 * row["mfu"],
+            )
+
 
 def markdown(result: dict) -> str:
     m, s = result["machine"], result["settings"]
@@ -342,8 +365,9 @@ def markdown(result: dict) -> str:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--device", default="cuda", help="cuda (the benchmark) or cpu (--smoke checks only)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every code path runs")
     parser.add_argument("--shapes", default=",".join(synthetic.SHAPES))
@@ -385,8 +409,13 @@ def main() -> None:
     peak = matmul_tflops(device, args.matmul_size, dtype)
     logger.info("peak bf16 matmul: %.1f TFLOP/s", peak)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = {"settings": settings, "machine": machine.describe(), "matmul_tflops": peak,
-              "matmul_dtype": str(dtype).removeprefix("torch."), "rows": []}
+    result = {
+        "settings": settings,
+        "machine": machine.describe(),
+        "matmul_tflops": peak,
+        "matmul_dtype": str(dtype).removeprefix("torch."),
+        "rows": [],
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "gpu-core" if device.type == "cuda" else "gpu-core-cpu-smoke"
 

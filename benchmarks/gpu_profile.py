@@ -32,7 +32,10 @@ from distributed_scoring.quiet import quiet_transformers  # noqa: E402
 import synthetic  # noqa: E402
 from gpu_core import encode  # noqa: E402
 
-GROUPS = (("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")), ("attention", ("fmha", "flash", "attention")))
+GROUPS = (
+    ("matmul", ("gemm", "cutlass", "sm90_xmma", "nvjet", "cublas")),
+    ("attention", ("fmha", "flash", "attention")),
+)
 
 
 def group_of(name: str) -> str:
@@ -53,10 +56,14 @@ def profile_round(engine: PLLEngine, sentences: list, top: int) -> str:
     by_group: dict[str, float] = {}
     for e in kernels:
         by_group[group_of(e.key)] = by_group.get(group_of(e.key), 0.0) + e.device_time_total / 1e6
-    lines = [f"wall {wall:.3f} s, kernels {busy:.3f} s (GPU idle {100 * (1 - busy / wall):.0f}%); "
-             + ", ".join(f"{g} {100 * t / busy:.0f}%" for g, t in sorted(by_group.items(), key=lambda x: -x[1]))]
+    lines = [
+        f"wall {wall:.3f} s, kernels {busy:.3f} s (GPU idle {100 * (1 - busy / wall):.0f}%); "
+        + ", ".join(f"{g} {100 * t / busy:.0f}%" for g, t in sorted(by_group.items(), key=lambda x: -x[1]))
+    ]
     for e in sorted(kernels, key=lambda e: -e.device_time_total)[:top]:
-        lines.append(f"  {100 * e.device_time_total / 1e6 / busy:5.1f}%  {e.count:6d}x  {group_of(e.key):9s} {e.key[:110]}")
+        lines.append(
+            f"  {100 * e.device_time_total / 1e6 / busy:5.1f}%  {e.count:6d}x  {group_of(e.key):9s} {e.key[:110]}"
+        )
     return "\n".join(lines)
 
 
@@ -70,8 +77,12 @@ def time_backends(mlm, sentences: list, budget: int, rounds: int = 3) -> str:
 
     from gpu_core import Stopwatch
 
-    backends = {"default": None, "cudnn": SDPBackend.CUDNN_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
-                "math": SDPBackend.MATH}
+    backends = {
+        "default": None,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }
     lines, reference = [], None
     for compiled in (False, True):
         for name, backend in backends.items():
@@ -94,8 +105,10 @@ def time_backends(mlm, sentences: list, budget: int, rounds: int = 3) -> str:
                 reference = scores
             diff = max(float(np.abs(a - b).max()) for a, b in zip(reference, scores))
             median = statistics.median(seconds)
-            lines.append(f"compile={compiled} {name:9s} {median:.3f} s ({len(sentences) / median:,.0f} sentences/s), "
-                         f"warm-up {warm:.1f} s, max diff vs default eager {diff:.4f}")
+            lines.append(
+                f"compile={compiled} {name:9s} {median:.3f} s ({len(sentences) / median:,.0f} sentences/s), "
+                f"warm-up {warm:.1f} s, max diff vs default eager {diff:.4f}"
+            )
             print(lines[-1], flush=True)
     return "\n".join(lines)
 
@@ -115,8 +128,10 @@ def main() -> None:
     folder = synthetic.model_folder(args.shape, args.models_dir)
     mlm = load_masked_lm(ModelSpec(str(folder), device="cuda", dtype="bfloat16"))
     sentences = encode(mlm.tokenizer, synthetic.sentences(args.sentences, args.lengths, seed=7))
-    report = [f"{args.shape} {args.lengths} {args.sentences} sentences, budget {args.budget}, "
-              f"{torch.cuda.get_device_name()}, torch {torch.__version__}"]
+    report = [
+        f"{args.shape} {args.lengths} {args.sentences} sentences, budget {args.budget}, "
+        f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
+    ]
     if args.backends:
         report.append(time_backends(mlm, sentences, args.budget))
     for mode in ("eager", "compiled") if not args.backends else ():

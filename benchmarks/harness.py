@@ -82,8 +82,14 @@ def spawn(script: Path, argv: list[str], log_path: Path, env: dict[str, str] | N
     appended to `log_path`."""
     log = log_path.open("a")
     try:
-        return subprocess.Popen([sys.executable, str(script), *argv], stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, env={**child_environment(), **(env or {})}, cwd=ROOT)
+        return subprocess.Popen(
+            [sys.executable, str(script), *argv],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**child_environment(), **(env or {})},
+            cwd=ROOT,
+        )
     finally:
         log.close()
 

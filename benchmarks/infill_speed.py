@@ -128,8 +128,15 @@ def smoke_model(root: Path) -> Path:
 
     vocab = {t: i for i, t in enumerate(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *RESIDUES])}
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, initializer_range=0.2)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+    )
     BertForMaskedLM(config).eval().save_pretrained(root)
     BertTokenizer(vocab=vocab, do_lower_case=False, model_max_length=128).save_pretrained(root)
     return root
@@ -177,9 +184,18 @@ def blocks(args: argparse.Namespace) -> list[Block]:
             mlm = load_masked_lm(ModelSpec(str(smoke_model(Path(folder)))))
         rng = random.Random(3)
         texts = [" ".join(rng.choices(RESIDUES, k=rng.randint(24, 32))) for _ in range(args.examples)]
-        return [Block("random residue BERT 2x32", "random residues", mlm, masked_examples(mlm, texts, k, seed=k),
-                      k, np.ones(mlm.model.config.vocab_size, dtype=bool), k in args.time_masks)
-                for k in args.masks]
+        return [
+            Block(
+                "random residue BERT 2x32",
+                "random residues",
+                mlm,
+                masked_examples(mlm, texts, k, seed=k),
+                k,
+                np.ones(mlm.model.config.vocab_size, dtype=bool),
+                k in args.time_masks,
+            )
+            for k in args.masks
+        ]
 
     from distributed_scoring.offline.antibodies import spaced, v_genes
     from distributed_scoring.offline.models import cache_root, fetch_model
@@ -188,18 +204,41 @@ def blocks(args: argparse.Namespace) -> list[Block]:
     if "antiberty" in args.models:
         mlm = load_masked_lm(ModelSpec(str(fetch_model("antiberty"))))
         texts = [spaced(g) for g in random.Random(0).sample(sorted(v_genes("human").values()), args.examples)]
-        out += [Block("AntiBERTy", "germline VH", mlm, masked_examples(mlm, texts, k, seed=k), k, non_special(mlm),
-                      k in args.time_masks) for k in args.masks]
+        out += [
+            Block(
+                "AntiBERTy",
+                "germline VH",
+                mlm,
+                masked_examples(mlm, texts, k, seed=k),
+                k,
+                non_special(mlm),
+                k in args.time_masks,
+            )
+            for k in args.masks
+        ]
     for name in [m for m in args.models if m != "antiberty"]:
         import synthetic
 
-        mlm = load_masked_lm(ModelSpec(str(random_bert(name, Path(args.models_dir) if args.models_dir
-                                                       else cache_root() / "bench-models"))))
+        mlm = load_masked_lm(
+            ModelSpec(
+                str(random_bert(name, Path(args.models_dir) if args.models_dir else cache_root() / "bench-models"))
+            )
+        )
         texts = synthetic.sentences(args.small_examples, "blimp", seed=5)
         shape = shape_of(mlm.model)
         label = f"BERT {shape['N']}x{shape['d']}, V={shape['V']:,} (random)"
-        out += [Block(label, "BLiMP-like", mlm, masked_examples(mlm, texts, k, seed=k), k,
-                      np.ones(mlm.model.config.vocab_size, dtype=bool), k in args.time_masks) for k in args.masks]
+        out += [
+            Block(
+                label,
+                "BLiMP-like",
+                mlm,
+                masked_examples(mlm, texts, k, seed=k),
+                k,
+                np.ones(mlm.model.config.vocab_size, dtype=bool),
+                k in args.time_masks,
+            )
+            for k in args.masks
+        ]
     return out
 
 
@@ -286,15 +325,21 @@ def matmul_gflops(n: int, clock: str, repeats: int = 3, samples: int = 5) -> lis
 def load_authors(folder: Path):
     """Their `hcb_infilling.decode`, imported from a checkout of rcalef/hcb_infilling, and its commit."""
     if not (folder / "hcb_infilling" / "decode.py").exists():
-        raise SystemExit(f"--authors-code {folder}: no hcb_infilling/decode.py there; give a checkout of "
-                         "rcalef/hcb_infilling (its top folder, which holds hcb_infilling/)")
+        raise SystemExit(
+            f"--authors-code {folder}: no hcb_infilling/decode.py there; give a checkout of "
+            "rcalef/hcb_infilling (its top folder, which holds hcb_infilling/)"
+        )
     sys.path.insert(0, str(folder.resolve()))
     decode = importlib.import_module("hcb_infilling.decode")
     if not Path(decode.__file__).resolve().is_relative_to(folder.resolve()):
         raise SystemExit(f"hcb_infilling was imported from {decode.__file__}, not from {folder}")
     try:
-        top, commit = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"],
-                                     capture_output=True, text=True, check=True).stdout.split()
+        top, commit = subprocess.run(
+            ["git", "-C", str(folder), "rev-parse", "--show-toplevel", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
     except (OSError, subprocess.CalledProcessError, ValueError):
         top, commit = "", ""
     if Path(top).resolve() != folder.resolve():
@@ -302,8 +347,9 @@ def load_authors(folder: Path):
     return decode, commit
 
 
-def theirs(decode, mlm: MaskedLM, examples: list[InfillExample], decoder: str, order: str, beam: int,
-           batch: int) -> Beams:
+def theirs(
+    decode, mlm: MaskedLM, examples: list[InfillExample], decoder: str, order: str, beam: int, batch: int
+) -> Beams:
     """Their decode function on `batch` examples a call, inputs padded to the call's longest."""
     function = getattr(decode, THEIRS[decoder, order])
     out: Beams = []
@@ -315,8 +361,9 @@ def theirs(decode, mlm: MaskedLM, examples: list[InfillExample], decoder: str, o
         for r, e in enumerate(chunk):
             ids[r, : len(e.input_ids)] = torch.from_numpy(e.input_ids)
             attention[r, : len(e.input_ids)] = 1
-        result = function(model=mlm.model, input_ids=ids, attention_mask=attention, beam_size=beam,
-                          mask_id=mlm.mask_token_id)
+        result = function(
+            model=mlm.model, input_ids=ids, attention_mask=attention, beam_size=beam, mask_id=mlm.mask_token_id
+        )
         out.extend([[(tuple(int(t) for t in entry[1:]), float(entry[0])) for entry in per] for per in result])
     return out
 
@@ -331,12 +378,15 @@ def ours(engine: InfillEngine, examples: list[InfillExample], decoder: str, orde
 
 
 def beams_text(beams: list[tuple[tuple[int, ...], float]], tokenizer, specials: set[int]) -> str:
-    return "; ".join(f"{' '.join(tokenizer.convert_ids_to_tokens(list(t)))}"
-                     f"{' (special!)' if specials & set(t) else ''} {s:.5f}" for t, s in beams)
+    return "; ".join(
+        f"{' '.join(tokenizer.convert_ids_to_tokens(list(t)))}{' (special!)' if specials & set(t) else ''} {s:.5f}"
+        for t, s in beams
+    )
 
 
-def compare(block: Block, decoder: str, order: str, mine: Beams, their: Beams, atol: float,
-            name: str) -> tuple[float, list[str]]:
+def compare(
+    block: Block, decoder: str, order: str, mine: Beams, their: Beams, atol: float, name: str
+) -> tuple[float, list[str]]:
     """The largest score difference over matching beams, and a description of every example that differs."""
     tokenizer = block.mlm.tokenizer
     specials = set(tokenizer.all_special_ids)
@@ -351,7 +401,8 @@ def compare(block: Block, decoder: str, order: str, mine: Beams, their: Beams, a
                 f"{block.model} k={block.k} {decoder}/{order} example {i} (masks {block.examples[i].masks.tolist()}):\n"
                 f"  ours: {beams_text(a, tokenizer, specials)}\n"
                 f"  {name}: {beams_text(b, tokenizer, specials)}\n"
-                f"  smallest gap between {name}'s consecutive scores: {min(gaps, default=float('nan')):.2e}")
+                f"  smallest gap between {name}'s consecutive scores: {min(gaps, default=float('nan')):.2e}"
+            )
     return worst, problems
 
 
@@ -359,8 +410,9 @@ def compare(block: Block, decoder: str, order: str, mine: Beams, their: Beams, a
 # Timing.
 
 
-def methods_of(block: Block, decoder: str, order: str, decode,
-               args: argparse.Namespace) -> dict[str, Callable[[], Beams]]:
+def methods_of(
+    block: Block, decoder: str, order: str, decode, args: argparse.Namespace
+) -> dict[str, Callable[[], Beams]]:
     """The methods of one (decoder, order) row, by name: theirs (when given) first, then ours. A block
     that is only checked runs theirs on all its examples at once and ours at the default budget."""
     mlm, examples, n = block.mlm, block.examples, len(block.examples)
@@ -382,8 +434,14 @@ def check_block(block: Block, decode, args: argparse.Namespace) -> list[str]:
     problems = []
     for decoder, order in COMBOS:
         useful = useful_flops(block, args.beam, order, shape)
-        row = {"decoder": decoder, "order": order, "useful_gflop": useful / 1e9, "max_score_diff": None,
-               "executed_over_useful": {}, "seconds": {}}
+        row = {
+            "decoder": decoder,
+            "order": order,
+            "useful_gflop": useful / 1e9,
+            "max_score_diff": None,
+            "executed_over_useful": {},
+            "seconds": {},
+        }
         answers = {}
         for name, method in methods_of(block, decoder, order, decode, args).items():
             if name.startswith("theirs"):
@@ -394,8 +452,10 @@ def check_block(block: Block, decode, args: argparse.Namespace) -> list[str]:
             with CountingLogits(block.mlm, shape) as counted:
                 answers[name] = method()
             if abs(counted.useful - useful) > 1e-9 * useful:
-                raise SystemExit(f"FLOP count: {name} ran {counted.useful:.6g} useful FLOPs, the formula says "
-                                 f"{useful:.6g} ({block.model} k={block.k} {decoder}/{order})")
+                raise SystemExit(
+                    f"FLOP count: {name} ran {counted.useful:.6g} useful FLOPs, the formula says "
+                    f"{useful:.6g} ({block.model} k={block.k} {decoder}/{order})"
+                )
             row["executed_over_useful"][name] = counted.executed / useful
         for name, answer in answers.items():
             if name == "ours":
@@ -404,8 +464,14 @@ def check_block(block: Block, decode, args: argparse.Namespace) -> list[str]:
             problems += found
             if name.startswith("theirs"):
                 row["max_score_diff"] = max(row["max_score_diff"] or 0.0, worst)
-        logger.info("%s k=%d %s/%s checked: largest score difference from theirs %s", block.model, block.k,
-                    decoder, order, "n/a" if row["max_score_diff"] is None else f"{row['max_score_diff']:.1e}")
+        logger.info(
+            "%s k=%d %s/%s checked: largest score difference from theirs %s",
+            block.model,
+            block.k,
+            decoder,
+            order,
+            "n/a" if row["max_score_diff"] is None else f"{row['max_score_diff']:.1e}",
+        )
         block.rows.append(row)
     return problems
 
@@ -417,17 +483,28 @@ def time_block(block: Block, decode, args: argparse.Namespace) -> None:
         methods = methods_of(block, row["decoder"], row["order"], decode, args)
         names = list(methods)
         for r in range(args.rounds):
-            for name in names[r % len(names):] + names[: r % len(names)]:
+            for name in names[r % len(names) :] + names[: r % len(names)]:
                 both = clocked(methods[name])
                 row["seconds"].setdefault(name, []).append(both[args.clock])
                 row.setdefault("seconds_both_clocks", {}).setdefault(name, []).append(both)
         base = statistics.median(row["seconds"]["ours"])
         row["methods"] = {
-            name: {"median_s": statistics.median(s), "examples_per_s": n / statistics.median(s),
-                   "gflops": row["useful_gflop"] / statistics.median(s), "vs_ours": statistics.median(s) / base}
-            for name, s in row["seconds"].items()}
-        logger.info("%s k=%d %s/%s: %s", block.model, block.k, row["decoder"], row["order"], ", ".join(
-            f"{m} {v['examples_per_s']:.2f}/s" for m, v in row["methods"].items()))
+            name: {
+                "median_s": statistics.median(s),
+                "examples_per_s": n / statistics.median(s),
+                "gflops": row["useful_gflop"] / statistics.median(s),
+                "vs_ours": statistics.median(s) / base,
+            }
+            for name, s in row["seconds"].items()
+        }
+        logger.info(
+            "%s k=%d %s/%s: %s",
+            block.model,
+            block.k,
+            row["decoder"],
+            row["order"],
+            ", ".join(f"{m} {v['examples_per_s']:.2f}/s" for m, v in row["methods"].items()),
+        )
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -442,8 +519,11 @@ def markdown(result: dict) -> str:
         f"timed by {CLOCKS[s['clock']]}; "
         f"python {m['python']}, torch {m['versions']['torch']}, transformers {m['versions']['transformers']}, "
         f"float32, SDPA attention, the same model object for both.",
-        (f"Theirs: rcalef/hcb_infilling at {result['authors_commit']}. " if result["authors_commit"]
-         else "Theirs: not run (no --authors-code). ")
+        (
+            f"Theirs: rcalef/hcb_infilling at {result['authors_commit']}. "
+            if result["authors_commit"]
+            else "Theirs: not run (no --authors-code). "
+        )
         + f"Beam {s['beam']}; median of {s['rounds']} interleaved rounds after a checked warm-up; our budget "
         f"{s['batch_tokens'] or 1024} tokens; float32 matmul (n = {s['matmul_size']}) {peak:.1f} GFLOP/s "
         f"(median of {len(result['matmul_samples'])} timings at the start and end: "
@@ -459,11 +539,16 @@ def markdown(result: dict) -> str:
     ]
     for b in result["blocks"]:
         diffs = [r["max_score_diff"] for r in b["rows"]]
-        lines.append(f"| {b['model']} | {b['what']} | {b['examples']} | {b['mean_length']:.0f} | {b['k']} | "
-                     f"{b['allowed']} | "
-                     + " | ".join("not run" if d is None else f"same, {d:.1e}" for d in diffs) + " |")
-    lines += ["", "| model | k | decoder | order | method | examples/s | useful GFLOP/s | of matmul "
-              "| executed / useful | ours' speed-up |", "|---|---:|---|---|---|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {b['model']} | {b['what']} | {b['examples']} | {b['mean_length']:.0f} | {b['k']} | "
+            f"{b['allowed']} | " + " | ".join("not run" if d is None else f"same, {d:.1e}" for d in diffs) + " |"
+        )
+    lines += [
+        "",
+        "| model | k | decoder | order | method | examples/s | useful GFLOP/s | of matmul "
+        "| executed / useful | ours' speed-up |",
+        "|---|---:|---|---|---|---:|---:|---:|---:|---:|",
+    ]
     for b in result["blocks"]:
         for r in b["rows"]:
             for name, v in r.get("methods", {}).items():
@@ -471,13 +556,15 @@ def markdown(result: dict) -> str:
                 lines.append(
                     f"| {b['model']} | {b['k']} | {r['decoder']} | {r['order']} | {name} | {v['examples_per_s']:.3g} "
                     f"| {v['gflops']:.1f} | {v['gflops'] / peak:.0%} | {'' if ratio is None else f'{ratio:.2f}'} "
-                    f"| {v['vs_ours']:.2f}x |")
+                    f"| {v['vs_ours']:.2f}x |"
+                )
     return "\n".join(lines) + "\n"
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     parser.add_argument("--authors-code", type=Path, help="a checkout of rcalef/hcb_infilling (else: ours only)")
     parser.add_argument("--smoke", action="store_true", help="a tiny random model, few examples, one round")
     parser.add_argument("--examples", type=int, help="examples per AntiBERTy (smoke: random) block (8; smoke 4)")
@@ -491,12 +578,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--small-examples", type=int, default=16, help="examples per block of the random BERTs")
     parser.add_argument("--atol", type=float, default=1e-3, help="largest score difference allowed")
     parser.add_argument("--matmul-size", type=int, help="n of the n x n matmul (default 1024; smoke 256)")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(),
-                        help="torch threads for both (default: all); 1 on a machine shared with other work")
-    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
-                        help="what is timed: wall-clock seconds, or this process's CPU seconds (with --threads 1, "
-                        "the compute time a busy machine leaves undisturbed by preemption); both are kept in the "
-                        "raw numbers")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help="torch threads for both (default: all); 1 on a machine shared with other work",
+    )
+    parser.add_argument(
+        "--clock",
+        choices=("wall", "cpu"),
+        default="wall",
+        help="what is timed: wall-clock seconds, or this process's CPU seconds (with --threads 1, "
+        "the compute time a busy machine leaves undisturbed by preemption); both are kept in the "
+        "raw numbers",
+    )
     parser.add_argument("--models-dir", default=None, help="where the tiny BERT is saved (default: the cache)")
     parser.add_argument("--update-results", type=Path, help="also write the tables into this RESULTS.md")
     args = parser.parse_args()
@@ -521,8 +616,10 @@ def main() -> None:
     if args.authors_code:
         decode, commit = load_authors(args.authors_code)
     else:
-        logger.warning("no --authors-code: the authors' implementation is skipped (no agreement check, no "
-                       "comparison); give a checkout of rcalef/hcb_infilling to run it")
+        logger.warning(
+            "no --authors-code: the authors' implementation is skipped (no agreement check, no "
+            "comparison); give a checkout of rcalef/hcb_infilling to run it"
+        )
     samples = matmul_gflops(args.matmul_size, args.clock)
     todo = blocks(args)
     problems = [p for block in todo for p in check_block(block, decode, args)]
@@ -533,12 +630,26 @@ def main() -> None:
             time_block(block, decode, args)
     samples += matmul_gflops(args.matmul_size, args.clock)
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-    result = {"settings": settings, "machine": machine.describe(), "authors_commit": commit,
-              "matmul_samples": samples, "matmul_gflops": statistics.median(samples),
-              "load_average": [load_before, os.getloadavg()[0]],
-              "blocks": [{"model": b.model, "what": b.what, "k": b.k, "allowed": b.allowed_note,
-                          "examples": len(b.examples), "rows": b.rows,
-                          "mean_length": float(np.mean([len(e.input_ids) for e in b.examples]))} for b in todo]}
+    result = {
+        "settings": settings,
+        "machine": machine.describe(),
+        "authors_commit": commit,
+        "matmul_samples": samples,
+        "matmul_gflops": statistics.median(samples),
+        "load_average": [load_before, os.getloadavg()[0]],
+        "blocks": [
+            {
+                "model": b.model,
+                "what": b.what,
+                "k": b.k,
+                "allowed": b.allowed_note,
+                "examples": len(b.examples),
+                "rows": b.rows,
+                "mean_length": float(np.mean([len(e.input_ids) for e in b.examples])),
+            }
+            for b in todo
+        ],
+    }
     table = markdown(result)
     print(table)
     if not args.smoke:

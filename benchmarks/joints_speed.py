@@ -25,21 +25,23 @@ import synthetic
 from scaling import small_bert
 
 
-def examples_per_second(model_dir: str, texts: list[str], seed: int, rounds: int,
-                        top_k: int | None) -> tuple[list[float], int, float]:
+def examples_per_second(
+    model_dir: str, texts: list[str], seed: int, rounds: int, top_k: int | None
+) -> tuple[list[float], int, float]:
     """(seconds of each round, vocabulary size, mean tokens per sentence) over `texts`, random pairs."""
-    from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
     from distributed_scoring.config import ModelSpec
+    from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
     from distributed_scoring.engine.joints import score_pair
-    from distributed_scoring.workloads.joints import draw_pair
     from distributed_scoring.engine.masked_lm import load_masked_lm
+    from distributed_scoring.workloads.joints import draw_pair
     from distributed_scoring.workloads.prepare import PLLPreparer
 
     mlm = load_masked_lm(ModelSpec(model_dir))
     prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(texts)
     rng = random.Random(seed)
-    pairs = [Pair(np.array(p.input_ids), np.array(p.targets), *draw_pair(len(p.targets), "random", rng))
-             for p in prepared]
+    pairs = [
+        Pair(np.array(p.input_ids), np.array(p.targets), *draw_pair(len(p.targets), "random", rng)) for p in prepared
+    ]
     engine = ConditionalsEngine(mlm, top_k=top_k)
 
     def run(batch: list) -> None:
@@ -79,21 +81,34 @@ def main() -> None:
         ("BERT 4x256 (random)", "BLiMP-like", bert_small, blimp, 50),
     ]
     info = machine.describe()
-    lines = [f"{info['cpu']}, {info['logical_cores']} logical cores, torch threads {info['torch_threads']}; python "
-             f"{info['python']}, torch {info['versions']['torch']}, transformers {info['versions']['transformers']}.",
-             f"Median of {args.rounds} rounds after a warm-up; the vocabulary column says which values each table covers.",
-             "",
-             "| model | sentences | V | vocabulary | tokens/sentence | examples | examples/s | 1000 examples take |",
-             "|---|---|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        f"{info['cpu']}, {info['logical_cores']} logical cores, torch threads {info['torch_threads']}; python "
+        f"{info['python']}, torch {info['versions']['torch']}, transformers {info['versions']['transformers']}.",
+        f"Median of {args.rounds} rounds after a warm-up; the vocabulary column says which values each table covers.",
+        "",
+        "| model | sentences | V | vocabulary | tokens/sentence | examples | examples/s | 1000 examples take |",
+        "|---|---|---:|---|---:|---:|---:|---:|",
+    ]
     raw: dict = {"machine": info, "blocks": []}
     for model, what, folder, texts, top_k in blocks:
         times, vocab, length = examples_per_second(folder, texts, seed=1, rounds=args.rounds, top_k=top_k)
         rate = len(texts) / statistics.median(times)
-        raw["blocks"].append({"model": model, "sentences": what, "vocab_size": vocab, "top_k": top_k,
-                              "examples": len(texts), "mean_tokens": length, "seconds": times})
+        raw["blocks"].append(
+            {
+                "model": model,
+                "sentences": what,
+                "vocab_size": vocab,
+                "top_k": top_k,
+                "examples": len(texts),
+                "mean_tokens": length,
+                "seconds": times,
+            }
+        )
         support = "all of V" if top_k is None else f"gold + top-{top_k}"
-        lines.append(f"| {model} | {what} | {vocab} | {support} | {length:.0f} | {len(texts)} | {rate:.3g} | "
-                     f"{1000 / rate / 3600:.2g} h |")
+        lines.append(
+            f"| {model} | {what} | {vocab} | {support} | {length:.0f} | {len(texts)} | {rate:.3g} | "
+            f"{1000 / rate / 3600:.2g} h |"
+        )
         print(lines[-1], flush=True)
     table = "\n".join(lines) + "\n"
     print(table)

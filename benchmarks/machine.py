@@ -78,5 +78,6 @@ def start(threads: int, warn_busy: bool = True) -> float:
     load = os.getloadavg()[0]
     if load > 0.5 and warn_busy:
         logging.getLogger("benchmarks").warning(
-            "load average %.1f before the start: other work is running, timings will be disturbed", load)
+            "load average %.1f before the start: other work is running, timings will be disturbed", load
+        )
     return load

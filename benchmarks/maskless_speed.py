@@ -24,16 +24,23 @@ from pathlib import Path
 
 import numpy as np
 
-import machine
-import results_md
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.maskless import MasklessEngine, load_student, regressor_for, save_student, unmasked_scorer
-from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.masking import Sentence
+from distributed_scoring.engine.maskless import (
+    MasklessEngine,
+    load_student,
+    regressor_for,
+    save_student,
+    unmasked_scorer,
+)
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import fetch_model
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import machine
+import results_md
 
 HERE = Path(__file__).resolve().parent
 
@@ -45,20 +52,26 @@ def sentences(mlm, count: int) -> list[Sentence]:
 
 
 def markdown(rows: list[dict], result: dict) -> str:
-    lines = [f"{result['machine']['cpu']}, {result['threads']} torch thread(s), load average {result['load']:.1f} "
-             f"at the start; median of {result['rounds']} rounds.", "",
-             "| model | sentences | tokens (mean) | budget | method | s | sentences/s | speed-up |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        f"{result['machine']['cpu']}, {result['threads']} torch thread(s), load average {result['load']:.1f} "
+        f"at the start; median of {result['rounds']} rounds.",
+        "",
+        "| model | sentences | tokens (mean) | budget | method | s | sentences/s | speed-up |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['sentences']} | {r['tokens']:.1f} | {r['budget']} | {r['method']} | "
-                     f"{r['seconds']:.3f} | {r['sentences_per_s']:.2f} | {r['speedup']:.1f}x |")
+        lines.append(
+            f"| {r['model']} | {r['sentences']} | {r['tokens']:.1f} | {r['budget']} | {r['method']} | "
+            f"{r['seconds']:.3f} | {r['sentences_per_s']:.2f} | {r['speedup']:.1f}x |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--student", type=Path, action="append", default=[], help="a trained student folder of AntiBERTy "
-                        "(repeatable)")
+    parser.add_argument(
+        "--student", type=Path, action="append", default=[], help="a trained student folder of AntiBERTy (repeatable)"
+    )
     parser.add_argument("--chains", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -80,9 +93,13 @@ def main() -> None:
             scorers[f"{student.info['target']} student ({path.name})"] = student
     rows = []
     for budget in (int(b) for b in args.budgets.split(",")):
-        methods = {"PLL engine": lambda budget=budget: PLLEngine(mlm, "original", budget).token_logprobs(batch),
-                   **{name: (lambda s=s, budget=budget: MasklessEngine(s, budget).predict(batch))
-                      for name, s in scorers.items()}}
+        methods = {
+            "PLL engine": lambda budget=budget: PLLEngine(mlm, "original", budget).token_logprobs(batch),
+            **{
+                name: (lambda s=s, budget=budget: MasklessEngine(s, budget).predict(batch))
+                for name, s in scorers.items()
+            },
+        }
         for run in methods.values():
             run()  # warm-up
         times: dict[str, list[float]] = {name: [] for name in methods}
@@ -92,10 +109,19 @@ def main() -> None:
         pll = statistics.median(times["PLL engine"])
         for name, rounds in times.items():
             seconds = statistics.median(rounds)
-            rows.append({"model": "AntiBERTy", "budget": budget,
-                         "sentences": len(batch), "tokens": float(np.mean([len(s.input_ids) for s in batch])),
-                         "method": name, "seconds": seconds, "rounds": rounds,
-                         "sentences_per_s": len(batch) / seconds, "speedup": pll / seconds})
+            rows.append(
+                {
+                    "model": "AntiBERTy",
+                    "budget": budget,
+                    "sentences": len(batch),
+                    "tokens": float(np.mean([len(s.input_ids) for s in batch])),
+                    "method": name,
+                    "seconds": seconds,
+                    "rounds": rounds,
+                    "sentences_per_s": len(batch) / seconds,
+                    "speedup": pll / seconds,
+                }
+            )
     result = {"machine": machine.describe(), "threads": args.threads, "rounds": args.rounds, "load": load, "rows": rows}
     table = markdown(rows, result)
     results_md.save_raw("maskless-speed", result)

@@ -27,8 +27,12 @@ from typing import Any, Iterator
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # tests/tiny.py: the tiny models and corpus
 
-MASKED = ["the quick brown [MASK] jumps", "she sells [MASK] by the seashore", "a [MASK] dog",
-          "colourless green [MASK] sleep furiously"]
+MASKED = [
+    "the quick brown [MASK] jumps",
+    "she sells [MASK] by the seashore",
+    "a [MASK] dog",
+    "colourless green [MASK] sleep furiously",
+]
 
 
 def write_inputs(d: Path) -> dict[str, str]:
@@ -38,20 +42,48 @@ def write_inputs(d: Path) -> dict[str, str]:
     d.mkdir(parents=True, exist_ok=True)
     texts = [*tiny.CORPUS, "", "x " * 300]
     (d / "corpus.txt").write_text("".join(t + "\n" for t in texts))
-    (d / "parts.jsonl").write_text("".join(json.dumps({"id": f"r{i}", "text": t, "source": f"s{i % 3}"}) + "\n"
-                                           for i, t in enumerate(tiny.CORPUS * 3)))
+    (d / "parts.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"r{i}", "text": t, "source": f"s{i % 3}"}) + "\n" for i, t in enumerate(tiny.CORPUS * 3)
+        )
+    )
     for split, offset in (("dev", 0), ("test", 3)):
-        records = [{"utt_id": f"{split}{u}", "hyp_id": h, "text": tiny.CORPUS[(u + h + offset) % len(tiny.CORPUS)],
-                    "score": -1.0 * h - u / 10, "ref": tiny.CORPUS[(u + 1 + offset) % len(tiny.CORPUS)]}
-                   for u in range(4) for h in range(1, 4)]
+        records = [
+            {
+                "utt_id": f"{split}{u}",
+                "hyp_id": h,
+                "text": tiny.CORPUS[(u + h + offset) % len(tiny.CORPUS)],
+                "score": -1.0 * h - u / 10,
+                "ref": tiny.CORPUS[(u + 1 + offset) % len(tiny.CORPUS)],
+            }
+            for u in range(4)
+            for h in range(1, 4)
+        ]
         (d / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    (d / "masked.jsonl").write_text("".join(json.dumps({"id": f"m{i}", "text": t}) + "\n" for i, t in enumerate(MASKED)))
-    (d / "filled.jsonl").write_text("".join(json.dumps({"id": f"s{i}", "text": t.replace("[MASK]", "cat")}) + "\n"
-                                            for i, t in enumerate(MASKED)))
-    (d / "prompts.jsonl").write_text("".join(json.dumps({"id": f"g{i}", "text": t}) + "\n"
-                                             for i, t in enumerate(["the [MASK] [MASK] dog", "[MASK] quick [MASK]", "she [MASK] [MASK]"])))
-    return {name: str(d / name) for name in ("corpus.txt", "parts.jsonl", "dev.jsonl", "test.jsonl",
-                                             "masked.jsonl", "filled.jsonl", "prompts.jsonl")}
+    (d / "masked.jsonl").write_text(
+        "".join(json.dumps({"id": f"m{i}", "text": t}) + "\n" for i, t in enumerate(MASKED))
+    )
+    (d / "filled.jsonl").write_text(
+        "".join(json.dumps({"id": f"s{i}", "text": t.replace("[MASK]", "cat")}) + "\n" for i, t in enumerate(MASKED))
+    )
+    (d / "prompts.jsonl").write_text(
+        "".join(
+            json.dumps({"id": f"g{i}", "text": t}) + "\n"
+            for i, t in enumerate(["the [MASK] [MASK] dog", "[MASK] quick [MASK]", "she [MASK] [MASK]"])
+        )
+    )
+    return {
+        name: str(d / name)
+        for name in (
+            "corpus.txt",
+            "parts.jsonl",
+            "dev.jsonl",
+            "test.jsonl",
+            "masked.jsonl",
+            "filled.jsonl",
+            "prompts.jsonl",
+        )
+    }
 
 
 def commands(inputs: dict[str, str], model: str, out: Path) -> list[tuple[str, list[str]]]:
@@ -60,10 +92,36 @@ def commands(inputs: dict[str, str], model: str, out: Path) -> list[tuple[str, l
     return [
         ("score", ["score", inputs["corpus.txt"], *m, "--per-token", "--shard-rows", "4"]),
         ("score-unmasked", ["score", inputs["corpus.txt"], *m, "--method", "unmasked"]),
-        ("audit", ["audit", inputs["parts.jsonl"], "--id-column", "id", "--partition-column", "source", *m,
-                   "--min-rows", "2"]),
-        ("audit-again", ["audit", inputs["parts.jsonl"], "--id-column", "id", "--partition-column", "source", *m,
-                         "--min-rows", "2", "--baseline", str(out / "audit")]),
+        (
+            "audit",
+            [
+                "audit",
+                inputs["parts.jsonl"],
+                "--id-column",
+                "id",
+                "--partition-column",
+                "source",
+                *m,
+                "--min-rows",
+                "2",
+            ],
+        ),
+        (
+            "audit-again",
+            [
+                "audit",
+                inputs["parts.jsonl"],
+                "--id-column",
+                "id",
+                "--partition-column",
+                "source",
+                *m,
+                "--min-rows",
+                "2",
+                "--baseline",
+                str(out / "audit"),
+            ],
+        ),
         ("rescore", ["rescore", "--dev", inputs["dev.jsonl"], "--test", inputs["test.jsonl"], *m]),
         ("joints", ["joints", inputs["corpus.txt"], *m, "--examples", "4"]),
         ("infill", ["infill", inputs["masked.jsonl"], "--id-column", "id", *m, "--beam", "2"]),
@@ -73,8 +131,9 @@ def commands(inputs: dict[str, str], model: str, out: Path) -> list[tuple[str, l
 
 
 def run(out: Path, models: Path) -> int:
-    import tiny
     from distributed_scoring.cli import main
+
+    import tiny
 
     model = models / "bert"
     if not (model / "config.json").exists():
@@ -105,8 +164,10 @@ def differences(a: Path, b: Path) -> set[str]:
         if f.suffix == ".parquet":
             found |= {f"{f}: {d}" for d in _table_differences(a / f, b / f)}
         else:
-            found |= {f"{f}: {d}" for d in _json_differences(json.loads((a / f).read_text()),
-                                                            json.loads((b / f).read_text()), "", a, b)}
+            found |= {
+                f"{f}: {d}"
+                for d in _json_differences(json.loads((a / f).read_text()), json.loads((b / f).read_text()), "", a, b)
+            }
     return found
 
 
@@ -142,8 +203,10 @@ def compare(before: Path, after: Path, noise: Path | None) -> int:
     found = differences(before, after)
     expected = differences(before, noise) if noise is not None else set()
     real = sorted(found - expected)
-    print(f"{len(list(outputs(before)))} files compared; {len(found)} differences, {len(found & expected)} of them "
-          f"also between two runs of the same code (noise)")
+    print(
+        f"{len(list(outputs(before)))} files compared; {len(found)} differences, {len(found & expected)} of them "
+        f"also between two runs of the same code (noise)"
+    )
     for line in real:
         print(f"  DIFFERS {line}")
     print("SAME" if not real else f"{len(real)} real differences")

@@ -23,9 +23,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import machine
-import results_md
-import synthetic
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, sequence_positions, shaped_log_proposal
@@ -33,6 +30,10 @@ from distributed_scoring.engine.sampler_settings import SamplerSettings
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import cache_root, fetch_model
 from distributed_scoring.workloads.infill import allowed_tokens
+
+import machine
+import results_md
+import synthetic
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,8 +52,9 @@ def naive_proposals(mlm, allowed: np.ndarray, chains: list[Chain], epochs: int) 
             for position in chain.sample.tolist():
                 masked = ids.copy()
                 masked[position] = mlm.mask_token_id
-                logits = next(mlm.logits_at(masked[None], np.ones((1, len(ids)), dtype=np.int64),
-                                            np.array([position])))  # (1, V)
+                logits = next(
+                    mlm.logits_at(masked[None], np.ones((1, len(ids)), dtype=np.int64), np.array([position]))
+                )  # (1, V)
                 logq = shaped_log_proposal(logits, allowed_ids, 1.0, 1.0)[0].numpy()  # (C,)
                 pick = int(np.searchsorted(np.cumsum(np.exp(logq)), rng.random(), side="right"))
                 pick = min(pick, len(logq) - 1)
@@ -83,9 +85,18 @@ def block(name: str, mlm, allowed: np.ndarray, chains: list[Chain], epochs: int,
             took, proposals = machine.timed(fn)
             seconds.append(took)
         median = statistics.median(seconds)
-        rows.append({"model": name, "chains": len(chains), "length": len(chains[0].input_ids),
-                     "sampled": len(chains[0].sample), "method": method, "proposals": proposals,
-                     "seconds": seconds, "proposals_per_s": proposals / median})
+        rows.append(
+            {
+                "model": name,
+                "chains": len(chains),
+                "length": len(chains[0].input_ids),
+                "sampled": len(chains[0].sample),
+                "method": method,
+                "proposals": proposals,
+                "seconds": seconds,
+                "proposals_per_s": proposals / median,
+            }
+        )
     base = rows[0]["proposals_per_s"]
     for row in rows:
         row["speedup"] = row["proposals_per_s"] / base
@@ -116,13 +127,18 @@ def sentence_chains(mlm, count: int, sampled: int) -> list[Chain]:
 
 
 def markdown(rows: list[dict], result: dict) -> str:
-    lines = [f"{result['machine']['cpu']}, {result['threads']} torch thread(s); median of {result['rounds']} rounds; "
-             "`mh` on E_raw, T = 1, every proposal counted.", "",
-             "| model | chains | tokens | sampled | method | proposals | proposals/s | vs naive |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = [
+        f"{result['machine']['cpu']}, {result['threads']} torch thread(s); median of {result['rounds']} rounds; "
+        "`mh` on E_raw, T = 1, every proposal counted.",
+        "",
+        "| model | chains | tokens | sampled | method | proposals | proposals/s | vs naive |",
+        "|---|---:|---:|---:|---|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['model']} | {r['chains']} | {r['length']} | {r['sampled']} | {r['method']} | "
-                     f"{r['proposals']} | {r['proposals_per_s']:.2f} | {r['speedup']:.2f}x |")
+        lines.append(
+            f"| {r['model']} | {r['chains']} | {r['length']} | {r['sampled']} | {r['method']} | "
+            f"{r['proposals']} | {r['proposals_per_s']:.2f} | {r['speedup']:.2f}x |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -141,13 +157,20 @@ def main() -> None:
     rows = []
     antiberty = load_masked_lm(ModelSpec(str(fetch_model("antiberty"))))
     allowed = allowed_tokens(antiberty.tokenizer, antiberty.model.config.vocab_size, tuple("ACDEFGHIKLMNPQRSTVWY"))
-    rows += block("AntiBERTy", antiberty, allowed, antiberty_chains(antiberty, args.chains, args.residues, 6),
-                  args.epochs, args.rounds)
+    rows += block(
+        "AntiBERTy",
+        antiberty,
+        allowed,
+        antiberty_chains(antiberty, args.chains, args.residues, 6),
+        args.epochs,
+        args.rounds,
+    )
     folder = synthetic.small_bert_folder(args.models_dir, "bert-tiny", 1000, hidden=64, layers=2, heads=2, ffn=128)
     tiny = load_masked_lm(ModelSpec(str(folder)))
     allowed = allowed_tokens(tiny.tokenizer, tiny.model.config.vocab_size, None)
-    rows += block("BERT 2x64 (random), V = 1,000", tiny, allowed, sentence_chains(tiny, args.chains, 4),
-                  args.epochs, args.rounds)
+    rows += block(
+        "BERT 2x64 (random), V = 1,000", tiny, allowed, sentence_chains(tiny, args.chains, 4), args.epochs, args.rounds
+    )
     result = {"machine": machine.describe(), "threads": args.threads, "rounds": args.rounds, "rows": rows}
     table = markdown(rows, result)
     args.out.mkdir(parents=True, exist_ok=True)

@@ -134,8 +134,16 @@ class Settings:
     tiny_model: str | None
 
 
-def plan(sizes: Iterable[int], scorers: Iterable[str], modes: Iterable[str], kinds: Iterable[str], model_max: int,
-         shard_rows: int, many_files: int, large_gb: float) -> list[Spec]:
+def plan(
+    sizes: Iterable[int],
+    scorers: Iterable[str],
+    modes: Iterable[str],
+    kinds: Iterable[str],
+    model_max: int,
+    shard_rows: int,
+    many_files: int,
+    large_gb: float,
+) -> list[Spec]:
     """Every measurement asked for, smallest corpora first (so early results predict the later ones)."""
     sizes, scorers, modes, kinds = sorted(sizes), list(scorers), list(modes), set(kinds)
     specs: list[Spec] = []
@@ -149,8 +157,9 @@ def plan(sizes: Iterable[int], scorers: Iterable[str], modes: Iterable[str], kin
         if "rescore" in kinds:
             specs.append(Spec("rescore", "noop", "in-process", n))
     if "many-files" in kinds:
-        specs += [Spec("many-files", "noop", m, many_files * ROWS_PER_SMALL_FILE, many_files)
-                  for m in modes if m != "ray-1"]
+        specs += [
+            Spec("many-files", "noop", m, many_files * ROWS_PER_SMALL_FILE, many_files) for m in modes if m != "ray-1"
+        ]
     if "large-file" in kinds and large_gb > 0:
         specs.append(Spec("large-file", "noop", "in-process", large_file_rows(large_gb)))
     return specs
@@ -201,12 +210,15 @@ def sentence_corpus(corpora: Path, n: int) -> Path:
     """n BLiMP-like sentences, one per line."""
     import synthetic
 
-    return cached(corpora / f"sentences-{n}.txt",
-                  lambda p: p.write_text("\n".join(synthetic.sentences(n, "blimp", seed=11)) + "\n"))
+    return cached(
+        corpora / f"sentences-{n}.txt",
+        lambda p: p.write_text("\n".join(synthetic.sentences(n, "blimp", seed=11)) + "\n"),
+    )
 
 
 def audit_corpus(corpora: Path, n: int) -> Path:
     """n sentences as JSONL records with a `source` among AUDIT_PARTITIONS partitions."""
+
     def write(path: Path) -> None:
         lines = sentence_corpus(corpora, n).read_text().splitlines()
         with path.open("w") as f:
@@ -218,11 +230,12 @@ def audit_corpus(corpora: Path, n: int) -> Path:
 
 def many_files_corpus(corpora: Path, files: int) -> Path:
     """A folder of `files` text files of ROWS_PER_SMALL_FILE sentences each."""
+
     def write(path: Path) -> None:
         lines = sentence_corpus(corpora, files * ROWS_PER_SMALL_FILE).read_text().splitlines()
         path.mkdir()
         for i in range(files):
-            chunk = lines[i * ROWS_PER_SMALL_FILE:(i + 1) * ROWS_PER_SMALL_FILE]
+            chunk = lines[i * ROWS_PER_SMALL_FILE : (i + 1) * ROWS_PER_SMALL_FILE]
             (path / f"part-{i:06d}.txt").write_text("\n".join(chunk) + "\n")
 
     return cached(corpora / f"many-{files}", write)
@@ -231,6 +244,7 @@ def many_files_corpus(corpora: Path, files: int) -> Path:
 def nbest_lists(corpora: Path, n: int) -> tuple[Path, Path]:
     """dev and test N-best JSONL lists of n hypotheses in all: n / 10 utterances, 10 hypotheses each, every
     hypothesis its reference with k random word edits (k = rank - 1 plus noise), its score falling with k."""
+
     def write(dev: Path, test: Path) -> None:
         import synthetic
 
@@ -250,8 +264,13 @@ def nbest_lists(corpora: Path, n: int) -> tuple[Path, Path]:
                                 hyp[i] = rng.choice(words)
                             else:
                                 del hyp[i]
-                        record = {"utt_id": f"{path.stem}-{u}", "hyp_id": rank, "text": " ".join(hyp),
-                                  "score": -2.0 * edits - rng.random(), "ref": ref}
+                        record = {
+                            "utt_id": f"{path.stem}-{u}",
+                            "hyp_id": rank,
+                            "text": " ".join(hyp),
+                            "score": -2.0 * edits - rng.random(),
+                            "ref": ref,
+                        }
                         f.write(json.dumps(record) + "\n")
 
     dev, test = corpora / f"nbest-dev-{n}.jsonl", corpora / f"nbest-test-{n}.jsonl"
@@ -266,6 +285,7 @@ def nbest_lists(corpora: Path, n: int) -> tuple[Path, Path]:
 def large_file(folder: Path, rows: int) -> Path:
     """`folder/large.txt`: `rows` lines of LARGE_LINE_BYTES bytes (a numbered paragraph of synthetic
     sentences), written in blocks; the caller deletes the folder."""
+
     def write(path: Path) -> None:
         import synthetic
 
@@ -364,9 +384,12 @@ def start_ray(mode: str):
 def noop_run(job: RunJob, inputs) -> tuple:
     """The no-op workload's config and workload (no model)."""
     from distributed_scoring.config import ModelSpec, RunConfig
+
     from scale_stages import NOOP_MODEL, NoopOptions, noop_workload
 
-    return RunConfig(inputs, ModelSpec(NOOP_MODEL), output=job.output), noop_workload(NoopOptions(job.scores, job.per_token))
+    return RunConfig(inputs, ModelSpec(NOOP_MODEL), output=job.output), noop_workload(
+        NoopOptions(job.scores, job.per_token)
+    )
 
 
 def model_config(job: RunJob, inputs, model: str):
@@ -412,13 +435,17 @@ def tiny_student(model: str) -> str:
     folder = Path(model).with_name(Path(model).name + "-student")
     if not (folder / "maskless.json").exists():
         from distributed_scoring.config import ModelSpec
-        from distributed_scoring.engine.maskless import regressor_for, save_student
         from distributed_scoring.engine.masked_lm import load_masked_lm
+        from distributed_scoring.engine.maskless import regressor_for, save_student
 
         mlm = load_masked_lm(ModelSpec(model, device="cpu"))
         scratch = folder.with_name(folder.name + ".tmp")
-        save_student(mlm, scratch, {"target": "sentence", "teacher": "none: a random model (scale benchmark)"},
-                     regressor_for(mlm, mean=-40.0, std=10.0))
+        save_student(
+            mlm,
+            scratch,
+            {"target": "sentence", "teacher": "none: a random model (scale benchmark)"},
+            regressor_for(mlm, mean=-40.0, std=10.0),
+        )
         scratch.rename(folder)
     return str(folder)
 
@@ -432,6 +459,7 @@ def run_job(job: RunJob) -> dict:
     from distributed_scoring.config import InputSpec
     from distributed_scoring.pipeline.aggregate import summarize
     from distributed_scoring.pipeline.runner import claimed, execute
+
     from scale_stages import actor_peaks, peak_rss_kb, recorded
 
     process_start = _process_start()
@@ -458,12 +486,23 @@ def run_job(job: RunJob) -> dict:
     files, size = folder_size(Path(job.output))
     todo_rows = sum(s.rows for s in todo)
     return {
-        "rows": summary["rows"], "shards": len(shards), "todo_shards": len(todo), "todo_rows": todo_rows,
-        "startup_s": startup_s, "claim_s": claimed_at - started, "execute_s": executed_at - claimed_at,
-        "summary_s": ended - executed_at, "total_s": ended - started, "first_marker_s": first_marker,
-        "rows_per_s": todo_rows / (ended - started), "driver_rss_start_kb": rss_start,
-        "driver_peak_rss_kb": peak_rss_kb(), "actor_peak_rss_kb": actor_peaks(job.memory, os.getpid()),
-        "files_written": files, "bytes_written": size, "torch_threads": job.threads,
+        "rows": summary["rows"],
+        "shards": len(shards),
+        "todo_shards": len(todo),
+        "todo_rows": todo_rows,
+        "startup_s": startup_s,
+        "claim_s": claimed_at - started,
+        "execute_s": executed_at - claimed_at,
+        "summary_s": ended - executed_at,
+        "total_s": ended - started,
+        "first_marker_s": first_marker,
+        "rows_per_s": todo_rows / (ended - started),
+        "driver_rss_start_kb": rss_start,
+        "driver_peak_rss_kb": peak_rss_kb(),
+        "actor_peak_rss_kb": actor_peaks(job.memory, os.getpid()),
+        "files_written": files,
+        "bytes_written": size,
+        "torch_threads": job.threads,
     }
 
 
@@ -513,8 +552,17 @@ def measure(spec: Spec, settings: Settings, scratch: Path) -> dict:
 
 
 def _job(spec: Spec, settings: Settings, scratch: Path, paths: tuple[str, ...], **changes: Any) -> RunJob:
-    return RunJob(paths, str(scratch / "out"), str(scratch / "memory"), spec.scorer, settings.tiny_model, spec.mode,
-                  settings.shard_rows, settings.threads, **changes)
+    return RunJob(
+        paths,
+        str(scratch / "out"),
+        str(scratch / "memory"),
+        spec.scorer,
+        settings.tiny_model,
+        spec.mode,
+        settings.shard_rows,
+        settings.threads,
+        **changes,
+    )
 
 
 def run_in_child(job: RunJob, scratch: Path, name: str) -> tuple[subprocess.Popen, Path]:
@@ -545,18 +593,25 @@ def measure_resume(spec: Spec, settings: Settings, scratch: Path) -> dict:
     done = markers(Path(job.output))
     second, result = run_in_child(job, scratch, "rerun")
     rerun = finished_child(second, result, scratch, "rerun")
-    return {"shards": shards, "killed": killed, "killed_after_s": killed_after, "marked_at_kill": done,
-            "rerun": rerun}
+    return {"shards": shards, "killed": killed, "killed_after_s": killed_after, "marked_at_kill": done, "rerun": rerun}
 
 
 def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
     """Score with pseudo-random scores in a child, then audit here: alone, then against itself as baseline."""
-    from distributed_scoring.workflows.audit.figures import REPORT_FILE, run_audit
     from distributed_scoring.workflows.audit.baseline import AUDIT_FILE
+    from distributed_scoring.workflows.audit.figures import REPORT_FILE, run_audit
+
     from scale_stages import peak_rss_kb
 
-    job = _job(spec, settings, scratch, (str(audit_corpus(Path(settings.corpora), spec.n)),), scores="hash",
-               per_token=True, partition_column="source")
+    job = _job(
+        spec,
+        settings,
+        scratch,
+        (str(audit_corpus(Path(settings.corpora), spec.n)),),
+        scores="hash",
+        per_token=True,
+        partition_column="source",
+    )
     scoring = finished_child(*run_in_child(job, scratch, "scoring"), scratch, "scoring")
     rss_start = peak_rss_kb()
     # The audit writes beside the rows in `dscore audit`, under the scoring run's claim; here the scored
@@ -569,11 +624,18 @@ def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
     second = run_audit(str(scored), str(again), baseline=str(out))
     ended = time.perf_counter()
     return {
-        "scoring": scoring, "partitions": len(first.record.partitions), "audit_s": audited - started,
-        "audit_baseline_s": ended - audited, "outliers": first.record.outliers.count,
-        "report_bytes": (out / REPORT_FILE).stat().st_size, "audit_json_bytes": (out / AUDIT_FILE).stat().st_size,
-        "report_baseline_bytes": (again / REPORT_FILE).stat().st_size, "verdict": second.record.baseline.verdict,
-        "driver_rss_start_kb": rss_start, "driver_rss_after_audit_kb": rss_audit, "driver_peak_rss_kb": peak_rss_kb(),
+        "scoring": scoring,
+        "partitions": len(first.record.partitions),
+        "audit_s": audited - started,
+        "audit_baseline_s": ended - audited,
+        "outliers": first.record.outliers.count,
+        "report_bytes": (out / REPORT_FILE).stat().st_size,
+        "audit_json_bytes": (out / AUDIT_FILE).stat().st_size,
+        "report_baseline_bytes": (again / REPORT_FILE).stat().st_size,
+        "verdict": second.record.baseline.verdict,
+        "driver_rss_start_kb": rss_start,
+        "driver_rss_after_audit_kb": rss_audit,
+        "driver_peak_rss_kb": peak_rss_kb(),
     }
 
 
@@ -591,6 +653,7 @@ def measure_rescore(spec: Spec, settings: Settings, scratch: Path) -> dict:
     from distributed_scoring.workflows.rescore.rescoring import rescore
     from distributed_scoring.workflows.rescore.run import MLM, TEXTS, _read, _scores
     from distributed_scoring.workflows.rescore.search import RescoreOptions
+
     from scale_stages import NOOP_MODEL, NoopOptions, noop_workload, peak_rss_kb
 
     dev_path, test_path = nbest_lists(Path(settings.corpora), spec.n)
@@ -617,11 +680,15 @@ def measure_rescore(spec: Spec, settings: Settings, scratch: Path) -> dict:
         times.append(time.perf_counter())
     steps = ("read_dedupe_s", "write_texts_s", "scoring_s", "join_s", "tuning_s", "write_s")
     return {
-        "hypotheses": dev.num_rows + test.num_rows, "utterances": result.report["dev"]["utterances"]
-        + result.report["test"]["utterances"], "unique_texts": len(texts),
+        "hypotheses": dev.num_rows + test.num_rows,
+        "utterances": result.report["dev"]["utterances"] + result.report["test"]["utterances"],
+        "unique_texts": len(texts),
         **{name: b - a for name, a, b in zip(steps, times, times[1:])},
-        "after_scoring_s": times[-1] - times[3], "grid_points": len(result.report["grid"]["lambda"]),
-        "dev": result.report["dev"], "driver_rss_start_kb": rss_start, "driver_rss_before_tuning_kb": rss_tuning,
+        "after_scoring_s": times[-1] - times[3],
+        "grid_points": len(result.report["grid"]["lambda"]),
+        "dev": result.report["dev"],
+        "driver_rss_start_kb": rss_start,
+        "driver_rss_before_tuning_kb": rss_tuning,
         "driver_peak_rss_kb": peak_rss_kb(),
     }
 
@@ -654,15 +721,36 @@ def run_measurement(spec: Spec, settings: Settings, work: Path, timeout_s: float
     load_start, started = os.getloadavg(), time.perf_counter()
     when = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     if skip is None:
-        process = spawn(SCRIPT, ["--measure", json.dumps(asdict(spec)), "--settings", json.dumps(asdict(settings)),
-                         "--scratch", str(scratch), "--result", str(result_file)], log)
+        process = spawn(
+            SCRIPT,
+            [
+                "--measure",
+                json.dumps(asdict(spec)),
+                "--settings",
+                json.dumps(asdict(settings)),
+                "--scratch",
+                str(scratch),
+                "--result",
+                str(result_file),
+            ],
+            log,
+        )
         status = wait_child(process, timeout_s, log, spec.label)
     else:
         status = "skipped"
-    record = {"key": spec.key, "spec": asdict(spec), "started": when, "status": status, "timeout_s": timeout_s,
-              "wall_s": time.perf_counter() - started, "prepare_s": prepare_s, "load_start": load_start,
-              "load_end": os.getloadavg(), "machine": info,
-              "settings": {k: v for k, v in asdict(settings).items() if k != "corpora"}}
+    record = {
+        "key": spec.key,
+        "spec": asdict(spec),
+        "started": when,
+        "status": status,
+        "timeout_s": timeout_s,
+        "wall_s": time.perf_counter() - started,
+        "prepare_s": prepare_s,
+        "load_start": load_start,
+        "load_end": os.getloadavg(),
+        "machine": info,
+        "settings": {k: v for k, v in asdict(settings).items() if k != "corpora"},
+    }
     if status == "ok":
         record["result"] = json.loads(result_file.read_text())
     elif status == "skipped":
@@ -682,17 +770,25 @@ def outcome(record: dict) -> str:
     if record["status"] != "ok":
         return record["status"] + (f": {r['skipped']}" if "skipped" in r else "")
     if kind in ("run", "many-files", "large-file"):
-        return (f"{r['rows_per_s']:,.0f} rows/s, first shard {seconds(r['first_marker_s'])} s, summary "
-                f"{seconds(r['summary_s'])} s, driver {mib(r['driver_peak_rss_kb'])} MiB")
+        return (
+            f"{r['rows_per_s']:,.0f} rows/s, first shard {seconds(r['first_marker_s'])} s, summary "
+            f"{seconds(r['summary_s'])} s, driver {mib(r['driver_peak_rss_kb'])} MiB"
+        )
     if kind == "resume":
         rerun = r["rerun"]
-        return (f"killed at {r['marked_at_kill']}/{r['shards']} shards; rerun claim {seconds(rerun['claim_s'])} s, "
-                f"first new shard {seconds(rerun['first_marker_s'])} s")
+        return (
+            f"killed at {r['marked_at_kill']}/{r['shards']} shards; rerun claim {seconds(rerun['claim_s'])} s, "
+            f"first new shard {seconds(rerun['first_marker_s'])} s"
+        )
     if kind == "audit":
-        return (f"audit {seconds(r['audit_s'])} s, with baseline {seconds(r['audit_baseline_s'])} s, report "
-                f"{r['report_bytes'] / 1e3:,.0f} kB, driver {mib(r['driver_peak_rss_kb'])} MiB")
-    return (f"tuning {seconds(r['tuning_s'])} s, after scoring {seconds(r['after_scoring_s'])} s, driver "
-            f"{mib(r['driver_peak_rss_kb'])} MiB")
+        return (
+            f"audit {seconds(r['audit_s'])} s, with baseline {seconds(r['audit_baseline_s'])} s, report "
+            f"{r['report_bytes'] / 1e3:,.0f} kB, driver {mib(r['driver_peak_rss_kb'])} MiB"
+        )
+    return (
+        f"tuning {seconds(r['tuning_s'])} s, after scoring {seconds(r['after_scoring_s'])} s, driver "
+        f"{mib(r['driver_peak_rss_kb'])} MiB"
+    )
 
 
 def main() -> None:
@@ -702,8 +798,9 @@ def main() -> None:
     elif args.run_job:
         _run_job_main(args)
     else:
-        import machine
         from distributed_scoring.offline.models import cache_root
+
+        import machine
 
         info = machine.describe(("torch", "transformers", "pyarrow", "ray", "numpy"))
         out = args.out.resolve()
@@ -720,8 +817,16 @@ def measure_all(args: argparse.Namespace, journal_path: Path, work: Path, info: 
     corpora = work / "corpora"
     corpora.mkdir(parents=True, exist_ok=True)
     journal = load_journal(journal_path)
-    specs = plan(args.sizes, args.scorers, args.modes, args.kinds, args.model_max, args.shard_rows, args.many_files,
-                 args.large_gb)
+    specs = plan(
+        args.sizes,
+        args.scorers,
+        args.modes,
+        args.kinds,
+        args.model_max,
+        args.shard_rows,
+        args.many_files,
+        args.large_gb,
+    )
     todo = [s for s in specs if not is_finished(journal.get(s.key), args.timeout)]
     tiny = None
     if any(s.scorer in MODEL_SCORERS for s in todo):
@@ -730,21 +835,30 @@ def measure_all(args: argparse.Namespace, journal_path: Path, work: Path, info: 
         tiny = str(tiny_bert(args.models_dir or cache_root() / "bench-models"))
     settings = Settings(str(corpora), args.threads, args.shard_rows, tiny)
     total = sum(estimate_s(s, journal, corpora) for s in todo)
-    print(f"{len(specs)} measurements planned, {len(specs) - len(todo)} already in {journal_path}; {len(todo)} to "
-          f"run, estimated {duration(total)} (at most {duration(args.timeout)} each); load average "
-          f"{os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"{len(specs)} measurements planned, {len(specs) - len(todo)} already in {journal_path}; {len(todo)} to "
+        f"run, estimated {duration(total)} (at most {duration(args.timeout)} each); load average "
+        f"{os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     if os.getloadavg()[0] > 0.5:
         print("  the machine is busy: these timings will be disturbed", flush=True)
     begun = time.perf_counter()
     for i, spec in enumerate(todo):
         left = sum(estimate_s(s, journal, corpora) for s in todo[i:])
-        print(f"[{i + 1}/{len(todo)}] {spec.label} (estimate {duration(estimate_s(spec, journal, corpora))}; "
-              f"elapsed {duration(time.perf_counter() - begun)}, left ~{duration(left)})", flush=True)
+        print(
+            f"[{i + 1}/{len(todo)}] {spec.label} (estimate {duration(estimate_s(spec, journal, corpora))}; "
+            f"elapsed {duration(time.perf_counter() - begun)}, left ~{duration(left)})",
+            flush=True,
+        )
         record = run_measurement(spec, settings, work, args.timeout, info)
         append_journal(journal_path, record)
         journal[spec.key] = record
-        print(f"      {outcome(record)} ({duration(record['wall_s'])}; load {record['load_start'][0]:.1f} -> "
-              f"{record['load_end'][0]:.1f})", flush=True)
+        print(
+            f"      {outcome(record)} ({duration(record['wall_s'])}; load {record['load_start'][0]:.1f} -> "
+            f"{record['load_end'][0]:.1f})",
+            flush=True,
+        )
         if record["status"] == "failed":
             print("      " + (record["log_tail"].strip().splitlines() or [""])[-1][-300:], flush=True)
     return journal
@@ -755,8 +869,11 @@ def write_results(records: list[dict], info: dict, args: argparse.Namespace, out
     import results_md
     import scale_report
 
-    settings = {k: v for k, v in vars(args).items() if k not in ("out", "update_results", "measure", "settings",
-                                                                  "scratch", "run_job", "result")}
+    settings = {
+        k: v
+        for k, v in vars(args).items()
+        if k not in ("out", "update_results", "measure", "settings", "scratch", "run_job", "result")
+    }
     raw = {"machine": info, "settings": settings, "measurements": records}
     (out / "scale.json").write_text(json.dumps(raw, indent=1, default=str))
     plot = scale_report.plot(records, out / "scale.png")
@@ -765,8 +882,9 @@ def write_results(records: list[dict], info: dict, args: argparse.Namespace, out
     print(table)
     if args.update_results:
         image = plot and os.path.relpath(plot, args.update_results.resolve().parent)
-        results_md.update_section(args.update_results, "scale", scale_report.markdown(records, info, image),
-                                  "benchmarks/scale.py")
+        results_md.update_section(
+            args.update_results, "scale", scale_report.markdown(records, info, image), "benchmarks/scale.py"
+        )
 
 
 def _child_main(args: argparse.Namespace) -> None:
@@ -807,12 +925,15 @@ def _names(allowed: tuple[str, ...]):
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--sizes", type=_sizes, default=list(SIZES), help="rows (1e3,1e4,...; default 10^3-10^6)")
-    parser.add_argument("--quick", action="store_true",
-                        help="10^3 and 10^4 rows (the tiny model 10^3 only), 1,000 small files, a 50 MB large "
-                             "file: checks every path")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="10^3 and 10^4 rows (the tiny model 10^3 only), 1,000 small files, a 50 MB large file: checks every path",
+    )
     parser.add_argument("--kinds", type=_names(KINDS), default=list(KINDS), help=f"comma-separated, of {KINDS}")
     parser.add_argument("--scorers", type=_names(SCORERS), default=list(SCORERS), help=", ".join(SCORERS))
     parser.add_argument("--modes", type=_names(MODES), default=list(MODES), help=f"comma-separated, of {MODES}")
@@ -820,13 +941,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--shard-rows", type=int, default=1000)
     parser.add_argument("--many-files", type=int, default=10**4, help="files of the many-small-files input")
     parser.add_argument("--large-gb", type=float, default=4.0, help="size of the large file (0: none)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="torch threads of in-process model runs (Ray actors get their CPUs' worth)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch threads of in-process model runs (Ray actors get their CPUs' worth)",
+    )
     parser.add_argument("--timeout", type=float, default=4 * 3600.0, help="seconds per measurement")
-    parser.add_argument("--models-dir", type=Path, help="where the tiny model is saved (default: the cache's bench-models)")
-    parser.add_argument("--out", type=Path, default=SCRIPT.parent / "results", help="scale.jsonl/.json/.md/.png go here")
-    parser.add_argument("--work", type=Path,
-                        help="corpora (kept), logs and scratch folders (default: the cache's bench-scale)")
+    parser.add_argument(
+        "--models-dir", type=Path, help="where the tiny model is saved (default: the cache's bench-models)"
+    )
+    parser.add_argument(
+        "--out", type=Path, default=SCRIPT.parent / "results", help="scale.jsonl/.json/.md/.png go here"
+    )
+    parser.add_argument(
+        "--work", type=Path, help="corpora (kept), logs and scratch folders (default: the cache's bench-scale)"
+    )
     parser.add_argument("--update-results", type=Path, help="also write the tables into this RESULTS.md")
     parser.add_argument("--measure", help=argparse.SUPPRESS)
     parser.add_argument("--settings", help=argparse.SUPPRESS)

@@ -30,24 +30,36 @@ def ordered(records: list[dict], kinds: tuple[str, ...]) -> list[dict]:
     """The records of `kinds` in a stable order: kind, scorer, mode, size."""
     modes = {"in-process": 0, "ray-1": 1, "ray-2": 2}
     chosen = [r for r in records if r["spec"]["kind"] in kinds]
-    return sorted(chosen, key=lambda r: (kinds.index(r["spec"]["kind"]), r["spec"]["scorer"],
-                                         modes.get(r["spec"]["mode"], 9), r["spec"]["n"]))
+    return sorted(
+        chosen,
+        key=lambda r: (
+            kinds.index(r["spec"]["kind"]),
+            r["spec"]["scorer"],
+            modes.get(r["spec"]["mode"], 9),
+            r["spec"]["n"],
+        ),
+    )
 
 
 def not_ok(record: dict, columns: int) -> str | None:
     """`columns` cells (the reason, then empty ones) for a measurement that did not finish, or None."""
     if record["status"] == "ok":
         return None
-    why = {"timeout": f"timed out after {record['timeout_s']:.0f} s", "failed": "failed (see scale.json)",
-           "skipped": record.get("result", {}).get("skipped", "skipped")}[record["status"]]
+    why = {
+        "timeout": f"timed out after {record['timeout_s']:.0f} s",
+        "failed": "failed (see scale.json)",
+        "skipped": record.get("result", {}).get("skipped", "skipped"),
+    }[record["status"]]
     return why + " |" * columns
 
 
 def run_table(records: list[dict]) -> list[str]:
-    lines = ["| scorer | execution | rows | seconds | rows/s | ms/row | first shard s | rows/s after it | summary s "
-             "| driver peak MiB (at start) | scoring actor MiB | tokenising actor MiB | files | MB written "
-             "| load start / end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| scorer | execution | rows | seconds | rows/s | ms/row | first shard s | rows/s after it | summary s "
+        "| driver peak MiB (at start) | scoring actor MiB | tokenising actor MiB | files | MB written "
+        "| load start / end |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for rec in ordered(records, ("run",)):
         s = rec["spec"]
         head = f"| {s['scorer']} | {s['mode']} | {s['n']:,} | "
@@ -63,7 +75,8 @@ def run_table(records: list[dict]) -> list[str]:
             f"{seconds(r['first_marker_s'])} | {'-' if steady is None else f'{steady:,.0f}'} | "
             f"{seconds(r['summary_s'])} | {mib(r['driver_peak_rss_kb'])} "
             f"({mib(r['driver_rss_start_kb'])}) | {mib(actors.get('score'))} | {mib(actors.get('prepare'))} | "
-            f"{r['files_written']:,} | {r['bytes_written'] / 1e6:,.1f} | {load(rec)} |")
+            f"{r['files_written']:,} | {r['bytes_written'] / 1e6:,.1f} | {load(rec)} |"
+        )
     return lines
 
 
@@ -78,9 +91,11 @@ def steady_rows_per_s(result: dict) -> float | None:
 
 
 def resume_table(records: list[dict]) -> list[str]:
-    lines = ["| execution | rows | shards | killed after s | shards done at kill | rerun start-up s | rerun claim s "
-             "| rerun first new shard s (after start-up) | rerun total s | rerun driver peak MiB | load start / end |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| execution | rows | shards | killed after s | shards done at kill | rerun start-up s | rerun claim s "
+        "| rerun first new shard s (after start-up) | rerun total s | rerun driver peak MiB | load start / end |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for rec in ordered(records, ("resume",)):
         s = rec["spec"]
         head = f"| {s['mode']} | {s['n']:,} | "
@@ -92,14 +107,17 @@ def resume_table(records: list[dict]) -> list[str]:
         lines.append(
             head + f"{r['shards']:,} | {seconds(r['killed_after_s'])} | {r['marked_at_kill']:,} | "
             f"{seconds(rerun['startup_s'])} | {seconds(rerun['claim_s'])} | {seconds(rerun['first_marker_s'])} | "
-            f"{seconds(rerun['total_s'])} | {mib(rerun['driver_peak_rss_kb'])} | {load(rec)} |")
+            f"{seconds(rerun['total_s'])} | {mib(rerun['driver_peak_rss_kb'])} | {load(rec)} |"
+        )
     return lines
 
 
 def audit_table(records: list[dict]) -> list[str]:
-    lines = ["| rows | partitions | scoring s | audit s | audit with baseline s | report.html kB | audit.json kB "
-             "| outliers | driver peak MiB (at start) | load start / end |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| rows | partitions | scoring s | audit s | audit with baseline s | report.html kB | audit.json kB "
+        "| outliers | driver peak MiB (at start) | load start / end |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for rec in ordered(records, ("audit",)):
         head = f"| {rec['spec']['n']:,} | "
         missing = not_ok(rec, 8)
@@ -110,14 +128,17 @@ def audit_table(records: list[dict]) -> list[str]:
         lines.append(
             head + f"{r['partitions']} | {seconds(r['scoring']['total_s'])} | {seconds(r['audit_s'])} | "
             f"{seconds(r['audit_baseline_s'])} | {r['report_bytes'] / 1e3:,.0f} | {r['audit_json_bytes'] / 1e3:,.0f} | "
-            f"{r['outliers']:,} | {mib(r['driver_peak_rss_kb'])} ({mib(r['driver_rss_start_kb'])}) | {load(rec)} |")
+            f"{r['outliers']:,} | {mib(r['driver_peak_rss_kb'])} ({mib(r['driver_rss_start_kb'])}) | {load(rec)} |"
+        )
     return lines
 
 
 def rescore_table(records: list[dict]) -> list[str]:
-    lines = ["| hypotheses | utterances | unique texts | read + dedupe s | scoring s | join s | tuning s | write s "
-             "| after scoring s | lambda points | driver peak MiB (before tuning) | load start / end |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| hypotheses | utterances | unique texts | read + dedupe s | scoring s | join s | tuning s | write s "
+        "| after scoring s | lambda points | driver peak MiB (before tuning) | load start / end |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for rec in ordered(records, ("rescore",)):
         head = f"| {rec['spec']['n']:,} | "
         missing = not_ok(rec, 10)
@@ -129,14 +150,17 @@ def rescore_table(records: list[dict]) -> list[str]:
             head + f"{r['utterances']:,} | {r['unique_texts']:,} | {seconds(r['read_dedupe_s'])} | "
             f"{seconds(r['scoring_s'])} | {seconds(r['join_s'])} | {seconds(r['tuning_s'])} | {seconds(r['write_s'])} "
             f"| {seconds(r['after_scoring_s'])} | {r['grid_points']} | {mib(r['driver_peak_rss_kb'])} "
-            f"({mib(r['driver_rss_before_tuning_kb'])}) | {load(rec)} |")
+            f"({mib(r['driver_rss_before_tuning_kb'])}) | {load(rec)} |"
+        )
     return lines
 
 
 def inputs_table(records: list[dict]) -> list[str]:
-    lines = ["| input | execution | files | rows | MB in | claim s | seconds | rows/s | MB/s | driver peak MiB "
-             "| files written | load start / end |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines = [
+        "| input | execution | files | rows | MB in | claim s | seconds | rows/s | MB/s | driver peak MiB "
+        "| files written | load start / end |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
     for rec in ordered(records, ("many-files", "large-file")):
         s = rec["spec"]
         head = f"| {s['kind']} | {s['mode']} | {s['files']:,} | {s['n']:,} | "
@@ -150,24 +174,31 @@ def inputs_table(records: list[dict]) -> list[str]:
         rate = "-" if size is None else f"{size / 1e6 / r['total_s']:,.1f}"
         lines.append(
             head + f"{megabytes} | {seconds(r['claim_s'])} | {seconds(r['total_s'])} | {r['rows_per_s']:,.0f} | "
-            f"{rate} | {mib(r['driver_peak_rss_kb'])} | {r['files_written']:,} | {load(rec)} |")
+            f"{rate} | {mib(r['driver_peak_rss_kb'])} | {r['files_written']:,} | {load(rec)} |"
+        )
     return lines
 
 
 def machine_line(info: dict) -> str:
     v = info["versions"]
-    return (f"{info['cpu']}, {info['logical_cores']} logical cores; python {info['python']}, "
-            + ", ".join(f"{name} {version}" for name, version in v.items() if version) + ".")
+    return (
+        f"{info['cpu']}, {info['logical_cores']} logical cores; python {info['python']}, "
+        + ", ".join(f"{name} {version}" for name, version in v.items() if version)
+        + "."
+    )
 
 
 def markdown(records: list[dict], info: dict, image: str | None = None) -> str:
     """All tables, each under a line that says what it measures; `image` links the plot."""
     threads = sorted({r["settings"]["threads"] for r in records if "settings" in r})
     machines = {machine_line(r["machine"]) for r in records if "machine" in r} or {machine_line(info)}
-    parts = [*sorted(machines),
-             f"Torch threads of in-process model runs: {', '.join(map(str, threads))}; shards of "
-             f"{', '.join(sorted({str(r['settings']['shard_rows']) for r in records}))} rows. Load: the 1-minute "
-             "load average at the start and end of each measurement.", ""]
+    parts = [
+        *sorted(machines),
+        f"Torch threads of in-process model runs: {', '.join(map(str, threads))}; shards of "
+        f"{', '.join(sorted({str(r['settings']['shard_rows']) for r in records}))} rows. Load: the 1-minute "
+        "load average at the start and end of each measurement.",
+        "",
+    ]
     if image:
         parts += [f"![seconds and peak memory against rows]({image})", ""]
     sections = (

@@ -85,9 +85,15 @@ class NoopScorer(Stage):
         logprobs = word_logprobs(row[S.ID], len(words), self.options)
         pll = float(logprobs.sum()) if ok else None
         out = {
-            **row, S.PLL: pll, S.N_TOKENS: len(words), S.N_WORDS: len(words), S.N_UNKNOWN: 0,
-            S.PPPL_TOKEN: pppl(pll, len(words)) if ok else None, S.PPPL_WORD: pppl(pll, len(words)) if ok else None,
-            S.MODEL: NOOP_MODEL, S.VARIANT: self.options.scores,
+            **row,
+            S.PLL: pll,
+            S.N_TOKENS: len(words),
+            S.N_WORDS: len(words),
+            S.N_UNKNOWN: 0,
+            S.PPPL_TOKEN: pppl(pll, len(words)) if ok else None,
+            S.PPPL_WORD: pppl(pll, len(words)) if ok else None,
+            S.MODEL: NOOP_MODEL,
+            S.VARIANT: self.options.scores,
         }
         if self.options.per_token:
             out[S.TOKENS] = words if ok else None
@@ -146,10 +152,12 @@ def recorded(workload: Workload, folder: str) -> Workload:
     """`workload` with both stages wrapped in `PeakMemory` (roles `prepare` and `score`); same name and
     options, so the run's fingerprint is the workload's own."""
     return Workload(
-        workload.name, workload.options,
+        workload.name,
+        workload.options,
         partial(PeakMemory, workload.make_preparer, "prepare", folder),
         partial(PeakMemory, workload.make_scorer, "score", folder),
-        workload.device, workload.rows_per_input,
+        workload.device,
+        workload.rows_per_input,
     )
 
 

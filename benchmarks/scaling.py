@@ -64,13 +64,19 @@ def main() -> None:
     os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
     ray.init(num_cpus=cores + LOCAL_SPARE_CPUS, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     configs = [("in-process", None)] + [
-        (f"ray, {n} actor{'s' * (n > 1)} x {max(1, cores // n)} CPU", RayOptions(num_actors=n, cpus_per_actor=max(1, cores // n)))
+        (
+            f"ray, {n} actor{'s' * (n > 1)} x {max(1, cores // n)} CPU",
+            RayOptions(num_actors=n, cpus_per_actor=max(1, cores // n)),
+        )
         for n in map(int, args.actors.split(","))
     ]
-    lines = [f"{machine.cpu_name()}, {cores} cores; median of {args.rounds} rounds, model load included, "
-             "Ray start-up excluded.", "",
-             "| sentences | scored tokens | execution | seconds | sentences/s | tokens/s | time vs in-process |",
-             "|---:|---:|---|---:|---:|---:|---:|"]
+    lines = [
+        f"{machine.cpu_name()}, {cores} cores; median of {args.rounds} rounds, model load included, "
+        "Ray start-up excluded.",
+        "",
+        "| sentences | scored tokens | execution | seconds | sentences/s | tokens/s | time vs in-process |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
     raw: dict = {"machine": machine.describe(), "runs": []}
     for size in map(int, args.sentences.split(",")):
         corpus = work / f"corpus-{size}.txt"
@@ -79,7 +85,9 @@ def main() -> None:
         for _ in range(args.rounds):
             for name, options in configs:
                 seconds, summary = run_once(corpus, model, work / "out", options)
-                rows = {r["id"]: r["pll"] for r in pq.read_table(work / "out" / "rows", columns=["id", "pll"]).to_pylist()}
+                rows = {
+                    r["id"]: r["pll"] for r in pq.read_table(work / "out" / "rows", columns=["id", "pll"]).to_pylist()
+                }
                 reference = reference or rows
                 worst = max(abs(rows[k] - reference[k]) for k in reference if reference[k] is not None)
                 assert rows.keys() == reference.keys() and worst < 1e-4, f"{name}: scores differ by {worst}"
@@ -88,8 +96,10 @@ def main() -> None:
         base = statistics.median(results["in-process"])
         for name, times in results.items():
             median = statistics.median(times)
-            lines.append(f"| {size} | {tokens} | {name} | {median:.1f} | {size / median:.1f} | {tokens / median:.0f} | "
-                         f"{median / base:.2f}x |")
+            lines.append(
+                f"| {size} | {tokens} | {name} | {median:.1f} | {size / median:.1f} | {tokens / median:.0f} | "
+                f"{median / base:.2f}x |"
+            )
         raw["runs"].append({"sentences": size, "tokens": tokens, "seconds": results})
     ray.shutdown()
     table = "\n".join(lines) + "\n"

@@ -95,8 +95,12 @@ def random_model(shape: str, tokenizer, seed: int = 0):
         return T.BertForMaskedLM(T.BertConfig(**common)).eval()
     if shape == "roberta-base":
         config = T.RobertaConfig(
-            **common, max_position_embeddings=514, type_vocab_size=1, layer_norm_eps=1e-5,
-            bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+            **common,
+            max_position_embeddings=514,
+            type_vocab_size=1,
+            layer_norm_eps=1e-5,
+            bos_token_id=tokenizer.bos_token_id,
+            eos_token_id=tokenizer.eos_token_id,
         )
         return T.RobertaForMaskedLM(config).eval()
     raise ValueError(f"unknown shape {shape!r}; known: {', '.join(SHAPES)}")
@@ -115,8 +119,7 @@ def model_folder(shape: str, root: Path) -> Path:
     return build_folder(root / shape, build, shape)
 
 
-def small_bert_folder(root: Path, name: str, vocab_size: int, hidden: int, layers: int, heads: int,
-                      ffn: int) -> Path:
+def small_bert_folder(root: Path, name: str, vocab_size: int, hidden: int, layers: int, heads: int, ffn: int) -> Path:
     """`root/<name>`: a saved random BERT smaller than base, with a WordPiece tokenizer of `vocab_size`
     trained like `bert_tokenizer`, built once."""
     import torch
@@ -125,9 +128,14 @@ def small_bert_folder(root: Path, name: str, vocab_size: int, hidden: int, layer
     def build(folder: Path) -> None:
         tokenizer = bert_tokenizer(vocab_size)
         torch.manual_seed(0)
-        config = T.BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                              num_attention_heads=heads, intermediate_size=ffn,
-                              initializer_range=INITIALIZER_RANGE)
+        config = T.BertConfig(
+            vocab_size=len(tokenizer),
+            hidden_size=hidden,
+            num_hidden_layers=layers,
+            num_attention_heads=heads,
+            intermediate_size=ffn,
+            initializer_range=INITIALIZER_RANGE,
+        )
         T.BertForMaskedLM(config).eval().save_pretrained(folder)
         tokenizer.save_pretrained(folder)
 

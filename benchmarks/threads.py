@@ -95,10 +95,17 @@ def time_forward(model_dir: str, threads: int, interop: int | None, seconds: flo
         forward = repeat(lambda: model(input_ids=ids), seconds)
         linear = repeat(lambda: torch.nn.functional.linear(x, weight, bias), seconds / 4)
         ops = count_ops(lambda: model(input_ids=ids))
-    return {"forward_s": statistics.median(forward), "forward_p90_s": quantile(forward, 0.9),
-            "forwards": len(forward), "linear_s": statistics.median(linear), "ops": ops,
-            "torch_threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
-            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "pid": os.getpid()}
+    return {
+        "forward_s": statistics.median(forward),
+        "forward_p90_s": quantile(forward, 0.9),
+        "forwards": len(forward),
+        "linear_s": statistics.median(linear),
+        "ops": ops,
+        "torch_threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"),
+        "pid": os.getpid(),
+    }
 
 
 def repeat(call, seconds: float) -> list[float]:
@@ -125,8 +132,11 @@ def count_ops(call) -> int:
 
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         call()
-    return sum(1 for e in profile.events()
-               if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+    return sum(
+        1
+        for e in profile.events()
+        if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::"))
+    )
 
 
 def measure(config: Config, model_dir: str, seconds: float) -> dict:
@@ -142,8 +152,10 @@ def measure(config: Config, model_dir: str, seconds: float) -> dict:
     env = {"OMP_WAIT_POLICY": config.wait_policy} if config.wait_policy else {}
     remote = ray.remote(num_cpus=min(config.threads, cores), runtime_env={"env_vars": env})(time_forward)
     try:
-        return {**ray.get(remote.remote(model_dir, config.threads, config.interop, seconds)),
-                "actor_cpus": min(config.threads, cores)}
+        return {
+            **ray.get(remote.remote(model_dir, config.threads, config.interop, seconds)),
+            "actor_cpus": min(config.threads, cores),
+        }
     finally:
         ray.shutdown()
 
@@ -154,8 +166,7 @@ def measure(config: Config, model_dir: str, seconds: float) -> dict:
 
 def busy_cores(count: int) -> list[subprocess.Popen]:
     """`count` processes that spin until killed."""
-    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
-            for _ in range(count)]
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True) for _ in range(count)]
 
 
 def run_config(config: Config, model_dir: str, seconds: float, timeout_s: float, work: Path, info: dict) -> dict:
@@ -172,12 +183,33 @@ def run_config(config: Config, model_dir: str, seconds: float, timeout_s: float,
         env = {"OMP_NUM_THREADS": str(config.threads), "MKL_NUM_THREADS": str(config.threads)}
         if config.wait_policy:
             env["OMP_WAIT_POLICY"] = config.wait_policy
-        process = spawn(SCRIPT, ["--measure", json.dumps(asdict(config)), "--model-dir", model_dir,
-                                 "--seconds", str(seconds), "--result", str(result)], log, env)
+        process = spawn(
+            SCRIPT,
+            [
+                "--measure",
+                json.dumps(asdict(config)),
+                "--model-dir",
+                model_dir,
+                "--seconds",
+                str(seconds),
+                "--result",
+                str(result),
+            ],
+            log,
+            env,
+        )
         status = wait_child(process, timeout_s, log, config.key)
-        record = {"key": config.key, "config": asdict(config), "started": when, "status": status,
-                  "timeout_s": timeout_s, "wall_s": time.perf_counter() - started, "load_start": load_start,
-                  "load_end": os.getloadavg(), "machine": info}
+        record = {
+            "key": config.key,
+            "config": asdict(config),
+            "started": when,
+            "status": status,
+            "timeout_s": timeout_s,
+            "wall_s": time.perf_counter() - started,
+            "load_start": load_start,
+            "load_end": os.getloadavg(),
+            "machine": info,
+        }
     finally:
         for spinner in spinners:
             kill_tree(spinner.pid)
@@ -201,27 +233,49 @@ def cell(record: dict | None) -> str:
 def markdown(records: list[dict], info: dict) -> str:
     """One row per (where, policy, inter-op, threads): forward and small-op times at each busy count."""
     by_key = {r["key"]: r for r in records}
-    rows = sorted({(r["config"]["where"], r["config"]["wait_policy"] or "", r["config"]["interop"] or 0,
-                    r["config"]["threads"]) for r in records})
+    rows = sorted(
+        {
+            (
+                r["config"]["where"],
+                r["config"]["wait_policy"] or "",
+                r["config"]["interop"] or 0,
+                r["config"]["threads"],
+            )
+            for r in records
+        }
+    )
     busy = sorted({r["config"]["busy"] for r in records})
     v = info["versions"]
-    lines = [f"{info['cpu']}, {info['logical_cores']} logical cores; python {info['python']}, torch {v['torch']}. "
-             f"BERT 2x64, V = 1,000, forward on {BATCH[0]} x {BATCH[1]} tokens; median over about "
-             f"{records[0]['result']['forwards'] if records and records[0]['status'] == 'ok' else '?'} forwards. "
-             "Cells: forward ms (µs per top-level ATen op) | small linear µs. Load: 1-minute load average, "
-             "lowest start and highest end of the row's measurements.", "",
-             "| where | OMP_WAIT_POLICY | inter-op | intra-op threads | "
-             + " | ".join(f"forward, {b} busy" for b in busy) + " | "
-             + " | ".join(f"linear µs, {b} busy" for b in busy) + " | load |",
-             "|---|---|---:|---:|" + "---:|" * (2 * len(busy)) + "---|"]
+    lines = [
+        f"{info['cpu']}, {info['logical_cores']} logical cores; python {info['python']}, torch {v['torch']}. "
+        f"BERT 2x64, V = 1,000, forward on {BATCH[0]} x {BATCH[1]} tokens; median over about "
+        f"{records[0]['result']['forwards'] if records and records[0]['status'] == 'ok' else '?'} forwards. "
+        "Cells: forward ms (µs per top-level ATen op) | small linear µs. Load: 1-minute load average, "
+        "lowest start and highest end of the row's measurements.",
+        "",
+        "| where | OMP_WAIT_POLICY | inter-op | intra-op threads | "
+        + " | ".join(f"forward, {b} busy" for b in busy)
+        + " | "
+        + " | ".join(f"linear µs, {b} busy" for b in busy)
+        + " | load |",
+        "|---|---|---:|---:|" + "---:|" * (2 * len(busy)) + "---|",
+    ]
     for where, policy, interop, threads in rows:
         found = [by_key.get(Config(where, threads, b, policy or None, interop or None).key) for b in busy]
         linear = [f"{r['result']['linear_s'] * 1e6:.0f}" if r and r["status"] == "ok" else "-" for r in found]
         measured = [r for r in found if r]
-        load = (f"{min(r['load_start'][0] for r in measured):.1f} / {max(r['load_end'][0] for r in measured):.1f}"
-                if measured else "-")
-        lines.append(f"| {where} | {policy or 'unset'} | {interop or 'default'} | {threads} | "
-                     + " | ".join(cell(r) for r in found) + " | " + " | ".join(linear) + f" | {load} |")
+        load = (
+            f"{min(r['load_start'][0] for r in measured):.1f} / {max(r['load_end'][0] for r in measured):.1f}"
+            if measured
+            else "-"
+        )
+        lines.append(
+            f"| {where} | {policy or 'unset'} | {interop or 'default'} | {threads} | "
+            + " | ".join(cell(r) for r in found)
+            + " | "
+            + " | ".join(linear)
+            + f" | {load} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -231,9 +285,10 @@ def main() -> None:
         config = Config(**json.loads(args.measure))
         Path(args.result).write_text(json.dumps(measure(config, args.model_dir, args.seconds)))
         return
+    from distributed_scoring.offline.models import cache_root
+
     import machine
     import results_md
-    from distributed_scoring.offline.models import cache_root
     from joints_speed import tiny_bert
 
     out = args.out.resolve()
@@ -246,15 +301,21 @@ def main() -> None:
     configs = plan(args.threads, args.busy, args.where)
     todo = [c for c in configs if not is_finished(journal.get(c.key), args.timeout)]
     estimate = sum(args.seconds * 1.5 + (START_S + RAY_START_S if c.where == "ray-actor" else START_S) for c in todo)
-    print(f"{len(configs)} configurations, {len(configs) - len(todo)} already in {journal_path}; {len(todo)} to run, "
-          f"about {duration(estimate)} on quiet cores; load average {os.getloadavg()[0]:.1f}", flush=True)
+    print(
+        f"{len(configs)} configurations, {len(configs) - len(todo)} already in {journal_path}; {len(todo)} to run, "
+        f"about {duration(estimate)} on quiet cores; load average {os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
     for i, config in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] {config.key}", flush=True)
         record = run_config(config, model_dir, args.seconds, args.timeout, work, info)
         append_journal(journal_path, record)
         journal[config.key] = record
-        print(f"      {cell(record)} ({duration(record['wall_s'])}; load {record['load_start'][0]:.1f} -> "
-              f"{record['load_end'][0]:.1f})", flush=True)
+        print(
+            f"      {cell(record)} ({duration(record['wall_s'])}; load {record['load_start'][0]:.1f} -> "
+            f"{record['load_end'][0]:.1f})",
+            flush=True,
+        )
     records = list(journal.values())
     (out / "threads.json").write_text(json.dumps({"machine": info, "measurements": records}, indent=1))
     table = markdown(records, info)
@@ -269,15 +330,18 @@ def _ints(value: str) -> tuple[int, ...]:
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--threads", type=_ints, default=THREADS, help="intra-op threads (comma-separated)")
     parser.add_argument("--busy", type=_ints, default=BUSY, help="busy cores (comma-separated)")
     parser.add_argument("--where", type=lambda v: tuple(v.split(",")), default=WHERE, help="in-process,ray-actor")
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each configuration repeats")
     parser.add_argument("--quick", action="store_true", help="1 second per configuration (checks every path)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per configuration")
-    parser.add_argument("--models-dir", type=Path, help="where the tiny model is saved (default: the cache's bench-models)")
+    parser.add_argument(
+        "--models-dir", type=Path, help="where the tiny model is saved (default: the cache's bench-models)"
+    )
     parser.add_argument("--out", type=Path, default=SCRIPT.parent / "results", help="threads.jsonl/.json/.md go here")
     parser.add_argument("--update-results", type=Path, help="also write the table into this RESULTS.md")
     parser.add_argument("--measure", help=argparse.SUPPRESS)

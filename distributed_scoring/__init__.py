@@ -10,8 +10,18 @@ from typing import Any
 from .config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from .errors import DataLossError, UserError
 
-__all__ = ["InputSpec", "ModelSpec", "RayOptions", "RunConfig", "ScoringOptions", "UserError", "DataLossError", "score",
-           "MLMScorer", "PLLStage"]
+__all__ = [
+    "InputSpec",
+    "ModelSpec",
+    "RayOptions",
+    "RunConfig",
+    "ScoringOptions",
+    "UserError",
+    "DataLossError",
+    "score",
+    "MLMScorer",
+    "PLLStage",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -16,18 +16,24 @@ DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 
 
-def check_bounds(flag: str, value: float | None, low: float, high: float | None = None, above: bool = False,
-                 below: bool = False) -> None:
+def check_bounds(
+    flag: str, value: float | None, low: float, high: float | None = None, above: bool = False, below: bool = False
+) -> None:
     """Refuse an absurd value of the option `flag` in one line that names its bounds: not a finite number,
     under `low` (or equal to it, with `above`) or over `high` (or equal to it, with `below`). None, an
     option left at its default, passes. The bounds are the ones each command's page documents."""
     if value is None:
         return
-    ok = (math.isfinite(value) and (value > low or (value == low and not above))
-          and (high is None or value < high or (value == high and not below)))
+    ok = (
+        math.isfinite(value)
+        and (value > low or (value == low and not above))
+        and (high is None or value < high or (value == high and not below))
+    )
     if not ok:
         finite = "" if math.isfinite(value) else "a finite number "
-        raise UserError(f"{flag} {_shown(value)} is out of bounds: it must be {finite}{_bounds(low, high, above, below)}")
+        raise UserError(
+            f"{flag} {_shown(value)} is out of bounds: it must be {finite}{_bounds(low, high, above, below)}"
+        )
 
 
 def _shown(value: float) -> str:
@@ -90,8 +96,9 @@ class ScoringOptions:
         check_bounds("--batch-tokens", self.batch_tokens, 1)
         check_bounds("--conditionals", self.conditionals, 0)
         if self.conditionals and not self.per_token:
-            raise UserError("--conditionals writes a conditional per scored token, beside the per-token columns: "
-                            "add --per-token")
+            raise UserError(
+                "--conditionals writes a conditional per scored token, beside the per-token columns: add --per-token"
+            )
 
 
 @dataclass(frozen=True)

@@ -18,8 +18,9 @@ import logging
 import sys
 from pathlib import Path
 
+from distributed_scoring.cli import LOG_FORMAT
+from distributed_scoring.cli import main as dscore
 from distributed_scoring.offline.antibodies import demo_corpus
-from distributed_scoring.cli import LOG_FORMAT, main as dscore
 from distributed_scoring.offline.models import fetch_model
 
 

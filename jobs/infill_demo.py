@@ -23,8 +23,17 @@ from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import fetch_model
 
 AMINO_ACIDS = "A C D E F G H I K L M N P Q R S T V W Y"
-RUNS = [("standard", "l2r"), ("standard", "best-to-worst"), ("hcb", "l2r"), ("hcb", "best-to-worst"),
-        ("sample", "l2r"), ("temperature", "l2r"), ("top-k", "l2r"), ("top-p", "l2r"), ("exact", "l2r")]
+RUNS = [
+    ("standard", "l2r"),
+    ("standard", "best-to-worst"),
+    ("hcb", "l2r"),
+    ("hcb", "best-to-worst"),
+    ("sample", "l2r"),
+    ("temperature", "l2r"),
+    ("top-k", "l2r"),
+    ("top-p", "l2r"),
+    ("exact", "l2r"),
+]
 EXACT_SPANS = (3,)  # 20^3 = 8,000 fills a row; 20^4 is over the default --exact-limit
 
 
@@ -34,9 +43,9 @@ def write_rows(path: Path, chains: dict[str, str], k: int, seed: int) -> None:
     with path.open("w") as f:
         for name, chain in chains.items():
             start = rng.randrange(10, len(chain) - k - 10)
-            masked = chain[:start] + "#" * k + chain[start + k:]
+            masked = chain[:start] + "#" * k + chain[start + k :]
             text = spaced(masked).replace("#", "[MASK]")
-            f.write(json.dumps({"id": name, "text": text, "answer": " ".join(chain[start:start + k])}) + "\n")
+            f.write(json.dumps({"id": name, "text": text, "answer": " ".join(chain[start : start + k])}) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,10 +71,30 @@ def main(argv: list[str] | None = None) -> int:
             if decoder == "exact" and (k not in EXACT_SPANS or args.exact_chains < 1):
                 continue
             folder = output / f"k{k}-{decoder}-{order}"
-            rc = dscore(["infill", str(exact_rows if decoder == "exact" else rows), "--model", model,
-                         "--output", str(folder), "--id-column", "id",
-                         "--decoder", decoder, "--order", order, "--beam", "5", "--vocab-restrict", AMINO_ACIDS,
-                         "--seed", str(args.seed), "--overwrite", *extra])
+            rc = dscore(
+                [
+                    "infill",
+                    str(exact_rows if decoder == "exact" else rows),
+                    "--model",
+                    model,
+                    "--output",
+                    str(folder),
+                    "--id-column",
+                    "id",
+                    "--decoder",
+                    decoder,
+                    "--order",
+                    order,
+                    "--beam",
+                    "5",
+                    "--vocab-restrict",
+                    AMINO_ACIDS,
+                    "--seed",
+                    str(args.seed),
+                    "--overwrite",
+                    *extra,
+                ]
+            )
             if rc != 0:
                 return rc
             results.setdefault((decoder, order), {})[k] = json.loads((folder / "summary.json").read_text())
@@ -77,8 +106,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def render(results: dict[tuple[str, str], dict[int, dict]], spans: list[int], chains: int, exact: int) -> str:
     header = "| decoder | order | " + " | ".join(f"k={k} top-1 | k={k} top-5" for k in spans) + " |"
-    lines = [f"AntiBERTy, {chains} human germline heavy chains per span length, beam 5, 20 amino acids; "
-             "exact-match accuracy of the whole span.", "", header, "|---|---|" + "---:|" * (2 * len(spans))]
+    lines = [
+        f"AntiBERTy, {chains} human germline heavy chains per span length, beam 5, 20 amino acids; "
+        "exact-match accuracy of the whole span.",
+        "",
+        header,
+        "|---|---|" + "---:|" * (2 * len(spans)),
+    ]
     for (decoder, order), by_k in results.items():
         cells = []
         for k in spans:

@@ -48,8 +48,13 @@ def cdr3_rows(count: int, context: int, middle: int) -> list[dict]:
         j_name, j_seq = j_genes[i % len(j_genes)]
         cys, trp = v_seq.rindex("C"), j_seq.index("W")
         length = len(v_seq) - cys - 1 + middle + trp
-        text = " ".join([spaced(v_seq[max(0, cys + 1 - context) : cys + 1]), *["[MASK]"] * length,
-                         spaced(j_seq[trp : trp + context])])
+        text = " ".join(
+            [
+                spaced(v_seq[max(0, cys + 1 - context) : cys + 1]),
+                *["[MASK]"] * length,
+                spaced(j_seq[trp : trp + context]),
+            ]
+        )
         rows.append({"id": f"{v_name}+{j_name}", "text": text, "cdr3_length": length})
     return rows
 
@@ -68,15 +73,28 @@ def per_epoch(folder: Path) -> tuple[dict[int, dict], dict[str, set[str]]]:
         e["raw"].append(r["energy_raw"])
         e["norm"].append(r["energy_norm"])
         visited.setdefault(r["id"], set()).add(r["sampled"].replace(" ", ""))
-    return {epoch: {"acceptance": e["accepted"] / e["proposals"], "novel": e["novel"] / e["proposals"],
-                    "raw": sum(e["raw"]) / len(e["raw"]), "norm": sum(e["norm"]) / len(e["norm"])}
-            for epoch, e in sorted(by_epoch.items())}, visited
+    return {
+        epoch: {
+            "acceptance": e["accepted"] / e["proposals"],
+            "novel": e["novel"] / e["proposals"],
+            "raw": sum(e["raw"]) / len(e["raw"]),
+            "norm": sum(e["norm"]) / len(e["norm"]),
+        }
+        for epoch, e in sorted(by_epoch.items())
+    }, visited
 
 
 def plot(curves: dict[str, dict[int, dict]], path: Path) -> None:
     figure, axes = plt.subplots(2, 2, figsize=(9, 6))
-    for ax, (key, label) in zip(axes.flat, (("acceptance", "acceptance rate"), ("novel", "novel transition rate"),
-                                            ("raw", "mean E_raw"), ("norm", "mean E_norm (= -PLL)"))):
+    for ax, (key, label) in zip(
+        axes.flat,
+        (
+            ("acceptance", "acceptance rate"),
+            ("novel", "novel transition rate"),
+            ("raw", "mean E_raw"),
+            ("norm", "mean E_norm (= -PLL)"),
+        ),
+    ):
         for name, by_epoch in curves.items():
             ax.plot(list(by_epoch), [v[key] for v in by_epoch.values()], marker="o", label=name)
         ax.set_xlabel("epoch (burn-in included)")
@@ -88,33 +106,45 @@ def plot(curves: dict[str, dict[int, dict]], path: Path) -> None:
     plt.close(figure)
 
 
-def render(summaries: dict[str, dict], visited: dict[str, dict[str, set[str]]], rows: list[dict], chains: int,
-           records: int) -> str:
-    lines = [f"AntiBERTy, {len(rows)} germline heavy chains (V + J, CDR3 of "
-             f"{min(r['cdr3_length'] for r in rows)}-{max(r['cdr3_length'] for r in rows)} masked residues), "
-             f"{chains} warm-started chains each, 20 amino acids; rates over all recorded epochs.", "",
-             "| run | acceptance | novel transitions | final mean E_raw | final mean E_norm | "
-             f"distinct CDR3s per row (of {records} recorded) |",
-             "|---|---:|---:|---:|---:|---:|"]
+def render(
+    summaries: dict[str, dict], visited: dict[str, dict[str, set[str]]], rows: list[dict], chains: int, records: int
+) -> str:
+    lines = [
+        f"AntiBERTy, {len(rows)} germline heavy chains (V + J, CDR3 of "
+        f"{min(r['cdr3_length'] for r in rows)}-{max(r['cdr3_length'] for r in rows)} masked residues), "
+        f"{chains} warm-started chains each, 20 amino acids; rates over all recorded epochs.",
+        "",
+        "| run | acceptance | novel transitions | final mean E_raw | final mean E_norm | "
+        f"distinct CDR3s per row (of {records} recorded) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for name, s in summaries.items():
         last = s["energy_by_epoch"][max(s["energy_by_epoch"], key=int)]
         distinct = sum(len(v) for v in visited[name].values()) / len(visited[name])
-        lines.append(f"| {name} | {s['acceptance_rate']:.3f} | {s['novel_rate']:.3f} | {last['raw']:.1f} | "
-                     f"{last['norm']:.1f} | {distinct:.1f} |")
+        lines.append(
+            f"| {name} | {s['acceptance_rate']:.3f} | {s['novel_rate']:.3f} | {last['raw']:.1f} | "
+            f"{last['norm']:.1f} | {distinct:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def html(table: str, png: Path, visited: dict[str, dict[str, set[str]]]) -> str:
     from html import escape
 
-    body = [f"<h1>AntiBERTy CDR3 sampling</h1><pre>{escape(table)}</pre>",
-            f'<img alt="rates and energies by epoch" src="data:image/png;base64,'
-            f'{base64.b64encode(png.read_bytes()).decode()}">', "<h2>CDR3s visited (first row)</h2>"]
+    body = [
+        f"<h1>AntiBERTy CDR3 sampling</h1><pre>{escape(table)}</pre>",
+        f'<img alt="rates and energies by epoch" src="data:image/png;base64,'
+        f'{base64.b64encode(png.read_bytes()).decode()}">',
+        "<h2>CDR3s visited (first row)</h2>",
+    ]
     for name, by_row in visited.items():
         row, cdr3s = sorted(by_row.items())[0]
         body.append(f"<h3>{escape(name)}: {escape(row)}</h3><p>{escape(', '.join(sorted(cdr3s)[:20]))}</p>")
-    return "<!doctype html><html><head><meta charset='utf-8'><title>CDR3 sampling</title></head><body>" + \
-        "".join(body) + "</body></html>\n"
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>CDR3 sampling</title></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,10 +168,34 @@ def main(argv: list[str] | None = None) -> int:
     for sampler, energy in RUNS:
         name = f"{sampler} on E_{energy}"
         folder = output / f"{sampler}-{energy}"
-        rc = dscore(["sample", str(inputs), "--model", model, "--output", str(folder), "--id-column", "id",
-                     "--sampler", sampler, "--energy", energy, "--chains", str(args.chains), "--epochs",
-                     str(args.epochs), "--burn-in", str(args.burn_in), "--vocab-restrict", AMINO_ACIDS,
-                     "--seed", str(args.seed), "--overwrite", *extra])
+        rc = dscore(
+            [
+                "sample",
+                str(inputs),
+                "--model",
+                model,
+                "--output",
+                str(folder),
+                "--id-column",
+                "id",
+                "--sampler",
+                sampler,
+                "--energy",
+                energy,
+                "--chains",
+                str(args.chains),
+                "--epochs",
+                str(args.epochs),
+                "--burn-in",
+                str(args.burn_in),
+                "--vocab-restrict",
+                AMINO_ACIDS,
+                "--seed",
+                str(args.seed),
+                "--overwrite",
+                *extra,
+            ]
+        )
         if rc != 0:
             return rc
         summaries[name] = json.loads((folder / "summary.json").read_text())

@@ -49,14 +49,20 @@ def write_corpus(path: Path, parents: int, mutants: int, seed: int) -> Path:
     residue substitutions (id <parent id>~m<j>: `--parent-separator ~`). One JSONL row each, residues
     space-separated; families in random order, so that any prefix of the file holds whole families.
     The file is rewritten only when its content would change (the teacher run's input stays as it was)."""
-    genes = [(f"{s}:{c}:{name}", sequence) for s in SPECIES for c in CHAINS
-             for name, sequence in sorted(v_genes(s, c).items())]
+    genes = [
+        (f"{s}:{c}:{name}", sequence)
+        for s in SPECIES
+        for c in CHAINS
+        for name, sequence in sorted(v_genes(s, c).items())
+    ]
     unique = list({sequence: (name, sequence) for name, sequence in genes}.values())
     rng = random.Random(seed)
     rows = []
     for name, parent in rng.sample(unique, min(parents, len(unique))):
         rows.append((name, parent))
-        rows += [(f"{name}{PARENT_SEPARATOR}m{j}", mutated(parent, rng.randint(1, 3), rng)) for j in range(1, mutants + 1)]
+        rows += [
+            (f"{name}{PARENT_SEPARATOR}m{j}", mutated(parent, rng.randint(1, 3), rng)) for j in range(1, mutants + 1)
+        ]
     text = "".join(json.dumps({"id": name, "text": spaced(s)}) + "\n" for name, s in rows)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
@@ -95,8 +101,10 @@ def write_nbest(path: Path, chains: dict[str, str], n_best: int, seed: int) -> P
             k = rng.randint(1, 3)
             hypotheses.setdefault(" ".join(mutated("".join(residues), k, rng)), k)
         ranked = sorted(((-k + rng.gauss(0, 1), text) for text, k in hypotheses.items()), reverse=True)
-        records += [{"utt_id": name, "hyp_id": rank, "text": text, "score": score, "ref": truth}
-                    for rank, (score, text) in enumerate(ranked, start=1)]
+        records += [
+            {"utt_id": name, "hyp_id": rank, "text": text, "score": score, "ref": truth}
+            for rank, (score, text) in enumerate(ranked, start=1)
+        ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
     return path
 
@@ -135,30 +143,79 @@ def main(argv: list[str] | None = None) -> int:
     corpus = write_corpus(cache / "corpus.jsonl", args.parents, args.mutants, args.seed)
     common = ["--batch-size", "8", "--seed", str(args.seed), "--cpus-per-worker", args.cpus_per_worker]
 
-    run("score", str(corpus), "--id-column", "id", "--model", model, "--output", str(cache / "teacher"),
-        "--shard-rows", "20", "--per-token", "--conditionals", "25")
+    run(
+        "score",
+        str(corpus),
+        "--id-column",
+        "id",
+        "--model",
+        model,
+        "--output",
+        str(cache / "teacher"),
+        "--shard-rows",
+        "20",
+        "--per-token",
+        "--conditionals",
+        "25",
+    )
 
     chains = heldout_parents(corpus, args.seed, TrainOptions().heldout)
     names = list(chains)[: 2 * args.utterances]
     output.mkdir(parents=True, exist_ok=True)
-    splits = {split: write_nbest(output / f"nbest-{split}.jsonl", {n: chains[n] for n in part}, args.n_best, seed)
-              for split, part, seed in (("dev", names[: args.utterances], 1), ("test", names[args.utterances:], 2))}
+    splits = {
+        split: write_nbest(output / f"nbest-{split}.jsonl", {n: chains[n] for n in part}, args.n_best, seed)
+        for split, part, seed in (("dev", names[: args.utterances], 1), ("test", names[args.utterances :], 2))
+    }
     reports = {}
     for target in args.targets.split(","):
         reports[target] = run(
-            "train", "maskless", "--teacher", str(cache / "teacher"), "--model", model, "--output",
-            str(output / f"maskless-{target}"), "--target", target, "--parent-separator", PARENT_SEPARATOR,
-            "--epochs", str(args.epochs), "--lr", str(args.lr), "--freeze-layers", str(args.freeze_layers),
-            "--nbest-dev", str(splits["dev"]), "--nbest-test", str(splits["test"]), "--speed-sentences",
-            args.speed_sentences, *common)
+            "train",
+            "maskless",
+            "--teacher",
+            str(cache / "teacher"),
+            "--model",
+            model,
+            "--output",
+            str(output / f"maskless-{target}"),
+            "--target",
+            target,
+            "--parent-separator",
+            PARENT_SEPARATOR,
+            "--epochs",
+            str(args.epochs),
+            "--lr",
+            str(args.lr),
+            "--freeze-layers",
+            str(args.freeze_layers),
+            "--nbest-dev",
+            str(splits["dev"]),
+            "--nbest-test",
+            str(splits["test"]),
+            "--speed-sentences",
+            args.speed_sentences,
+            *common,
+        )
     pmlm = None
     if args.pmlm_steps:
         lines = corpus.read_text().splitlines(keepends=True)[: args.pmlm_chains]
         data = output / "pmlm-corpus.jsonl"
         if not data.exists() or data.read_text() != "".join(lines):
             data.write_text("".join(lines))
-        pmlm = run("train", "pmlm", "--data", str(data), "--id-column", "id", "--model", model, "--output",
-                   str(output / "pmlm"), "--steps", str(args.pmlm_steps), *common)
+        pmlm = run(
+            "train",
+            "pmlm",
+            "--data",
+            str(data),
+            "--id-column",
+            "id",
+            "--model",
+            model,
+            "--output",
+            str(output / "pmlm"),
+            "--steps",
+            str(args.pmlm_steps),
+            *common,
+        )
     table = render(reports, pmlm)
     (output / "summary.md").write_text(table)
     print("\n" + table)
@@ -175,22 +232,33 @@ def render(reports: dict[str, dict], pmlm: dict | None) -> str:
         return "–" if value is None else f"{value:.{digits}f}"
 
     def row(name: str, f: dict, wer: float | None, speedup: float | None) -> str:
-        return (f"| {name} | {cell(f['pearson'])} | {cell(f['spearman'])} | {cell(f['pearson_per_token'])} | "
-                f"{cell(f['rmse'], 2)} | {cell(f.get('token_terms', {}).get('pearson'))} | "
-                f"{cell(f.get('mutant_minus_parent', {}).get('spearman'))} | {cell(wer, 4)} | "
-                f"{'–' if speedup is None else f'{speedup:.0f}x'} |")
+        return (
+            f"| {name} | {cell(f['pearson'])} | {cell(f['spearman'])} | {cell(f['pearson_per_token'])} | "
+            f"{cell(f['rmse'], 2)} | {cell(f.get('token_terms', {}).get('pearson'))} | "
+            f"{cell(f.get('mutant_minus_parent', {}).get('spearman'))} | {cell(wer, 4)} | "
+            f"{'–' if speedup is None else f'{speedup:.0f}x'} |"
+        )
 
     lines = [
         f"## Maskless AntiBERTy ({first['rows']['train']} training chains, {t['steps']} steps of {t['batch_size']}, "
         f"{t['freeze_layers']} of 8 layers frozen; {h['rows']} held-out chains, {h['mutant_pairs']} mutant-parent "
-        "pairs)", "",
+        "pairs)",
+        "",
         "| scorer | Pearson | Spearman | Pearson per residue | RMSE (nats) | residue terms r | mutant - parent rho | "
         "rescored WER (test) | speed-up |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
         row("length-only baseline", h["length_baseline"], None, None),
         row("unmasked (no training)", h["unmasked"], rescoring["unmasked"]["test"]["rescored"], None),
-        *[row(f"student: {target}", r["heldout"]["student"], r["rescoring"]["student"]["test"]["rescored"],
-              r["speed"]["speedup"]) for target, r in reports.items()], "",
+        *[
+            row(
+                f"student: {target}",
+                r["heldout"]["student"],
+                r["rescoring"]["student"]["test"]["rescored"],
+                r["speed"]["speedup"],
+            )
+            for target, r in reports.items()
+        ],
+        "",
         f"Rescoring {rescoring['test']} (WER over residues): baseline {rescoring['teacher']['test']['baseline']:.4f}, "
         f"teacher (PLL) {rescoring['teacher']['test']['rescored']:.4f}, "
         f"oracle {rescoring['teacher']['test']['oracle']:.4f}. "
@@ -201,10 +269,15 @@ def render(reports: dict[str, dict], pmlm: dict | None) -> str:
     ]
     if pmlm is not None:
         before, after = pmlm["heldout"]["before"], pmlm["heldout"]["after"]
-        lines += ["", f"## u-PMLM fine-tune ({pmlm['training']['steps']} steps; {before['sentences']} held-out chains)", "",
-                  "| | PPL left to right | PPL random order |", "|---|---:|---:|",
-                  f"| AntiBERTy | {before['ppl_l2r']:.3f} | {before['ppl_random']:.3f} |",
-                  f"| after u-PMLM | {after['ppl_l2r']:.3f} | {after['ppl_random']:.3f} |"]
+        lines += [
+            "",
+            f"## u-PMLM fine-tune ({pmlm['training']['steps']} steps; {before['sentences']} held-out chains)",
+            "",
+            "| | PPL left to right | PPL random order |",
+            "|---|---:|---:|",
+            f"| AntiBERTy | {before['ppl_l2r']:.3f} | {before['ppl_random']:.3f} |",
+            f"| after u-PMLM | {after['ppl_l2r']:.3f} | {after['ppl_random']:.3f} |",
+        ]
     return "\n".join(lines) + "\n"
 
 

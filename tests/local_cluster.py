@@ -39,8 +39,20 @@ def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
     state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    start = [*SCRIPT, "start", "--dir", str(state), "--workers", str(workers), "--cpus", str(cpus),
-             "--port", str(free_port()), "--dashboard-port", str(free_port())]
+    start = [
+        *SCRIPT,
+        "start",
+        "--dir",
+        str(state),
+        "--workers",
+        str(workers),
+        "--cpus",
+        str(cpus),
+        "--port",
+        str(free_port()),
+        "--dashboard-port",
+        str(free_port()),
+    ]
     subprocess.run(start, env=env, check=True, timeout=240)
     started = [int(p) for p in (state / "pids").read_text().split()]
     exports = subprocess.run([*SCRIPT, "env", "--dir", str(state)], env=env, check=True, capture_output=True, text=True)
@@ -66,5 +78,9 @@ def wait_for_alive_nodes(env: dict, alive: int, limit_s: float = 120) -> None:
         "        sys.exit(f'still {sum(n[\"Alive\"] for n in ray.nodes())} live nodes')\n"
         "    time.sleep(1)\n"
     )
-    subprocess.run([sys.executable, "-c", code, env["DSCORE_RAY_ADDRESS"], str(alive), str(limit_s)],
-                   env={k: v for k, v in env.items() if k != "RAY_ADDRESS"}, check=True, timeout=limit_s + 60)
+    subprocess.run(
+        [sys.executable, "-c", code, env["DSCORE_RAY_ADDRESS"], str(alive), str(limit_s)],
+        env={k: v for k, v in env.items() if k != "RAY_ADDRESS"},
+        check=True,
+        timeout=limit_s + 60,
+    )

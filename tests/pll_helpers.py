@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tiny
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import tiny
 
 TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
 

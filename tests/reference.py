@@ -60,8 +60,13 @@ from distributed_scoring.workflows.audit.figures import NO_PARTITION
 
 def scored_positions(tokenizer, ids: list[int]) -> list[int]:
     """Every position except the sequence-level specials ([CLS]/[SEP], <s>/</s>, padding)."""
-    specials = {tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.bos_token_id,
-                tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    specials = {
+        tokenizer.cls_token_id,
+        tokenizer.sep_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    } - {None}
     return [i for i, t in enumerate(ids) if t not in specials]
 
 
@@ -187,9 +192,7 @@ class NaivePairs:
 
         logits_a = torch.stack([self.logits_at(put(pb, v), pa) for v in range(vocab)], dim=1)  # (V_a, V_b)
         logits_b = torch.stack([self.logits_at(put(pa, v), pb) for v in range(vocab)], dim=0)  # (V_a, V_b)
-        return NaiveTables(
-            logits_a, logits_b, self.logits_at(both, pa), self.logits_at(both, pb), (ids[pa], ids[pb])
-        )
+        return NaiveTables(logits_a, logits_b, self.logits_at(both, pa), self.logits_at(both, pb), (ids[pa], ids[pb]))
 
 
 def candidate_set(logits_given_gold: torch.Tensor, marginal: torch.Tensor, gold: int, k: int) -> np.ndarray:
@@ -254,8 +257,9 @@ def minimise_eq4(log_a_given_b: torch.Tensor, log_b_given_a: torch.Tensor, start
     best, best_value = None, float("inf")
     for _ in range(starts):
         theta = torch.randn(log_a_given_b.shape, dtype=torch.float64, generator=generator).requires_grad_()
-        optimiser = torch.optim.LBFGS([theta], max_iter=2000, tolerance_grad=1e-14, tolerance_change=1e-16,
-                                      line_search_fn="strong_wolfe")
+        optimiser = torch.optim.LBFGS(
+            [theta], max_iter=2000, tolerance_grad=1e-14, tolerance_change=1e-16, line_search_fn="strong_wolfe"
+        )
 
         def closure(theta=theta, optimiser=optimiser):  # called by this start's optimiser.step only
             optimiser.zero_grad()
@@ -318,8 +322,15 @@ def audit_figures(table, config) -> dict:
                 tokens_at[t] += 1
             if length <= config.max_length:
                 by_length[length][t] -= logprob
-    return {"sums": sums, "hist": hist, "by_position": by_position, "tokens_at": tokens_at,
-            "by_length": by_length, "sentences": sentences, "nll": nll_of}
+    return {
+        "sums": sums,
+        "hist": hist,
+        "by_position": by_position,
+        "tokens_at": tokens_at,
+        "by_length": by_length,
+        "sentences": sentences,
+        "nll": nll_of,
+    }
 
 
 def audit_outliers(nll: dict[str, float], k: float) -> dict[str, float]:
@@ -401,8 +412,9 @@ class NaiveInfill:
         logits = self.model(input_ids=torch.tensor([list(ids)])).logits[0].double()
         return torch.log_softmax(logits, dim=-1).numpy()
 
-    def fills(self, ids: list[int], masks: list[int], allowed: list[int], order: str,
-              pivot: int | None = None) -> list[tuple[tuple[int, ...], float, float, tuple[int, ...]]]:
+    def fills(
+        self, ids: list[int], masks: list[int], allowed: list[int], order: str, pivot: int | None = None
+    ) -> list[tuple[tuple[int, ...], float, float, tuple[int, ...]]]:
         """(tokens in position order, chain score, HCB score, fill order) of every fill, unsorted."""
         pivot = self.mask_id if pivot is None else pivot
         out = []
@@ -420,8 +432,13 @@ class NaiveInfill:
             for token in allowed:
                 child = list(context)
                 child[position] = token
-                visit(child, [p for p in remaining if p != position], chain + logp[position, token],
-                      hcb + logp[position, token] - logp[position, pivot], (*done, position))
+                visit(
+                    child,
+                    [p for p in remaining if p != position],
+                    chain + logp[position, token],
+                    hcb + logp[position, token] - logp[position, pivot],
+                    (*done, position),
+                )
 
         visit(list(ids), sorted(masks), 0.0, 0.0, ())
         return out
@@ -489,8 +506,18 @@ class NaiveEnergy:
             out.append(logq)
         return np.array(out)
 
-    def log_acceptance(self, current, proposed, block, scored, allowed: list[int], energy: str,
-                       temperature: float, proposal_temperature: float = 1.0, top_p: float = 1.0) -> float:
+    def log_acceptance(
+        self,
+        current,
+        proposed,
+        block,
+        scored,
+        allowed: list[int],
+        energy: str,
+        temperature: float,
+        proposal_temperature: float = 1.0,
+        top_p: float = 1.0,
+    ) -> float:
         """log min(1, exp(-(E(X') - E(X)) / T) q(X|X') / q(X'|X)) for a move of `block` (X, X' agree
         elsewhere); q(X'|X) from X with the block masked, q(X|X') from X' with the block masked."""
         which = 0 if energy == "raw" else 1
@@ -591,8 +618,9 @@ def upmlm_loss(model, mask_id: int, sequences: list[list[int]], masked: list[lis
     return sum(losses) / len(losses)
 
 
-def maskless_prediction(encoder, head_weight: torch.Tensor, head_bias: torch.Tensor, mean: float, std: float,
-                        ids: list[int]) -> float:
+def maskless_prediction(
+    encoder, head_weight: torch.Tensor, head_bias: torch.Tensor, mean: float, std: float, ids: list[int]
+) -> float:
     """A `sentence` student's PLL: -softplus(c - s (w . h_0 + b)), h_0 the final hidden state of the first token
     of the unpadded sentence, c = softplus^-1(-mean) and s = std / softplus'(c) (so that a head giving 0
     predicts the mean, with slope std), all in float64 from their definitions."""
@@ -616,9 +644,17 @@ def unmasked_logprobs(model, tokenizer, text: str) -> np.ndarray:
     return np.array([float(logp[t, ids[t]]) for t in scored_positions(tokenizer, ids)])
 
 
-def distillation_loss(model, sequences: list[list[int]], scored: list[list[int]], token_targets: list[list[float]],
-                      cond_ids: list, cond_logprobs: list, cond_rest: list, token_weight: float,
-                      kl_weight: float) -> float:
+def distillation_loss(
+    model,
+    sequences: list[list[int]],
+    scored: list[list[int]],
+    token_targets: list[list[float]],
+    cond_ids: list,
+    cond_logprobs: list,
+    cond_rest: list,
+    token_weight: float,
+    kl_weight: float,
+) -> float:
     """A per-token student's loss from its definition: over every scored token of every sequence (each
     sequence alone, unmasked, float64), token_weight (log q_t(w_t) - target_t)^2 + kl_weight KL(p_t || q_t),
     p_t given by its top tokens and the mass of the rest (one bucket), then the mean over tokens."""

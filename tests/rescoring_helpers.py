@@ -17,8 +17,9 @@ from pathlib import Path
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
-import tiny
 from distributed_scoring.io import nbest
+
+import tiny
 
 ENDOFTEXT = "<|endoftext|>"
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
@@ -56,7 +57,9 @@ def make_causal_tokenizer(kind: str):
         tok = Tokenizer(models.BPE(unk_token="<unk>"))
         tok.pre_tokenizer = pre_tokenizers.Metaspace()
         alphabet = sorted(set("".join(tiny.CORPUS)))
-        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=alphabet)
+        trainer = trainers.BpeTrainer(
+            vocab_size=300, special_tokens=["<unk>", "<s>", "</s>"], initial_alphabet=alphabet
+        )
         tok.train_from_iterator(tiny.CORPUS, trainer)
         model = json.loads(tok.to_str())["model"]
         merges = [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
@@ -92,14 +95,25 @@ def make_causal_model(arch: str, tokenizer, seed: int = 0):
         return T.GPTNeoXForCausalLM(config).eval()
     if arch == "opt":
         config = T.OPTConfig(
-            hidden_size=32, num_hidden_layers=2, num_attention_heads=2, ffn_dim=64, word_embed_proj_dim=16,
-            max_position_embeddings=MAX_POSITIONS, pad_token_id=tokenizer.pad_token_id or 0, **common,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            ffn_dim=64,
+            word_embed_proj_dim=16,
+            max_position_embeddings=MAX_POSITIONS,
+            pad_token_id=tokenizer.pad_token_id or 0,
+            **common,
         )
         return T.OPTForCausalLM(config).eval()
     if arch == "gpt-neo":
         config = T.GPTNeoConfig(
-            hidden_size=32, num_layers=2, num_heads=2, attention_types=[[["global", "local"], 1]], window_size=4,
-            max_position_embeddings=MAX_POSITIONS, **common,
+            hidden_size=32,
+            num_layers=2,
+            num_heads=2,
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            max_position_embeddings=MAX_POSITIONS,
+            **common,
         )
         return T.GPTNeoForCausalLM(config).eval()
     if arch == "gptj":

@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import RayOptions
 from distributed_scoring.errors import UserError
+from distributed_scoring.io import schema as S
 
 REQUIRED = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.STATUS, S.ERROR, S.MODEL, S.VARIANT]
 SUMMARY_KEYS = {"rows", "ok", "errors", "sum_pll", "n_tokens", "n_words", "pppl_token", "pppl_word", "model", "variant"}
@@ -31,8 +31,16 @@ def rows(out) -> dict[str, dict]:
 @pytest.fixture
 def corpus(tmp_path):
     long_line = " ".join(["the"] * 200)
-    lines = ["The quick brown fox jumps.", "", "   ", "Naïve café ☃", "the", long_line,
-             "Colourless green ideas sleep furiously.", "Colourless green ideas sleep furiously."]
+    lines = [
+        "The quick brown fox jumps.",
+        "",
+        "   ",
+        "Naïve café ☃",
+        "the",
+        long_line,
+        "Colourless green ideas sleep furiously.",
+        "Colourless green ideas sleep furiously.",
+    ]
     text = tmp_path / "corpus.txt"
     text.write_bytes(("\n".join(lines) + "\n").encode() + b"caf\xe9 latin-1\n")
     return text
@@ -40,8 +48,18 @@ def corpus(tmp_path):
 
 def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_dir, capsys):
     out = tmp_path / "out"
-    rc, summary, _ = score(capsys, corpus, "--model", tiny_model_dir("bert"), "--output", out,
-                           "--per-token", "--word-scores", "--shard-rows", "3")
+    rc, summary, _ = score(
+        capsys,
+        corpus,
+        "--model",
+        tiny_model_dir("bert"),
+        "--output",
+        out,
+        "--per-token",
+        "--word-scores",
+        "--shard-rows",
+        "3",
+    )
     assert rc == 0
     table = pq.read_table(out / "rows")
     assert table.num_rows == 9 and set(REQUIRED) <= set(table.column_names)
@@ -50,7 +68,16 @@ def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_di
     assert sorted(r) == sorted(f"corpus.txt:{i}" for i in range(1, 10))
     status = {k: v[S.STATUS] for k, v in r.items()}
     assert [status[f"corpus.txt:{i}"] for i in range(1, 10)] == [
-        "ok", "error", "error", "ok", "ok", "error", "ok", "ok", "error"]
+        "ok",
+        "error",
+        "error",
+        "ok",
+        "ok",
+        "error",
+        "ok",
+        "ok",
+        "error",
+    ]
     assert "empty" in r["corpus.txt:2"][S.ERROR]
     assert "not truncated" in r["corpus.txt:6"][S.ERROR]
     assert "UTF-8" in r["corpus.txt:9"][S.ERROR]
@@ -74,13 +101,28 @@ def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_di
 
 def test_jsonl_and_parquet_with_id_columns(tmp_path, tiny_model_dir, capsys):
     jsonl = tmp_path / "a.jsonl"
-    jsonl.write_text('{"key": "j1", "sentence": "Hello world"}\n\n{"key": "j2", "sentence": 7}\n'
-                     '{"sentence": "no key"}\n{"key": "j3", "sentence": "Fine again"}\n')
+    jsonl.write_text(
+        '{"key": "j1", "sentence": "Hello world"}\n\n{"key": "j2", "sentence": 7}\n'
+        '{"sentence": "no key"}\n{"key": "j3", "sentence": "Fine again"}\n'
+    )
     parquet = tmp_path / "b.parquet"
     pq.write_table(pa.table({"key": [10, 11], "sentence": ["Parquet row one", None]}), parquet)
     out = tmp_path / "out"
-    rc, summary, _ = score(capsys, jsonl, parquet, "--model", tiny_model_dir("roberta"), "--output", out,
-                           "--text-column", "sentence", "--id-column", "key", "--variant", "word_l2r")
+    rc, summary, _ = score(
+        capsys,
+        jsonl,
+        parquet,
+        "--model",
+        tiny_model_dir("roberta"),
+        "--output",
+        out,
+        "--text-column",
+        "sentence",
+        "--id-column",
+        "key",
+        "--variant",
+        "word_l2r",
+    )
     assert rc == 0
     r = rows(out)
     assert sorted(r) == ["10", "11", "a.jsonl:2", "a.jsonl:4", "j1", "j2", "j3"]
@@ -143,15 +185,20 @@ def test_rerun_resumes_and_refuses_a_different_run(corpus, tmp_path, tiny_model_
 
 def test_partition_column_and_partition_by_file(tmp_path, tiny_model_dir, capsys):
     jsonl = tmp_path / "p.jsonl"
-    jsonl.write_text('{"text": "Hello world", "source": "news"}\n{"text": "", "source": "web"}\n'
-                     '{"text": "Good morning", "source": "web"}\n{"text": "No source here"}\n')
+    jsonl.write_text(
+        '{"text": "Hello world", "source": "news"}\n{"text": "", "source": "web"}\n'
+        '{"text": "Good morning", "source": "web"}\n{"text": "No source here"}\n'
+    )
     model = tiny_model_dir("bert")
     rc, summary, _ = score(capsys, jsonl, "--model", model, "--output", tmp_path / "a", "--partition-column", "source")
     assert rc == 0
     r = rows(tmp_path / "a")
     assert [r[f"p.jsonl:{i}"][S.PARTITION] for i in range(1, 5)] == ["news", "web", "web", None]
     assert {k: (v["rows"], v["ok"]) for k, v in summary["by_partition"].items()} == {
-        "news": (1, 1), "web": (2, 1), "None": (1, 1)}
+        "news": (1, 1),
+        "web": (2, 1),
+        "None": (1, 1),
+    }
     text = tmp_path / "t.txt"
     text.write_text("one line\ntwo lines\n")
     rc, summary, _ = score(capsys, text, jsonl, "--model", model, "--output", tmp_path / "b", "--partition-by-file")
@@ -217,8 +264,9 @@ def test_split_chars_scores_one_token_per_residue_and_enters_the_fingerprint(tmp
     text = tmp_path / "protein.txt"
     text.write_text("EVQL\n")
     model, out = tiny_model_dir("bert"), tmp_path / "out"
-    rc, summary, _ = score(capsys, text, "--model", model, "--output", out, "--split-chars", "--per-token",
-                           "--word-scores")
+    rc, summary, _ = score(
+        capsys, text, "--model", model, "--output", out, "--split-chars", "--per-token", "--word-scores"
+    )
     assert rc == 0 and summary["n_unknown"] == 0 and summary["warnings"] == []
     [row] = pq.read_table(out / "rows").to_pylist()
     assert row[S.TEXT] == "EVQL" and row[S.TOKENS] == ["e", "v", "q", "l"]
@@ -234,12 +282,15 @@ def test_joints_has_no_variant_flag(tmp_path, capsys):
     assert exit_.value.code == 2 and "--variant" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, verbose", [
-    (["score", "c.txt", "--model", "m", "--output", "o", "--ray"], False),
-    (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--ray"], True),
-    (["score", "c.txt", "--model", "m", "--output", "o", "--ray", "--verbose"], True),
-    (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--address", "auto"], True),
-])
+@pytest.mark.parametrize(
+    "argv, verbose",
+    [
+        (["score", "c.txt", "--model", "m", "--output", "o", "--ray"], False),
+        (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--ray"], True),
+        (["score", "c.txt", "--model", "m", "--output", "o", "--ray", "--verbose"], True),
+        (["--verbose", "score", "c.txt", "--model", "m", "--output", "o", "--address", "auto"], True),
+    ],
+)
 def test_verbose_shows_ray_on_the_terminal_before_or_after_the_command(monkeypatch, capsys, argv, verbose):
     from distributed_scoring.workflows import score as score_workflow
 
@@ -255,8 +306,9 @@ def test_audit_scores_in_process_without_ray_and_on_ray_with_it(corpus, tmp_path
     from distributed_scoring.workflows.audit import run
 
     seen, real = [], run.score
-    monkeypatch.setattr(run, "score", lambda config, ray, overwrite, **held: seen.append(ray) or real(config, ray, overwrite,
-                                                                                                     **held))
+    monkeypatch.setattr(
+        run, "score", lambda config, ray, overwrite, **held: seen.append(ray) or real(config, ray, overwrite, **held)
+    )
     common = [str(corpus), "--model", str(tiny_model_dir("bert"))]
     assert main(["audit", *common, "--output", str(tmp_path / "local")]) == 0
     assert seen == [None] and json.loads(capsys.readouterr().out)["rows"] == 9

@@ -28,8 +28,9 @@ DEFAULTS = SNAPSHOTS / "defaults.json"
 COLUMNS = "120"
 
 
-def _commands(parser: argparse.ArgumentParser,
-              words: tuple[str, ...] = ()) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+def _commands(
+    parser: argparse.ArgumentParser, words: tuple[str, ...] = ()
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
     """(file stem, parser) for the parser and every subcommand under it, depth first."""
     yield "-".join(words) or "dscore", parser
     for action in parser._actions:
@@ -53,9 +54,14 @@ def help_texts() -> dict[str, str]:
 
 def defaults() -> dict[str, dict[str, str]]:
     """File stem -> {flag (or positional): repr of its default} for the whole command tree."""
-    return {stem: {(action.option_strings or [action.dest])[0]: repr(action.default) for action in parser._actions
-                   if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))}
-            for stem, parser in _commands(build_parser())}
+    return {
+        stem: {
+            (action.option_strings or [action.dest])[0]: repr(action.default)
+            for action in parser._actions
+            if not isinstance(action, (argparse._HelpAction, argparse._SubParsersAction))
+        }
+        for stem, parser in _commands(build_parser())
+    }
 
 
 def test_every_command_has_a_snapshot_and_every_snapshot_a_command():

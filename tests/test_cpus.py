@@ -28,18 +28,21 @@ def machine(monkeypatch, tmp_path):
     return fake
 
 
-@pytest.mark.parametrize("affinity, v2, v1, expected", [
-    (8, None, None, 8),                  # no quota: the affinity mask
-    (3, None, None, 3),                  # pinned to 3 of the machine's cores (taskset, Slurm)
-    (8, "200000 100000", None, 2),       # cgroup v2: 2 CPUs' worth of time per period
-    (8, "150000 100000", None, 1),       # 1.5 CPUs: rounded down, more threads than that is the cliff
-    (8, "50000 100000", None, 1),        # half a CPU: still one thread
-    (8, "max 100000", None, 8),          # v2 without a quota
-    (2, "400000 100000", None, 2),       # the smaller of the two
-    (8, None, (300000, 100000), 3),      # cgroup v1
-    (8, None, (-1, 100000), 8),          # v1 without a quota
-    (8, "garbage", (300000, 100000), 3),  # an unreadable v2 file: v1 is read
-])
+@pytest.mark.parametrize(
+    "affinity, v2, v1, expected",
+    [
+        (8, None, None, 8),  # no quota: the affinity mask
+        (3, None, None, 3),  # pinned to 3 of the machine's cores (taskset, Slurm)
+        (8, "200000 100000", None, 2),  # cgroup v2: 2 CPUs' worth of time per period
+        (8, "150000 100000", None, 1),  # 1.5 CPUs: rounded down, more threads than that is the cliff
+        (8, "50000 100000", None, 1),  # half a CPU: still one thread
+        (8, "max 100000", None, 8),  # v2 without a quota
+        (2, "400000 100000", None, 2),  # the smaller of the two
+        (8, None, (300000, 100000), 3),  # cgroup v1
+        (8, None, (-1, 100000), 8),  # v1 without a quota
+        (8, "garbage", (300000, 100000), 3),  # an unreadable v2 file: v1 is read
+    ],
+)
 def test_usable_cpus_follow_the_affinity_mask_and_the_cgroup_quota(machine, affinity, v2, v1, expected):
     machine(affinity, v2, v1)
     assert usable_cpus() == expected

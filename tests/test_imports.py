@@ -23,8 +23,10 @@ from distributed_scoring.workloads import registered
 # (packing, masking, ...) are checked like every other module.
 SHARED_ENGINES = {"engine.masked_lm", "engine.training"}
 ENGINES = {engine for declared in registered().values() for engine in declared.engines} | SHARED_ENGINES
-ALL_MODULES = sorted(m.name.removeprefix("distributed_scoring.")
-                     for m in pkgutil.walk_packages(distributed_scoring.__path__, "distributed_scoring."))
+ALL_MODULES = sorted(
+    m.name.removeprefix("distributed_scoring.")
+    for m in pkgutil.walk_packages(distributed_scoring.__path__, "distributed_scoring.")
+)
 DRIVER_MODULES = [m for m in ALL_MODULES if m not in ENGINES]
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,10 +41,24 @@ def _imports_torch(statement: str) -> bool:
 
 def test_the_workflow_modules_are_all_checked():
     assert ENGINES <= set(ALL_MODULES)
-    assert {"cli", "workflows.score", "workflows.joints", "workflows.verify", "workflows.rescore.run",
-            "workflows.audit.run", "pipeline.runner", "pipeline.on_ray", "workloads.pll", "workloads.causal",
-            "workloads.joints", "offline.antibodies", "engine.packing", "api.scorer", "api.stages", "api.hf",
-            } <= set(DRIVER_MODULES)
+    assert {
+        "cli",
+        "workflows.score",
+        "workflows.joints",
+        "workflows.verify",
+        "workflows.rescore.run",
+        "workflows.audit.run",
+        "pipeline.runner",
+        "pipeline.on_ray",
+        "workloads.pll",
+        "workloads.causal",
+        "workloads.joints",
+        "offline.antibodies",
+        "engine.packing",
+        "api.scorer",
+        "api.stages",
+        "api.hf",
+    } <= set(DRIVER_MODULES)
 
 
 def test_the_python_api_is_imported_lazily_and_without_torch():

@@ -90,7 +90,9 @@ def make_tokenizer(family: str):
     if family == "albert":
         return AlbertTokenizer(vocab=_unigram(), model_max_length=MAX_POSITIONS)
     if family == "deberta-v2":
-        return DebertaV2Tokenizer(vocab=_unigram(), unk_token="<unk>", pad_token="<pad>", model_max_length=MAX_POSITIONS)
+        return DebertaV2Tokenizer(
+            vocab=_unigram(), unk_token="<unk>", pad_token="<pad>", model_max_length=MAX_POSITIONS
+        )
     if family == "modernbert":
         vocab, merges = _bpe(BERT_SPECIALS)
         tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
@@ -125,8 +127,14 @@ def make_model(family: str, tokenizer, seed: int = 0):
         model = T.RobertaForMaskedLM(config)
     elif family == "distilbert":
         config = T.DistilBertConfig(
-            vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, initializer_range=0.2,
-            dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=MAX_POSITIONS,
+            vocab_size=len(tokenizer),
+            pad_token_id=tokenizer.pad_token_id,
+            initializer_range=0.2,
+            dim=32,
+            n_layers=2,
+            n_heads=2,
+            hidden_dim=64,
+            max_position_embeddings=MAX_POSITIONS,
         )
         model = T.DistilBertForMaskedLM(config)
     elif family == "albert":
@@ -137,15 +145,26 @@ def make_model(family: str, tokenizer, seed: int = 0):
         model = T.ElectraForMaskedLM(config)
     elif family == "modernbert":
         config = T.ModernBertConfig(
-            **SIZES, **common, max_position_embeddings=MAX_POSITIONS, global_attn_every_n_layers=2,
-            local_attention=8, cls_token_id=tokenizer.cls_token_id, sep_token_id=tokenizer.sep_token_id,
-            bos_token_id=tokenizer.cls_token_id, eos_token_id=tokenizer.sep_token_id,
+            **SIZES,
+            **common,
+            max_position_embeddings=MAX_POSITIONS,
+            global_attn_every_n_layers=2,
+            local_attention=8,
+            cls_token_id=tokenizer.cls_token_id,
+            sep_token_id=tokenizer.sep_token_id,
+            bos_token_id=tokenizer.cls_token_id,
+            eos_token_id=tokenizer.sep_token_id,
         )
         model = T.ModernBertForMaskedLM(config)
     elif family == "deberta-v2":
         config = T.DebertaV2Config(
-            **SIZES, **common, max_position_embeddings=MAX_POSITIONS, relative_attention=True,
-            position_buckets=16, pos_att_type=["p2c", "c2p"], position_biased_input=False,
+            **SIZES,
+            **common,
+            max_position_embeddings=MAX_POSITIONS,
+            relative_attention=True,
+            position_buckets=16,
+            pos_att_type=["p2c", "c2p"],
+            position_biased_input=False,
         )
         model = T.DebertaV2ForMaskedLM(config)
     else:

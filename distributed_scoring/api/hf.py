@@ -24,22 +24,34 @@ if TYPE_CHECKING:
     from datasets import Dataset
 
 
-def score_dataset(scorer: MLMScorer, dataset: Dataset, text_column: str = "text", per_token: bool = False,
-                  word_scores: bool = False, prefix: str = "", batch_size: int = CHUNK_ROWS) -> Dataset:
+def score_dataset(
+    scorer: MLMScorer,
+    dataset: Dataset,
+    text_column: str = "text",
+    per_token: bool = False,
+    word_scores: bool = False,
+    prefix: str = "",
+    batch_size: int = CHUNK_ROWS,
+) -> Dataset:
     """`dataset` (a `Dataset`, each split of a `DatasetDict`, or an `IterableDataset`, lazily) with the
     columns of `added_schema` after its own, rows in the same order; see `MLMScorer.score`."""
     from datasets import DatasetDict, Features, IterableDataset, IterableDatasetDict
     from datasets.fingerprint import Hasher
 
     if isinstance(dataset, (DatasetDict, IterableDatasetDict)):
-        return type(dataset)({split: score_dataset(scorer, part, text_column, per_token, word_scores, prefix, batch_size)
-                              for split, part in dataset.items()})
+        return type(dataset)(
+            {
+                split: score_dataset(scorer, part, text_column, per_token, word_scores, prefix, batch_size)
+                for split, part in dataset.items()
+            }
+        )
     added = added_schema(per_token, word_scores, prefix)
     columns = dataset.column_names
     if columns is not None:  # an IterableDataset may not know its columns before it is read
         if text_column not in columns:
-            raise UserError(f"the dataset has no text column {text_column!r}; its columns are {columns}: "
-                            "pass text_column=")
+            raise UserError(
+                f"the dataset has no text column {text_column!r}; its columns are {columns}: pass text_column="
+            )
         clash = [name for name in added.names if name in columns]
         if clash:
             raise UserError(f"the dataset already has columns {clash}: pass prefix= (prefix='mlm_' adds mlm_pll, ...)")

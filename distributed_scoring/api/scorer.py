@@ -40,7 +40,7 @@ from ..pipeline.progress import Progress
 from ..pipeline.stage import Row
 from ..workloads.infill import InfillOptions, InfillPreparer, InfillScorer, example_seed
 from ..workloads.infill import output_schema as infill_schema
-from ..workloads.joints import A, B, CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, JointsScorer, is_pair, with_pair
+from ..workloads.joints import CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, A, B, JointsScorer, is_pair, with_pair
 from ..workloads.pll import PLLScorer
 from ..workloads.prepare import PLLPreparer, split_characters, whitespace_words
 from ..workloads.sample import OUTPUT_SCHEMA, SampleOptions, SamplePreparer, SampleScorer
@@ -69,8 +69,12 @@ def added_schema(per_token: bool = False, word_scores: bool = False, prefix: str
     return pa.schema([f.with_name(prefix + f.name) for f in fields if f.name not in (*INTERNAL, S.TEXT)])
 
 
-def read_rows(texts: Sequence[object], ids: Sequence[object] | None = None,
-              answers: Sequence[object] | None = None, answer_column: str = "answer") -> list[Row]:
+def read_rows(
+    texts: Sequence[object],
+    ids: Sequence[object] | None = None,
+    answers: Sequence[object] | None = None,
+    answer_column: str = "answer",
+) -> list[Row]:
     """The read rows (id, text, status, error) of a list of texts, as the readers make them from files:
     a missing or non-string text, or one holding a lone surrogate, is an error row. Ids are the texts'
     places in the list unless given; `answers` (a string of space-separated tokens or a list of tokens,
@@ -80,8 +84,9 @@ def read_rows(texts: Sequence[object], ids: Sequence[object] | None = None,
     texts = list(texts)
     names = [str(i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
     if len(names) != len(texts) or len(set(names)) != len(names):
-        raise UserError(f"ids must be {len(texts)} distinct values, one per text; got {len(names)} "
-                        f"({len(set(names))} distinct)")
+        raise UserError(
+            f"ids must be {len(texts)} distinct values, one per text; got {len(names)} ({len(set(names))} distinct)"
+        )
     rows = [without_lone_surrogates(ok_row(name, text), name) for name, text in zip(names, texts)]
     if answers is not None:
         answers = list(answers)
@@ -135,9 +140,14 @@ def python_errors(method: Callable) -> Callable:
 def _warn_unscored(rows: list[Row], instead: str) -> None:
     failed = [row for row in rows if row[S.STATUS] != S.STATUS_OK]
     if failed:
-        logger.warning("%d of %d texts could not be scored and give %s (the first: %s); "
-                       "MLMScorer.score gives each text's status and error", len(failed), len(rows), instead,
-                       failed[0][S.ERROR])
+        logger.warning(
+            "%d of %d texts could not be scored and give %s (the first: %s); "
+            "MLMScorer.score gives each text's status and error",
+            len(failed),
+            len(rows),
+            instead,
+            failed[0][S.ERROR],
+        )
 
 
 class MLMScorer:
@@ -156,9 +166,18 @@ class MLMScorer:
     """
 
     @python_errors
-    def __init__(self, model: str, device: str = "auto", dtype: str = "auto", variant: str = "original",
-                 batch_tokens: int | None = None, revision: str | None = None, trust_remote_code: bool = False,
-                 split_chars: bool = False, progress: bool = False) -> None:
+    def __init__(
+        self,
+        model: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        variant: str = "original",
+        batch_tokens: int | None = None,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        split_chars: bool = False,
+        progress: bool = False,
+    ) -> None:
         from ..engine.masked_lm import load_masked_lm
 
         self.spec = ModelSpec(model, revision, device, dtype, trust_remote_code)
@@ -175,8 +194,10 @@ class MLMScorer:
         return {**self.mlm.signature, "variant": self.options.variant, "split_chars": self.options.split_chars}
 
     def __repr__(self) -> str:
-        return (f"MLMScorer({self.spec.name!r}, device={self.mlm.device.type!r}, "
-                f"dtype={self.signature['dtype']!r}, variant={self.options.variant!r})")
+        return (
+            f"MLMScorer({self.spec.name!r}, device={self.mlm.device.type!r}, "
+            f"dtype={self.signature['dtype']!r}, variant={self.options.variant!r})"
+        )
 
     # PLL and what follows from it.
 
@@ -219,8 +240,9 @@ class MLMScorer:
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "None")
-        return [list(zip(row[S.TOKENS], row[S.TOKEN_LOGPROBS])) if row[S.STATUS] == S.STATUS_OK else None
-                for row in rows]
+        return [
+            list(zip(row[S.TOKENS], row[S.TOKEN_LOGPROBS])) if row[S.STATUS] == S.STATUS_OK else None for row in rows
+        ]
 
     @python_errors
     def word_score(self, texts: Sequence[str]) -> list[list[tuple[str, float]] | None]:
@@ -232,8 +254,10 @@ class MLMScorer:
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "None")
-        return [list(zip(self._words(row[S.TEXT]), row[S.WORD_SCORES])) if row[S.STATUS] == S.STATUS_OK else None
-                for row in rows]
+        return [
+            list(zip(self._words(row[S.TEXT]), row[S.WORD_SCORES])) if row[S.STATUS] == S.STATUS_OK else None
+            for row in rows
+        ]
 
     @python_errors
     def pppl(self, texts: Sequence[str], per: str = "token") -> float:
@@ -254,18 +278,28 @@ class MLMScorer:
         return math.nan if value is None else value
 
     @python_errors
-    def score_table(self, texts: Sequence[object], per_token: bool = False, word_scores: bool = False,
-                    prefix: str = "") -> pa.Table:
+    def score_table(
+        self, texts: Sequence[object], per_token: bool = False, word_scores: bool = False, prefix: str = ""
+    ) -> pa.Table:
         """The columns of `added_schema` for the texts, as one Arrow table in their order: what
         `PLLStage` and `score_dataset` add to a batch."""
         rows = self._scored(texts, progress=False, chunk=max(len(texts), 1))  # the caller's batch, whole
         schema = added_schema(per_token, word_scores)
-        return pa.Table.from_pylist([{prefix + name: row[name] for name in schema.names} for row in rows],
-                                    schema=added_schema(per_token, word_scores, prefix))
+        return pa.Table.from_pylist(
+            [{prefix + name: row[name] for name in schema.names} for row in rows],
+            schema=added_schema(per_token, word_scores, prefix),
+        )
 
     @python_errors
-    def score_dataset(self, dataset: Dataset, text_column: str = "text", per_token: bool = False,
-                      word_scores: bool = False, prefix: str = "", batch_size: int = CHUNK_ROWS) -> Dataset:
+    def score_dataset(
+        self,
+        dataset: Dataset,
+        text_column: str = "text",
+        per_token: bool = False,
+        word_scores: bool = False,
+        prefix: str = "",
+        batch_size: int = CHUNK_ROWS,
+    ) -> Dataset:
         """A Hugging Face `datasets.Dataset` (or `DatasetDict`, `IterableDataset`) with the columns of
         `added_schema` added; see `api.hf.score_dataset`."""
         from .hf import score_dataset
@@ -275,8 +309,13 @@ class MLMScorer:
     # The other workloads, on the same model.
 
     @python_errors
-    def infill(self, texts: Sequence[str], answers: Sequence[object] | None = None,
-               ids: Sequence[object] | None = None, **options: Any) -> list[dict]:
+    def infill(
+        self,
+        texts: Sequence[str],
+        answers: Sequence[object] | None = None,
+        ids: Sequence[object] | None = None,
+        **options: Any,
+    ) -> list[dict]:
         """Fill the mask tokens of each text (`dscore infill`): one dict per text with the CLI's columns
         (best, beams: the fills best first with their tokens, text and score, n_masks, status, error;
         with `answers`, rank and correct_tokens). `options` are the fields of
@@ -297,8 +336,13 @@ class MLMScorer:
         return [_public(row, names) for row in self._run(rows, [preparer.process, scorer.process], CHUNK_ROWS)]
 
     @python_errors
-    def sample(self, texts: Sequence[str], answers: Sequence[object] | None = None,
-               ids: Sequence[object] | None = None, **options: Any) -> list[list[dict]]:
+    def sample(
+        self,
+        texts: Sequence[str],
+        answers: Sequence[object] | None = None,
+        ids: Sequence[object] | None = None,
+        **options: Any,
+    ) -> list[list[dict]]:
         """Metropolis-Hastings chains from the model's energy (`dscore sample`), started from each text
         (mask tokens mark the positions to sample): per text, the CLI's rows, one per chain and recorded
         epoch (chain, epoch, text, energy_raw, energy_norm, proposals, accepted, novel, status, ...).
@@ -313,16 +357,27 @@ class MLMScorer:
         settings = SampleOptions(**_tuples(options))
         preparer = SamplePreparer(self.spec, settings)
         scorer = SampleScorer(self.spec, settings, self.options.batch_tokens, self.mlm)
-        rows = self._run(read_rows(texts, ids, answers, settings.answer_column), [preparer.process, scorer.process],
-                         CHUNK_ROWS)
+        rows = self._run(
+            read_rows(texts, ids, answers, settings.answer_column), [preparer.process, scorer.process], CHUNK_ROWS
+        )
         per_text = settings.chains * settings.records
-        return [[_public(row, OUTPUT_SCHEMA.names) for row in rows[start : start + per_text]]
-                for start in range(0, len(rows), per_text)]
+        return [
+            [_public(row, OUTPUT_SCHEMA.names) for row in rows[start : start + per_text]]
+            for start in range(0, len(rows), per_text)
+        ]
 
     @python_errors
-    def joints(self, texts: Sequence[str], pairs: Sequence[tuple[int, int] | None] | None = None,
-               scheme: str = "random", seed: int = 0, ids: Sequence[object] | None = None, pivot: str | int = "mode",
-               ag_iterations: int = 50, top_k: int | None = None) -> list[dict[str, dict]]:
+    def joints(
+        self,
+        texts: Sequence[str],
+        pairs: Sequence[tuple[int, int] | None] | None = None,
+        scheme: str = "random",
+        seed: int = 0,
+        ids: Sequence[object] | None = None,
+        pivot: str | int = "mode",
+        ag_iterations: int = 50,
+        top_k: int | None = None,
+    ) -> list[dict[str, dict]]:
         """Pairwise joints of two tokens per text (`dscore joints`, Torroba-Hennigen et al., 2023): per
         text, construction (MLM, MRF, MRF-L, HCB, AG) -> the CLI's row (a, b, token_a, token_b,
         log_pair, log_unary_a, log_unary_b, a_kl, g_kl, ag_change, status, error).
@@ -350,12 +405,20 @@ class MLMScorer:
 
         out = self._run(rows, [self.preparer.process, paired, scorer.process], JOINT_CHUNK_ROWS)
         per_text = len(CONSTRUCTIONS)
-        return [{row[CONSTRUCTION]: _public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
-                for start in range(0, len(out), per_text)]
+        return [
+            {row[CONSTRUCTION]: _public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
+            for start in range(0, len(out), per_text)
+        ]
 
     @python_errors
-    def chain(self, texts: Sequence[str], order: str = "l2r", orders: int = 1, seed: int = 0,
-              ids: Sequence[object] | None = None) -> list[dict]:
+    def chain(
+        self,
+        texts: Sequence[str],
+        order: str = "l2r",
+        orders: int = 1,
+        seed: int = 0,
+        ids: Sequence[object] | None = None,
+    ) -> list[dict]:
         """Chain-rule log-likelihoods along orders of each text's tokens (Liao et al., 2020, u-PMLM;
         `engine.chain`): log p(x) = sum_k log p(x_s(k) | x_s(<k), the later positions of the order masked).
         `order` is `l2r` or `r2l` (one order each) or `random` (`orders` permutations, drawn from (seed,
@@ -377,8 +440,12 @@ class MLMScorer:
 
         def chained(part: list[Row]) -> list[Row]:
             ok = [row for row in part if row[S.STATUS] == S.STATUS_OK]
-            drawn = {row[S.ID]: orders_for(np.asarray(row[S.TARGETS]), order, orders,
-                                           np.random.default_rng(example_seed(seed, row[S.ID]))) for row in ok}
+            drawn = {
+                row[S.ID]: orders_for(
+                    np.asarray(row[S.TARGETS]), order, orders, np.random.default_rng(example_seed(seed, row[S.ID]))
+                )
+                for row in ok
+            }
             sequences = [np.asarray(row[S.INPUT_IDS]) for row in ok for _ in drawn[row[S.ID]]]
             logps = iter(engine.log_likelihoods(sequences, [o for row in ok for o in drawn[row[S.ID]]]).tolist())
             return [_chain_row(row, drawn.get(row[S.ID]), logps) for row in part]
@@ -417,12 +484,23 @@ class MLMScorer:
 def _chain_row(row: Row, drawn: list[np.ndarray] | None, logps: Iterator[float]) -> dict:
     """A prepared row's chain scores (the next `len(drawn)` of `logps`), or its error."""
     if drawn is None:
-        return {S.TEXT: row[S.TEXT], "logp": None, "orders": None, S.N_TOKENS: 0, S.STATUS: S.STATUS_ERROR,
-                S.ERROR: row[S.ERROR]}
+        return {
+            S.TEXT: row[S.TEXT],
+            "logp": None,
+            "orders": None,
+            S.N_TOKENS: 0,
+            S.STATUS: S.STATUS_ERROR,
+            S.ERROR: row[S.ERROR],
+        }
     targets = np.asarray(row[S.TARGETS])
-    return {S.TEXT: row[S.TEXT], "logp": [next(logps) for _ in drawn],
-            "orders": [np.searchsorted(targets, o).tolist() for o in drawn], S.N_TOKENS: len(targets),
-            S.STATUS: S.STATUS_OK, S.ERROR: None}
+    return {
+        S.TEXT: row[S.TEXT],
+        "logp": [next(logps) for _ in drawn],
+        "orders": [np.searchsorted(targets, o).tolist() for o in drawn],
+        S.N_TOKENS: len(targets),
+        S.STATUS: S.STATUS_OK,
+        S.ERROR: None,
+    }
 
 
 def _example(pair: object) -> Row:

@@ -44,8 +44,15 @@ class PLLStage:
     `prefix` is put before every added column's name (two models in one pipeline, or a batch that
     already has a `status` column)."""
 
-    def __init__(self, model: str, text_column: str = "text", per_token: bool = False, word_scores: bool = False,
-                 prefix: str = "", **scorer_options: Any) -> None:
+    def __init__(
+        self,
+        model: str,
+        text_column: str = "text",
+        per_token: bool = False,
+        word_scores: bool = False,
+        prefix: str = "",
+        **scorer_options: Any,
+    ) -> None:
         self.scorer = MLMScorer(model, **scorer_options)
         self.text_column = text_column
         self.per_token, self.word_scores, self.prefix = per_token, word_scores, prefix
@@ -58,13 +65,17 @@ class PLLStage:
 
     def _check(self, columns: list[str]) -> None:
         if self.text_column not in columns:
-            raise ColumnError(f"PLLStage reads the text column {self.text_column!r}, missing from the batch; the batch "
-                              f"has {columns}: pass text_column= in fn_constructor_kwargs")
+            raise ColumnError(
+                f"PLLStage reads the text column {self.text_column!r}, missing from the batch; the batch "
+                f"has {columns}: pass text_column= in fn_constructor_kwargs"
+            )
         names = self.scorer_columns()
         clash = [name for name in names if name in columns]
         if clash:
-            raise ColumnError(f"PLLStage adds columns the batch already has ({clash}): pass prefix= in "
-                              "fn_constructor_kwargs (prefix='mlm_' adds mlm_pll, mlm_status, ...)")
+            raise ColumnError(
+                f"PLLStage adds columns the batch already has ({clash}): pass prefix= in "
+                "fn_constructor_kwargs (prefix='mlm_' adds mlm_pll, mlm_status, ...)"
+            )
 
     def scorer_columns(self) -> list[str]:
         """The names of the columns this stage adds."""

@@ -26,46 +26,68 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command'
 COMMANDS = (
     Command("score", "PLL of every sentence, Parquet out, corpus PPPL in summary.json", None, score),
     Command("rescore", "rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev", None, rescore),
-    Command("joints", "pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, "
-            "G-KL", None, joints),
-    Command("infill", "fill masked spans: standard or HCB beam search, sampling baselines, exact search",
-            "Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
-            "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
-            "1 rows lost, 2 bad input or options.",
-            infill),
-    Command("sample", "sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
-            "Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
-            "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, "
-            "n_sampled, status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
-            sample),
-    Command("generate", "generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
-            "by the prompt's tokens",
-            "Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
-            "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
-            "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
-            generate),
-    Command("audit", "score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
-            "Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass "
-            "(every scope shows no change or an improvement, or no baseline), "
-            "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
-            "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
-            "compared), 1 rows lost, 2 bad input or options.",
-            audit),
-    Command("verify", "check an output folder: every planned shard done, markers against files, ids once, "
-            "summary there and agreeing, no leftovers",
-            "Prints one line per problem, per missing part and per thing it could not check, then OK, "
-            "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
-            "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
-            "2 not a dscore output folder.",
-            verify),
+    Command(
+        "joints",
+        "pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, G-KL",
+        None,
+        joints,
+    ),
+    Command(
+        "infill",
+        "fill masked spans: standard or HCB beam search, sampling baselines, exact search",
+        "Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
+        "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
+        "1 rows lost, 2 bad input or options.",
+        infill,
+    ),
+    Command(
+        "sample",
+        "sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
+        "Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
+        "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, "
+        "n_sampled, status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+        sample,
+    ),
+    Command(
+        "generate",
+        "generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
+        "by the prompt's tokens",
+        "Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
+        "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
+        "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+        generate,
+    ),
+    Command(
+        "audit",
+        "score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
+        "Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass "
+        "(every scope shows no change or an improvement, or no baseline), "
+        "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
+        "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
+        "compared), 1 rows lost, 2 bad input or options.",
+        audit,
+    ),
+    Command(
+        "verify",
+        "check an output folder: every planned shard done, markers against files, ids once, "
+        "summary there and agreeing, no leftovers",
+        "Prints one line per problem, per missing part and per thing it could not check, then OK, "
+        "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
+        "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
+        "2 not a dscore output folder.",
+        verify,
+    ),
     Command("train", "training jobs on Ray Train: u-PMLM, maskless scorers", None, train),
-    Command("submit", "run a dscore command or jobs/ script as a Ray job; exits with its exit code",
-            "Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
-            "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
-            "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
-            "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
-            "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.",
-            submit),
+    Command(
+        "submit",
+        "run a dscore command or jobs/ script as a Ray job; exits with its exit code",
+        "Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
+        "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
+        "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
+        "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
+        "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.",
+        submit,
+    ),
     Command("fetch-model", "download and convert an offline model; prints its folder", None, fetch_model),
 )
 
@@ -94,9 +116,12 @@ def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = Tru
     output.add_argument("--output")
     given = output.parse_known_args(argv)[0].output
     if given and "://" not in given and not os.path.isabs(given):
-        print(f"dscore: error: --output {given!r} is relative; in a Ray job it would land in the job's temporary "
-              "working directory on each node: pass an absolute path on storage every node shares, or an "
-              "s3:// / gs:// URI", file=sys.stderr)
+        print(
+            f"dscore: error: --output {given!r} is relative; in a Ray job it would land in the job's temporary "
+            "working directory on each node: pass an absolute path on storage every node shares, or an "
+            "s3:// / gs:// URI",
+            file=sys.stderr,
+        )
         return 2
     return main([command, *argv, "--ray"])
 

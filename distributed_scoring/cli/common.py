@@ -20,21 +20,32 @@ def add_inputs(p: argparse.ArgumentParser, help: str, nargs: str = "+") -> None:
     p.add_argument("inputs", nargs=nargs, metavar="INPUT", help=help)
 
 
-def add_text_column(p: argparse.ArgumentParser,
-                    help: str = "column or JSON field holding the text (default: text)") -> None:
+def add_text_column(
+    p: argparse.ArgumentParser, help: str = "column or JSON field holding the text (default: text)"
+) -> None:
     p.add_argument("--text-column", default="text", help=help)
 
 
-def add_id_arguments(p: argparse.ArgumentParser,
-                     meaning: str = "column or JSON field holding a row id (default: file:line)") -> None:
+def add_id_arguments(
+    p: argparse.ArgumentParser, meaning: str = "column or JSON field holding a row id (default: file:line)"
+) -> None:
     p.add_argument("--id-column", default=None, help=f"{meaning}; ids must be unique")
-    p.add_argument("--allow-duplicate-ids", action="store_true",
-                   help="keep rows whose --id-column values repeat (refused otherwise, before any work); the rows "
-                   "then carry a `line` column (file:record) and are keyed by id and line")
+    p.add_argument(
+        "--allow-duplicate-ids",
+        action="store_true",
+        help="keep rows whose --id-column values repeat (refused otherwise, before any work); the rows "
+        "then carry a `line` column (file:record) and are keyed by id and line",
+    )
 
 
-def add_corpus_arguments(p: argparse.ArgumentParser, inputs_help: str, nargs: str = "+", shard_rows: int = 1000,
-                         variant: bool = True, maskless: bool = False) -> None:
+def add_corpus_arguments(
+    p: argparse.ArgumentParser,
+    inputs_help: str,
+    nargs: str = "+",
+    shard_rows: int = 1000,
+    variant: bool = True,
+    maskless: bool = False,
+) -> None:
     """The rows a command reads and the masked LM that reads them: INPUT..., the model flags, --text-column
     and the id flags, in the order of their --help."""
     add_inputs(p, inputs_help, nargs)
@@ -43,41 +54,78 @@ def add_corpus_arguments(p: argparse.ArgumentParser, inputs_help: str, nargs: st
     add_id_arguments(p)
 
 
-def add_model_arguments(p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True,
-                        maskless: bool = False) -> None:
+def add_model_arguments(
+    p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True, maskless: bool = False
+) -> None:
     """Which masked LM, where its results go, and how it runs: shared by every scoring command.
     `variant`: the command computes PLLs, whose masking the variant chooses. `maskless`: a maskless
     student (`--maskless DIR`) may stand in for the masked LM's PLLs."""
     p.add_argument("--model", required=not maskless, help="local model folder or Hub id of a masked LM")
     if maskless:
-        p.add_argument("--maskless", default=None, metavar="DIR",
-                       help="instead of --model: predict each PLL in one forward pass with a student trained by "
-                       "`dscore train maskless` (its --output folder)")
+        p.add_argument(
+            "--maskless",
+            default=None,
+            metavar="DIR",
+            help="instead of --model: predict each PLL in one forward pass with a student trained by "
+            "`dscore train maskless` (its --output folder)",
+        )
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
     if variant:
-        p.add_argument("--variant", choices=VARIANTS, default="original",
-                       help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)")
-    p.add_argument("--batch-tokens", type=int, default=None,
-                   help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)")
-    p.add_argument("--device", type=parse_device, default="auto",
-                   help="auto (CUDA when torch sees a GPU), cpu, cuda, or cuda:N for one GPU of this machine")
-    p.add_argument("--dtype", choices=DTYPES, default="auto",
-                   help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
+        p.add_argument(
+            "--variant",
+            choices=VARIANTS,
+            default="original",
+            help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)",
+        )
+    p.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)",
+    )
+    p.add_argument(
+        "--device",
+        type=parse_device,
+        default="auto",
+        help="auto (CUDA when torch sees a GPU), cpu, cuda, or cuda:N for one GPU of this machine",
+    )
+    p.add_argument(
+        "--dtype",
+        choices=DTYPES,
+        default="auto",
+        help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)",
+    )
     add_revision(p)
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="let transformers run Python code shipped with the model (off: such models are refused)")
-    p.add_argument("--shard-rows", type=int, default=shard_rows,
-                   help=f"rows per shard: the unit of work and resume (default {shard_rows})")
+    p.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let transformers run Python code shipped with the model (off: such models are refused)",
+    )
+    p.add_argument(
+        "--shard-rows",
+        type=int,
+        default=shard_rows,
+        help=f"rows per shard: the unit of work and resume (default {shard_rows})",
+    )
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
     add_address(ray)
-    ray.add_argument("--num-actors", type=int, default=None,
-                     help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)")
-    ray.add_argument("--cpus-per-actor", type=float, default=None,
-                     help="CPUs of each CPU scoring actor (default 4 or fewer)")
-    ray.add_argument("--stall-timeout", type=float, default=1800.0,
-                     help="fail when no shard finishes for this many seconds (default 1800)")
+    ray.add_argument(
+        "--num-actors",
+        type=int,
+        default=None,
+        help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)",
+    )
+    ray.add_argument(
+        "--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)"
+    )
+    ray.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=1800.0,
+        help="fail when no shard finishes for this many seconds (default 1800)",
+    )
     add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
 
 
@@ -86,14 +134,21 @@ def add_revision(p: Parser) -> None:
 
 
 def add_address(p: Parser) -> None:
-    p.add_argument("--address", default=None,
-                   help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded")
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to join: 'auto', host:port or ray://...; default $RAY_ADDRESS, else embedded",
+    )
 
 
 def add_verbose(p: Parser, default: object = False) -> None:
-    p.add_argument("--verbose", action="store_true", default=default,
-                   help="also show Ray's own messages, its workers' output and Ray Data's progress bars on the "
-                   "terminal (they always go to the run log in Ray's session folder)")
+    p.add_argument(
+        "--verbose",
+        action="store_true",
+        default=default,
+        help="also show Ray's own messages, its workers' output and Ray Data's progress bars on the "
+        "terminal (they always go to the run log in Ray's session folder)",
+    )
 
 
 def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:
@@ -103,22 +158,37 @@ def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:
 
 def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True, maskless: bool = False) -> None:
     """The flags of a PLL scoring run: `dscore score`, and `dscore audit`, which scores before it audits."""
-    add_corpus_arguments(p, "text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them",
-                         maskless=maskless)
+    add_corpus_arguments(
+        p, "text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them", maskless=maskless
+    )
     if per_token_flag:
-        p.add_argument("--per-token", action="store_true",
-                       help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
-                       "student's prediction of each)")
-        p.add_argument("--conditionals", type=int, default=0, metavar="K",
-                       help="with --per-token: also write the K most probable tokens of each scored token's "
-                       "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
-                       "`dscore train maskless --target distribution` (default 0: off)")
+        p.add_argument(
+            "--per-token",
+            action="store_true",
+            help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
+            "student's prediction of each)",
+        )
+        p.add_argument(
+            "--conditionals",
+            type=int,
+            default=0,
+            metavar="K",
+            help="with --per-token: also write the K most probable tokens of each scored token's "
+            "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
+            "`dscore train maskless --target distribution` (default 0: off)",
+        )
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
-    p.add_argument("--split-chars", action="store_true",
-                   help="put a space between characters before tokenising: for per-residue models (protein, "
-                   "antibody) given sequences without spaces; n_unknown in the output counts unreadable tokens")
-    p.add_argument("--partition-column", default=None,
-                   help="column whose value partitions the rows (kept as `partition`; figures per partition)")
+    p.add_argument(
+        "--split-chars",
+        action="store_true",
+        help="put a space between characters before tokenising: for per-residue models (protein, "
+        "antibody) given sequences without spaces; n_unknown in the output counts unreadable tokens",
+    )
+    p.add_argument(
+        "--partition-column",
+        default=None,
+        help="column whose value partitions the rows (kept as `partition`; figures per partition)",
+    )
     p.add_argument("--partition-by-file", action="store_true", help="partition the rows by input file")
 
 
@@ -137,12 +207,24 @@ def model_spec(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run of a PLL scoring command (`add_score_arguments`)."""
     return RunConfig(
-        inputs=InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
-                         args.partition_column, args.partition_by_file,
-                         allow_duplicate_ids=args.allow_duplicate_ids),
+        inputs=InputSpec(
+            tuple(args.inputs),
+            args.text_column,
+            args.id_column,
+            args.shard_rows,
+            args.partition_column,
+            args.partition_by_file,
+            allow_duplicate_ids=args.allow_duplicate_ids,
+        ),
         model=model_spec(args, getattr(args, "maskless", None)),
-        scoring=ScoringOptions(args.variant, args.batch_tokens, getattr(args, "per_token", False), args.word_scores,
-                               args.split_chars, getattr(args, "conditionals", 0)),
+        scoring=ScoringOptions(
+            args.variant,
+            args.batch_tokens,
+            getattr(args, "per_token", False),
+            args.word_scores,
+            args.split_chars,
+            getattr(args, "conditionals", 0),
+        ),
         output=args.output,
     )
 
@@ -150,9 +232,18 @@ def run_config(args: argparse.Namespace) -> RunConfig:
 def prompt_config(args: argparse.Namespace) -> RunConfig:
     """The run of a command that fills or samples the masks of its rows (infill, sample): its inputs, ids,
     model, token budget and folder; no partitions and no PLL options."""
-    return RunConfig(InputSpec(tuple(args.inputs), args.text_column, args.id_column, args.shard_rows,
-                               allow_duplicate_ids=args.allow_duplicate_ids), model_spec(args),
-                     ScoringOptions(batch_tokens=args.batch_tokens), args.output)
+    return RunConfig(
+        InputSpec(
+            tuple(args.inputs),
+            args.text_column,
+            args.id_column,
+            args.shard_rows,
+            allow_duplicate_ids=args.allow_duplicate_ids,
+        ),
+        model_spec(args),
+        ScoringOptions(batch_tokens=args.batch_tokens),
+        args.output,
+    )
 
 
 def vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:
@@ -196,8 +287,9 @@ def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...],
     """One subcommand of `parser` per entry, in the registry's order; its name lands in `args.<dest>`."""
     subparsers = parser.add_subparsers(dest=dest, required=True)
     for command in commands:
-        command.module.add_arguments(subparsers.add_parser(command.name, help=command.help,
-                                                           description=command.description))
+        command.module.add_arguments(
+            subparsers.add_parser(command.name, help=command.help, description=command.description)
+        )
 
 
 def dispatch(commands: tuple[Command, ...], name: str, args: argparse.Namespace) -> int:

@@ -11,8 +11,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ..offline.models import MODELS
 
     p.add_argument("name", choices=sorted(MODELS))
-    p.add_argument("--cache", default=None,
-                   help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)")
+    p.add_argument(
+        "--cache", default=None, help="cache folder (default: $DSCORE_CACHE or ~/.cache/distributed-scoring)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

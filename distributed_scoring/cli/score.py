@@ -25,16 +25,28 @@ def _pll(args: argparse.Namespace) -> int:
 def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
     from ..workflows.chain import ORDERS
 
-    g = p.add_argument_group("chain rule", "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
-                             "(the likelihood of a u-PMLM; for other MLMs an approximation)")
-    g.add_argument("--method", choices=("pll", "chain", "unmasked"), default="pll",
-                   help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order; "
-                   "unmasked: one pass of the unmasked sentence, sum of log p(w_t | W) (Salazar et al.'s "
-                   "\"no masking\"; a fast, rough stand-in for the PLL)")
-    g.add_argument("--order", choices=ORDERS, default=None, help="chain order: left to right (default), right to "
-                   "left, or random permutations")
-    g.add_argument("--orders", type=int, default=None,
-                   help="random orders per sentence, averaged in probability space (default 1)")
+    g = p.add_argument_group(
+        "chain rule",
+        "--method chain: log p(x) = sum_k log p(x_s(k) | x_s(<k)) along an order s "
+        "(the likelihood of a u-PMLM; for other MLMs an approximation)",
+    )
+    g.add_argument(
+        "--method",
+        choices=("pll", "chain", "unmasked"),
+        default="pll",
+        help="pll: pseudo-log-likelihood (default); chain: chain-rule log-likelihood along --order; "
+        "unmasked: one pass of the unmasked sentence, sum of log p(w_t | W) (Salazar et al.'s "
+        '"no masking"; a fast, rough stand-in for the PLL)',
+    )
+    g.add_argument(
+        "--order",
+        choices=ORDERS,
+        default=None,
+        help="chain order: left to right (default), right to left, or random permutations",
+    )
+    g.add_argument(
+        "--orders", type=int, default=None, help="random orders per sentence, averaged in probability space (default 1)"
+    )
     g.add_argument("--seed", type=int, default=None, help="seed of the random orders, with each row's id (default 0)")
 
 
@@ -46,8 +58,10 @@ def run(args: argparse.Namespace) -> int:
     if args.conditionals and (args.method != "pll" or args.maskless):
         raise UserError("--conditionals saves the PLL's conditionals: it goes with --method pll and --model only")
     if args.variant != "original" and (args.method == "unmasked" or args.maskless):
-        raise UserError("--variant chooses the PLL's masking; one pass of the unmasked sentence (--method unmasked, "
-                        "--maskless) masks nothing: drop it")
+        raise UserError(
+            "--variant chooses the PLL's masking; one pass of the unmasked sentence (--method unmasked, "
+            "--maskless) masks nothing: drop it"
+        )
     if args.method == "pll":
         return _pll(args)
     if student_folder(args):
@@ -59,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.chain import ChainOptions, score_chain
 
     d = ChainOptions()
-    options = ChainOptions(d.order if args.order is None else args.order,
-                           d.orders if args.orders is None else args.orders,
-                           d.seed if args.seed is None else args.seed, args.split_chars)
+    options = ChainOptions(
+        d.order if args.order is None else args.order,
+        d.orders if args.orders is None else args.orders,
+        d.seed if args.seed is None else args.seed,
+        args.split_chars,
+    )
     return finish(args, score_chain(run_config(args), options, ray_options(args), overwrite=args.overwrite))

@@ -32,9 +32,8 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..engine import packing
 from ..config import ModelSpec
-from .model_files import ModelLoadError, check_local_folder, max_input_length, remote_code_refusal
+from ..engine import packing
 from .masked_lm import (
     CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
@@ -45,8 +44,8 @@ from .masked_lm import (
     to_device,
     warn_full_logits,
 )
+from .model_files import ModelLoadError, check_local_folder, max_input_length, remote_code_refusal
 from .packing import Piece, TokenBudget, run_fitting
-
 
 # Causal-LM classes whose logits are exactly `get_output_embeddings()(base_model(...)[0])`: no logit
 # scaling or soft-capping after the projection. Others are scored through their full logits.
@@ -146,9 +145,7 @@ def load_causal_parts(spec: ModelSpec) -> tuple[Any, Any, int, int | None]:
 
     check_local_folder(spec.name)
     try:
-        config = AutoConfig.from_pretrained(
-            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
         tokenizer = AutoTokenizer.from_pretrained(
             spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
         )
@@ -231,8 +228,9 @@ class CausalEngine:
         self.lm = lm
         self.budget = TokenBudget(batch_tokens or lm.default_batch_tokens())
 
-    def token_logprobs(self, sequences: Sequence[np.ndarray],
-                       report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+    def token_logprobs(
+        self, sequences: Sequence[np.ndarray], report: Callable[[int, int], None] | None = None
+    ) -> list[np.ndarray]:
         """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64).
         `report(tokens done, in all)` is called after each forward pass."""
         out: list[np.ndarray] = [np.empty(0)] * len(sequences)

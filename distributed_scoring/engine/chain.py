@@ -21,8 +21,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .masking import Sentence
 from .masked_lm import MaskedLM
+from .masking import Sentence
 from .pll import PLLEngine
 
 ORDERS = ("l2r", "r2l", "random")
@@ -55,14 +55,22 @@ class ChainEngine:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.pll.batch_tokens
 
-    def log_likelihoods(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray],
-                        report: Callable[[int, int], None] | None = None) -> np.ndarray:
+    def log_likelihoods(
+        self,
+        input_ids: Sequence[np.ndarray],
+        orders: Sequence[np.ndarray],
+        report: Callable[[int, int], None] | None = None,
+    ) -> np.ndarray:
         """(P,) float64: log p(input_ids[i]) along orders[i] (positions of input_ids[i], scoring order);
         `report` as in `PLLEngine.token_logprobs`."""
         return np.array([terms.sum() for terms in self.conditionals(input_ids, orders, report)], dtype=np.float64)
 
-    def conditionals(self, input_ids: Sequence[np.ndarray], orders: Sequence[np.ndarray],
-                     report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+    def conditionals(
+        self,
+        input_ids: Sequence[np.ndarray],
+        orders: Sequence[np.ndarray],
+        report: Callable[[int, int], None] | None = None,
+    ) -> list[np.ndarray]:
         """Per pair, the chain's terms log p(x_sigma(k) | x_sigma(<k), ...) for k = 0 .. T-1 (float64)."""
         if len(input_ids) != len(orders):
             raise ValueError(f"{len(input_ids)} sequences but {len(orders)} orders: give one order per sequence")

@@ -325,9 +325,7 @@ def _scatter(segments: list[_Segment], chunks: Iterator[torch.Tensor]) -> Iterat
                 segment, offset = next(pending, None), 0
 
 
-def _build(
-    segments: list[_Segment], bases: list[np.ndarray], pad_id: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _build(segments: list[_Segment], bases: list[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(input_ids (B, T), attention_mask (B, T), positions (B,)): each row its example's both-masked
     base with one value put at the block's other position."""
     n_rows = sum(s.end - s.start for s in segments)

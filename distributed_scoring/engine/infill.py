@@ -65,8 +65,9 @@ class InfillSettings:
             raise ValueError(f"decoder {self.decoder!r} / order {self.order!r}: expected one of {DECODERS} / {ORDERS}")
         least_top_k = 0 if self.decoder == "filtered" else 1
         if self.beam < 1 or self.temperature <= 0 or self.top_k < least_top_k or not 0 < self.top_p <= 1:
-            raise ValueError("beam and top_k must be >= 1 (top_k >= 0 for `filtered`), temperature > 0, "
-                             "top_p in (0, 1]")
+            raise ValueError(
+                "beam and top_k must be >= 1 (top_k >= 0 for `filtered`), temperature > 0, top_p in (0, 1]"
+            )
 
     @property
     def filters(self) -> tuple[float, int, float]:
@@ -74,8 +75,11 @@ class InfillSettings:
         a baseline its own knob alone (`sample` none), `filtered` all three as set."""
         if self.decoder == "filtered":
             return self.temperature, self.top_k, self.top_p
-        return (self.temperature if self.decoder == "temperature" else 1.0,
-                self.top_k if self.decoder == "top-k" else 0, self.top_p if self.decoder == "top-p" else 1.0)
+        return (
+            self.temperature if self.decoder == "temperature" else 1.0,
+            self.top_k if self.decoder == "top-k" else 0,
+            self.top_p if self.decoder == "top-p" else 1.0,
+        )
 
 
 @dataclass(frozen=True)
@@ -132,12 +136,18 @@ class InfillEngine:
         self.allowed = torch.as_tensor(allowed, device=mlm.device)  # (V,) bool
         self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
 
-    def search(self, examples: Sequence[InfillExample], settings: InfillSettings,
-               report: Callable[[int, int], None] | None = None) -> list[list[Fill]]:
+    def search(
+        self,
+        examples: Sequence[InfillExample],
+        settings: InfillSettings,
+        report: Callable[[int, int], None] | None = None,
+    ) -> list[list[Fill]]:
         """Per example, its fills best first: `beam` of them (chains for samplers), every fill for `exact`.
         `report(positions filled, most masks of an example)` is called after each step of the search."""
-        width = [exact_size(len(self.allowed_ids), len(e.masks)) if settings.decoder == "exact" else settings.beam
-                 for e in examples]
+        width = [
+            exact_size(len(self.allowed_ids), len(e.masks)) if settings.decoder == "exact" else settings.beam
+            for e in examples
+        ]
         beams = [[_Beam(e.input_ids.copy(), _fill_order(e, settings.order))] for e in examples]
         rngs = [np.random.default_rng(e.seed) for e in examples]
         sampler = settings.decoder in SAMPLERS
@@ -176,8 +186,9 @@ class InfillEngine:
         return out  # type: ignore[return-value]
 
     @torch.inference_mode()
-    def _forward(self, rows: list[_Beam], starts: np.ndarray, settings: InfillSettings, pivot: int,
-                 pieces: list[Piece]) -> list[tuple[int, _Step]]:
+    def _forward(
+        self, rows: list[_Beam], starts: np.ndarray, settings: InfillSettings, pivot: int, pieces: list[Piece]
+    ) -> list[tuple[int, _Step]]:
         """The encoder once over the pieces' rows; the head at each row's remaining (or next) positions."""
         index = [int(starts[p.group]) + r for p in pieces for r in range(p.start, p.end)]
         width = len(rows[index[0]].ids)
@@ -242,12 +253,14 @@ def _prune(beams: list[_Beam], steps: list[_Step], width: int, hcb: bool) -> lis
         for token, logp in zip(step.ids.tolist(), step.logp.tolist()):
             candidates.append((-(base + logp), b, token, logp))
     candidates.sort()
-    return [_advance(beams[b], steps[b].position, token, logp, steps[b].pivot)
-            for _, b, token, logp in candidates[:width]]
+    return [
+        _advance(beams[b], steps[b].position, token, logp, steps[b].pivot) for _, b, token, logp in candidates[:width]
+    ]
 
 
-def _sample(beams: list[_Beam], steps: list[_Step], width: int, settings: InfillSettings,
-            rng: np.random.Generator) -> list[_Beam]:
+def _sample(
+    beams: list[_Beam], steps: list[_Step], width: int, settings: InfillSettings, rng: np.random.Generator
+) -> list[_Beam]:
     """Chains advanced by sampling: `width` distinct tokens for the first step, then one per chain."""
     out = []
     for beam, step in zip(beams, steps):

@@ -53,7 +53,6 @@ class PairMetrics:
     g_kl: float  # (D(S, w_b) + D(S_r, w_a)) / 2
 
 
-
 @dataclass(frozen=True)
 class JointStats:
     """Summable statistics of one construction over examples; `a + b` merges shards.

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .conditionals import PairConditionals
 from ..errors import UserError
+from .conditionals import PairConditionals
 from .joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics
 
 

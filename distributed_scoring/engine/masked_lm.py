@@ -21,9 +21,9 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelSpec
+from ..versions import versions
 from .model_files import ModelLoadError, load_error, load_tokenizer, remote_code_refusal
 from .packing import OutOfMemory
-from ..versions import versions
 
 logger = logging.getLogger(__name__)
 
@@ -108,8 +108,9 @@ class MaskedLM:
         return autocast_region(self.device, self.autocast_dtype)
 
     @torch.inference_mode()
-    def logits_at(self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray,
-                  rows: np.ndarray | None = None) -> Iterator[torch.Tensor]:
+    def logits_at(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, positions: np.ndarray, rows: np.ndarray | None = None
+    ) -> Iterator[torch.Tensor]:
         """Vocabulary logits (in `head_dtype`) at `positions`, in chunks, in order: one position per row,
         or, with `rows`, position i of row `rows[i]` (several positions of one row, as infilling needs).
 
@@ -150,8 +151,12 @@ def some_keys(keys: list[str], most: int = 6) -> str:
 # --backends, bert-base, 2,000 sentences, eager), the memory-efficient kernel scored 1.23x the sentences/s
 # of the default (cuDNN) on 8-25-word sentences and 1.09x on LibriSpeech-like lengths: the cuDNN kernel's
 # 64x128 tiles are mostly padding on sentences of 20-40 tokens.
-CUDA_ATTENTION = (SDPBackend.EFFICIENT_ATTENTION, SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION,
-                  SDPBackend.MATH)
+CUDA_ATTENTION = (
+    SDPBackend.EFFICIENT_ATTENTION,
+    SDPBackend.FLASH_ATTENTION,
+    SDPBackend.CUDNN_ATTENTION,
+    SDPBackend.MATH,
+)
 
 
 def autocast_region(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
@@ -179,8 +184,10 @@ def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ModelLoadError(f"device {device!r} was asked for but torch sees no CUDA device: use --device=cpu, or "
-                             "--device=auto (CUDA where there is one, else the CPU)")
+        raise ModelLoadError(
+            f"device {device!r} was asked for but torch sees no CUDA device: use --device=cpu, or "
+            "--device=auto (CUDA where there is one, else the CPU)"
+        )
     return torch.device(device)
 
 
@@ -224,12 +231,17 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
         model, info = auto_class.from_pretrained(
-            spec.name, revision=spec.revision, dtype=weights_dtype, weights_only=True, output_loading_info=True,
+            spec.name,
+            revision=spec.revision,
+            dtype=weights_dtype,
+            weights_only=True,
+            output_loading_info=True,
             trust_remote_code=spec.trust_remote_code,
         )
     except ValueError as exc:
         raise remote_code_refusal(spec, exc) or ModelLoadError(
-            f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}") from exc
+            f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}"
+        ) from exc
     except OSError as exc:
         raise load_error(spec, "weights", exc) from exc
     except SafetensorError as exc:
@@ -244,8 +256,9 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
             "trust its source, convert it to safetensors there."
         ) from exc
     model.eval().to(device)
-    return Loaded(model, list(info.get("missing_keys", [])), device,
-                  resolve_autocast_dtype(spec.dtype, device), weights_dtype)
+    return Loaded(
+        model, list(info.get("missing_keys", [])), device, resolve_autocast_dtype(spec.dtype, device), weights_dtype
+    )
 
 
 def load_masked_lm(spec: ModelSpec) -> MaskedLM:
@@ -256,8 +269,13 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
     from transformers import AutoModelForMaskedLM
 
     tokenizer, max_length = load_tokenizer(spec)
-    loaded = load_pretrained(AutoModelForMaskedLM, spec, "masked LM", "Masked-LM scoring needs an encoder "
-                             "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...).")
+    loaded = load_pretrained(
+        AutoModelForMaskedLM,
+        spec,
+        "masked LM",
+        "Masked-LM scoring needs an encoder "
+        "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...).",
+    )
     model = loaded.model
     missing = [k for k in loaded.missing_keys if not k.endswith(_BENIGN_MISSING)]
     if missing:

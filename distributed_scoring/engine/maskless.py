@@ -35,12 +35,17 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..config import ModelSpec
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
 from .masking import Sentence
 from .model_files import (
-    STUDENT_FILE, STUDENT_FORMAT, STUDENT_HEAD_FILE, TARGET_SENTENCE, check_student_tokenizer, read_student_info,
+    STUDENT_FILE,
+    STUDENT_FORMAT,
+    STUDENT_HEAD_FILE,
+    TARGET_SENTENCE,
+    check_student_tokenizer,
+    read_student_info,
     tokenizer_digest,
 )
-from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
 from .packing import TokenBudget, pack, run_fitting
 
 
@@ -93,8 +98,11 @@ def save_student(mlm: MaskedLM, folder: str | Path, info: dict, regressor: Sente
     if regressor is not None:
         head = {name: t.detach().cpu().contiguous() for name, t in regressor.head.state_dict().items()}
         save_file(head, str(folder / STUDENT_HEAD_FILE))
-        info.update(head="-softplus of a linear map of the first token's final hidden state",
-                    mean=float(regressor.mean), std=float(regressor.std))
+        info.update(
+            head="-softplus of a linear map of the first token's final hidden state",
+            mean=float(regressor.mean),
+            std=float(regressor.std),
+        )
     (folder / STUDENT_FILE).write_text(json.dumps(info, indent=2, sort_keys=True))
 
 
@@ -155,8 +163,13 @@ class MasklessEngine:
         out: list[Prediction | None] = [None] * len(sentences)
         lengths = [len(s.input_ids) for s in sentences]
         for pieces in pack(lengths, [1] * len(lengths), self.budget):
-            for part, values in run_fitting(pieces, lengths, self.budget,
-                                            lambda p: self._forward([sentences[q.group] for q in p]), CUDA_OUT_OF_MEMORY):
+            for part, values in run_fitting(
+                pieces,
+                lengths,
+                self.budget,
+                lambda p: self._forward([sentences[q.group] for q in p]),
+                CUDA_OUT_OF_MEMORY,
+            ):
                 for piece, prediction in zip(part, values):
                     out[piece.group] = prediction
         return out
@@ -167,7 +180,9 @@ class MasklessEngine:
             return [Prediction(float(p), None) for p in self.forward_sentence(ids, mask)]
         rows = np.concatenate([np.full(len(s.targets), r, dtype=np.int64) for r, s in enumerate(sentences)])
         positions = np.concatenate([s.targets for s in sentences]).astype(np.int64)
-        terms = np.split(self.forward_tokens(ids, mask, rows, positions), np.cumsum([len(s.targets) for s in sentences])[:-1])
+        terms = np.split(
+            self.forward_tokens(ids, mask, rows, positions), np.cumsum([len(s.targets) for s in sentences])[:-1]
+        )
         return [Prediction(float(t.sum()), t) for t in terms]
 
     @torch.inference_mode()
@@ -175,10 +190,15 @@ class MasklessEngine:
         """(B,) float64 predicted PLLs of a padded batch (`sentence` students)."""
         mlm = self.student.mlm
         with mlm.autocast():
-            return self.student.regressor(to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device)).cpu().numpy()
+            return (
+                self.student.regressor(to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device))
+                .cpu()
+                .numpy()
+            )
 
-    def forward_tokens(self, input_ids: np.ndarray, attention_mask: np.ndarray, rows: np.ndarray,
-                       positions: np.ndarray) -> np.ndarray:
+    def forward_tokens(
+        self, input_ids: np.ndarray, attention_mask: np.ndarray, rows: np.ndarray, positions: np.ndarray
+    ) -> np.ndarray:
         """(Q,) float64 log q(w | W) of the token at position `positions[i]` of row `rows[i]`, the batch unmasked."""
         labels = to_device(input_ids[rows, positions], self.student.mlm.device)  # (Q,)
         out, start = [], 0

@@ -53,9 +53,7 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
 
     check_local_folder(spec.name)
     try:
-        config = AutoConfig.from_pretrained(
-            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise load_error(spec, "configuration", exc) from exc
     try:
@@ -128,13 +126,17 @@ def read_student_info(name: str) -> dict:
     check_local_folder(name)
     path = Path(name).expanduser() / STUDENT_FILE
     if not path.is_file():
-        raise ModelLoadError(f"{name!r} is not a maskless scorer folder (no {STUDENT_FILE}): pass the --output "
-                             "folder of a finished `dscore train maskless` run")
+        raise ModelLoadError(
+            f"{name!r} is not a maskless scorer folder (no {STUDENT_FILE}): pass the --output "
+            "folder of a finished `dscore train maskless` run"
+        )
     info = json.loads(path.read_text())
     if info.get("format") != STUDENT_FORMAT:
-        raise ModelLoadError(f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT} "
-                             "(format 1 students could predict log-likelihoods above 0): train the student again "
-                             "with `dscore train maskless`")
+        raise ModelLoadError(
+            f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT} "
+            "(format 1 students could predict log-likelihoods above 0): train the student again "
+            "with `dscore train maskless`"
+        )
     if info.get("target") not in TARGETS:
         raise ModelLoadError(f"{path} names target {info.get('target')!r}, not one of {', '.join(TARGETS)}")
     return info
@@ -151,7 +153,9 @@ def check_student_tokenizer(name: str, info: dict, tokenizer: Any) -> None:
     """A student folder whose tokenizer is not the one it was trained with (another model's files copied in)
     is refused: its head and embeddings index the teacher's vocabulary."""
     if tokenizer_digest(tokenizer) != info.get("tokenizer_digest"):
-        raise ModelLoadError(f"the tokenizer in student folder {name!r} is not the one the student was trained "
-                             "with (its vocabulary differs from the digest in maskless.json): a student scores only "
-                             "with its teacher's tokenizer; restore the folder's tokenizer files or train a student "
-                             "for this model")
+        raise ModelLoadError(
+            f"the tokenizer in student folder {name!r} is not the one the student was trained "
+            "with (its vocabulary differs from the digest in maskless.json): a student scores only "
+            "with its teacher's tokenizer; restore the folder's tokenizer files or train a student "
+            "for this model"
+        )

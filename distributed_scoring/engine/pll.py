@@ -18,8 +18,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .masking import MaskedBatch, Sentence, build, shape_of
 from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
+from .masking import MaskedBatch, Sentence, build, shape_of
 from .packing import Piece, TokenBudget, pack, run_fitting
 
 
@@ -46,26 +46,35 @@ class PLLEngine:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.budget.tokens
 
-    def token_logprobs(self, sentences: Sequence[Sentence],
-                       report: Callable[[int, int], None] | None = None) -> list[np.ndarray]:
+    def token_logprobs(
+        self, sentences: Sequence[Sentence], report: Callable[[int, int], None] | None = None
+    ) -> list[np.ndarray]:
         """Natural-log probability of each target token of each sentence, in target order (float64).
         `report(tokens of masked copies done, in all)` is called after each forward pass (tokens, not
         copies: the longest sentences go first and cost the most per copy)."""
         return [values[:, 0] for values in self._per_target(sentences, 1, self.forward, report)]
 
-    def token_conditionals(self, sentences: Sequence[Sentence], k: int,
-                           report: Callable[[int, int], None] | None = None) -> list[Conditionals]:
+    def token_conditionals(
+        self, sentences: Sequence[Sentence], k: int, report: Callable[[int, int], None] | None = None
+    ) -> list[Conditionals]:
         """The PLL's terms and the top `k` of each conditional (all of it when k >= V), from the same passes."""
         k = min(k, self.mlm.model.config.vocab_size)
         out = []
         for values in self._per_target(sentences, 2 + 2 * k, lambda batch: self.forward_top(batch, k), report):
-            out.append(Conditionals(values[:, 0], values[:, 1 : 1 + k].astype(np.int64), values[:, 1 + k : 1 + 2 * k],
-                                    values[:, -1]))
+            out.append(
+                Conditionals(
+                    values[:, 0], values[:, 1 : 1 + k].astype(np.int64), values[:, 1 + k : 1 + 2 * k], values[:, -1]
+                )
+            )
         return out
 
-    def _per_target(self, sentences: Sequence[Sentence], width: int,
-                    forward: Callable[[MaskedBatch], torch.Tensor],
-                    report: Callable[[int, int], None] | None) -> list[np.ndarray]:
+    def _per_target(
+        self,
+        sentences: Sequence[Sentence],
+        width: int,
+        forward: Callable[[MaskedBatch], torch.Tensor],
+        report: Callable[[int, int], None] | None,
+    ) -> list[np.ndarray]:
         """(n, width) float64 per sentence: `forward`'s row for each target, whatever the packing."""
         out = [np.empty((len(s.targets), width), dtype=np.float64) for s in sentences]
         lengths, counts = shape_of(sentences)

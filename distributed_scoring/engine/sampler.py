@@ -63,8 +63,8 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
-from .masking import Sentence, build, shape_of
 from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masking import Sentence, build, shape_of
 from .packing import Piece, TokenBudget, pack, run_fitting
 from .sampler_settings import ENERGIES, SamplerSettings
 
@@ -167,8 +167,9 @@ class EnergyEngine:
         return torch.cat(raw).cpu().numpy(), torch.cat(norm).cpu().numpy()
 
 
-def shaped_log_proposal(logits: torch.Tensor, allowed_ids: torch.Tensor, temperature: float,
-                        top_p: float) -> torch.Tensor:
+def shaped_log_proposal(
+    logits: torch.Tensor, allowed_ids: torch.Tensor, temperature: float, top_p: float
+) -> torch.Tensor:
     """(Q, C) float64 log q over the allowed tokens from (Q, V) logits: softmax(l / tau) restricted to
     C, then the top-p nucleus (ties kept in token order), renormalised; -inf outside the nucleus."""
     z = logits[:, allowed_ids].double() / temperature  # (Q, C)
@@ -200,8 +201,9 @@ class Sampler:
     caller, as for infilling). `cache_states` bounds the energies kept for lookup (0: none).
     """
 
-    def __init__(self, mlm: MaskedLM, allowed: np.ndarray, batch_tokens: int | None = None,
-                 cache_states: int = 1 << 16) -> None:
+    def __init__(
+        self, mlm: MaskedLM, allowed: np.ndarray, batch_tokens: int | None = None, cache_states: int = 1 << 16
+    ) -> None:
         self.mlm = mlm
         self.allowed = np.asarray(allowed, dtype=bool)
         self.allowed_ids = np.flatnonzero(self.allowed)
@@ -220,8 +222,13 @@ class Sampler:
         """The current token budget: the one given, halved after each batch that ran out of memory."""
         return self.budget.tokens
 
-    def run(self, chains: Sequence[Chain], settings: SamplerSettings, trace: Callable[[Step], None] | None = None,
-            report: Callable[[int, int], None] | None = None) -> list[list[Record]]:
+    def run(
+        self,
+        chains: Sequence[Chain],
+        settings: SamplerSettings,
+        trace: Callable[[Step], None] | None = None,
+        report: Callable[[int, int], None] | None = None,
+    ) -> list[list[Record]]:
         """Per chain, its records in epoch order. `report(steps done, in all)` is called after each step
         (one proposal per chain), counted in the current epoch's steps."""
         states = [self._state(c, settings) for c in chains]
@@ -246,8 +253,18 @@ class Sampler:
                 self._know_energies(states)
                 for state, out in zip(states, records):
                     raw, norm = state.energy  # type: ignore[misc]
-                    out.append(Record(epoch, state.ids.copy(), raw, norm, temperature,
-                                      state.proposals, state.accepted, state.novel))
+                    out.append(
+                        Record(
+                            epoch,
+                            state.ids.copy(),
+                            raw,
+                            norm,
+                            temperature,
+                            state.proposals,
+                            state.accepted,
+                            state.novel,
+                        )
+                    )
                     state.proposals = state.accepted = state.novel = 0
         return records
 
@@ -274,14 +291,20 @@ class Sampler:
     # --- the chains ----------------------------------------------------------------------------------
 
     def _state(self, chain: Chain, settings: SamplerSettings) -> _State:
-        chain = Chain(np.array(chain.input_ids, dtype=np.int64), np.asarray(chain.sample, dtype=np.int64),
-                      np.asarray(chain.scored, dtype=np.int64), chain.seed)
+        chain = Chain(
+            np.array(chain.input_ids, dtype=np.int64),
+            np.asarray(chain.sample, dtype=np.int64),
+            np.asarray(chain.scored, dtype=np.int64),
+            chain.seed,
+        )
         sample = chain.sample
         if len(np.unique(sample)) != len(sample) or not np.isin(sample, chain.scored).all():
             raise ValueError("a chain's sampled positions must be distinct and among its scored positions")
         if settings.start == "given" and not self.allowed[chain.input_ids[sample]].all():
-            raise ValueError("a `given` start must hold allowed tokens at the sampled positions "
-                             "(start masked inputs `random` or `warm`)")
+            raise ValueError(
+                "a `given` start must hold allowed tokens at the sampled positions "
+                "(start masked inputs `random` or `warm`)"
+            )
         return _State(chain, np.random.default_rng(chain.seed), chain.input_ids.copy())
 
     def _start(self, states: list[_State], settings: SamplerSettings) -> None:
@@ -314,12 +337,24 @@ class Sampler:
             positions = state.rng.permutation(positions)
         return [np.sort(positions[i : i + size]) for i in range(0, len(positions), size)]
 
-    def _step(self, states: list[_State], active: list[tuple[int, np.ndarray]], settings: SamplerSettings,
-              temperature: float, epoch: int, gibbs: bool, trace: Callable[[Step], None] | None) -> None:
+    def _step(
+        self,
+        states: list[_State],
+        active: list[tuple[int, np.ndarray]],
+        settings: SamplerSettings,
+        temperature: float,
+        epoch: int,
+        gibbs: bool,
+        trace: Callable[[Step], None] | None,
+    ) -> None:
         """One proposal per active chain; `gibbs`: accept them all (the sampler, or a forced epoch)."""
         draws = [states[c].rng.random(len(block) + (0 if gibbs else 1)) for c, block in active]
-        proposed = self._propose([states[c].ids for c, _ in active], [b for _, b in active],
-                                 [d[: len(b)] for d, (_, b) in zip(draws, active)], settings)
+        proposed = self._propose(
+            [states[c].ids for c, _ in active],
+            [b for _, b in active],
+            [d[: len(b)] for d, (_, b) in zip(draws, active)],
+            settings,
+        )
         news, changed = [], []
         for (c, block), (tokens, _, _) in zip(active, proposed):
             new = states[c].ids.copy()
@@ -329,8 +364,9 @@ class Sampler:
         energies: list[tuple[float, float] | None] = [None] * len(active)
         if not gibbs:
             wanted = [j for j, ch in enumerate(changed) if ch]
-            for j, e in zip(wanted, self.energies([news[j] for j in wanted],
-                                                  [states[active[j][0]].chain.scored for j in wanted])):
+            for j, e in zip(
+                wanted, self.energies([news[j] for j in wanted], [states[active[j][0]].chain.scored for j in wanted])
+            ):
                 energies[j] = e
         which = ENERGIES.index(settings.energy)
         for j, ((c, block), (_, log_fwd, log_rev)) in enumerate(zip(active, proposed)):
@@ -345,8 +381,22 @@ class Sampler:
                 accept = bool(draws[j][-1] < math.exp(log_a))
             if trace is not None:
                 nan = (math.nan, math.nan)
-                trace(Step(c, epoch, tuple(block.tolist()), state.ids.copy(), news[j].copy(), log_fwd, log_rev,
-                           state.energy or nan, energies[j] or nan, temperature, log_a, accept))
+                trace(
+                    Step(
+                        c,
+                        epoch,
+                        tuple(block.tolist()),
+                        state.ids.copy(),
+                        news[j].copy(),
+                        log_fwd,
+                        log_rev,
+                        state.energy or nan,
+                        energies[j] or nan,
+                        temperature,
+                        log_a,
+                        accept,
+                    )
+                )
             state.proposals += 1
             state.accepted += accept
             if accept and changed[j]:
@@ -354,8 +404,13 @@ class Sampler:
                 state.ids = news[j]
                 state.energy = energies[j]  # None for gibbs: computed when a record needs it
 
-    def _propose(self, sequences: list[np.ndarray], blocks: list[np.ndarray], uniforms: list[np.ndarray],
-                 settings: SamplerSettings) -> list[tuple[np.ndarray, float, float]]:
+    def _propose(
+        self,
+        sequences: list[np.ndarray],
+        blocks: list[np.ndarray],
+        uniforms: list[np.ndarray],
+        settings: SamplerSettings,
+    ) -> list[tuple[np.ndarray, float, float]]:
         """Per row (tokens drawn at its block, log q(X'|X), log q(X|X')), from one forward pass of each
         sequence with its block masked; token i of a block is the inverse CDF of its shaped proposal
         at uniforms[i]."""
@@ -382,8 +437,12 @@ class Sampler:
 
         return self._at_positions(masked, blocks, draw)
 
-    def _at_positions(self, sequences: list[np.ndarray], positions: list[np.ndarray],
-                      head: Callable[[torch.Tensor, list[int]], list[R]]) -> list[R]:
+    def _at_positions(
+        self,
+        sequences: list[np.ndarray],
+        positions: list[np.ndarray],
+        head: Callable[[torch.Tensor, list[int]], list[R]],
+    ) -> list[R]:
         """head(logits, rows) for packed batches of sequences: logits (Q, V) at positions[r] of each
         row r of the batch, concatenated in row order; head returns one result per row.
 

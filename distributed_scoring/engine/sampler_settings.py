@@ -39,13 +39,22 @@ class SamplerSettings:
     forced_accept: int = 0  # epochs (from the start) whose proposals are all accepted, as `gibbs` does
 
     def __post_init__(self) -> None:
-        for name, value, choices in (("energy", self.energy, ENERGIES), ("sampler", self.sampler, SAMPLERS),
-                                     ("start", self.start, STARTS), ("order", self.order, ORDERS)):
+        for name, value, choices in (
+            ("energy", self.energy, ENERGIES),
+            ("sampler", self.sampler, SAMPLERS),
+            ("start", self.start, STARTS),
+            ("order", self.order, ORDERS),
+        ):
             if value not in choices:
                 raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        for flag, value, low in (("--epochs", self.epochs, 1), ("--block", self.block, 1),
-                                 ("--record-every", self.record_every, 1), ("--burn-in", self.burn_in, 0),
-                                 ("--block-decay", self.block_decay, 0), ("--forced-accept", self.forced_accept, 0)):
+        for flag, value, low in (
+            ("--epochs", self.epochs, 1),
+            ("--block", self.block, 1),
+            ("--record-every", self.record_every, 1),
+            ("--burn-in", self.burn_in, 0),
+            ("--block-decay", self.block_decay, 0),
+            ("--forced-accept", self.forced_accept, 0),
+        ):
             check_bounds(flag, value, low)
         if self.sampler == "mh" and (self.block != 1 or self.block_decay):
             raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")

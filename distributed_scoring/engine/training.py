@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .maskless import SentenceRegressor, padded
 from .masked_lm import MaskedLM, to_device
+from .maskless import SentenceRegressor, padded
 
 STATE_FILE = "training_state.pt"
 WARMUP = 0.1  # share of the steps over which the learning rate rises linearly from 0; it then falls to 0
@@ -99,8 +99,10 @@ class SentenceObjective:
     def groups(self, lr: float) -> list[dict]:
         """The encoder at `lr`; the head, which starts from nothing, faster (Adam moves a weight by about the
         rate per step: at an encoder's 1e-4 a head of unit-scale features would take thousands of steps)."""
-        return [{"params": trainable(self.module.encoder), "lr": lr},
-                {"params": trainable(self.module.head), "lr": lr * HEAD_LR_SCALE}]
+        return [
+            {"params": trainable(self.module.encoder), "lr": lr},
+            {"params": trainable(self.module.head), "lr": lr * HEAD_LR_SCALE},
+        ]
 
     def loss(self, module: nn.Module, examples: Sequence[Example], generator: torch.Generator) -> torch.Tensor:
         ids, mask = padded([e.input_ids for e in examples], self.mlm.pad_token_id)
@@ -132,18 +134,25 @@ class TokenObjective:
         rows = np.concatenate([np.full(len(e.positions), b, dtype=np.int64) for b, e in enumerate(examples)])  # (Q,)
         positions = np.concatenate([e.positions for e in examples]).astype(np.int64)  # (Q,)
         with self.mlm.autocast():
-            logits = module(to_device(ids, device), to_device(mask, device), to_device(rows, device),
-                            to_device(positions, device))  # (Q, V)
+            logits = module(
+                to_device(ids, device), to_device(mask, device), to_device(rows, device), to_device(positions, device)
+            )  # (Q, V)
         logq = F.log_softmax(logits.float(), dim=-1)  # (Q, V)
         loss = torch.zeros((), device=device)
         if self.token_weight:
             predicted = logq.gather(1, to_device(ids[rows, positions], device)[:, None]).squeeze(1)  # (Q,)
-            targets = torch.tensor(np.concatenate([e.token_targets for e in examples]), dtype=torch.float32,
-                                   device=device)  # (Q,)
+            targets = torch.tensor(
+                np.concatenate([e.token_targets for e in examples]), dtype=torch.float32, device=device
+            )  # (Q,)
             loss = loss + self.token_weight * F.mse_loss(predicted, targets)
         if self.kl_weight:
-            loss = loss + self.kl_weight * top_k_kl(logq, *(torch.tensor(np.concatenate(
-                [getattr(e, name) for e in examples]), device=device) for name in ("cond_ids", "cond_logprobs", "cond_rest")))
+            loss = loss + self.kl_weight * top_k_kl(
+                logq,
+                *(
+                    torch.tensor(np.concatenate([getattr(e, name) for e in examples]), device=device)
+                    for name in ("cond_ids", "cond_logprobs", "cond_rest")
+                ),
+            )
         return loss
 
 
@@ -174,11 +183,19 @@ def freeze_lower(model: nn.Module, layers: int) -> None:
     input and output embeddings, as most MLMs have, the LM head's decoder matrix stays too.)"""
     if layers <= 0:
         return
-    stack = next((m for m in model.base_model.modules() if isinstance(m, nn.ModuleList)
-                  and len(m) == model.config.num_hidden_layers), None)
+    stack = next(
+        (
+            m
+            for m in model.base_model.modules()
+            if isinstance(m, nn.ModuleList) and len(m) == model.config.num_hidden_layers
+        ),
+        None,
+    )
     if stack is None or layers > len(stack):
-        raise ValueError(f"cannot freeze {layers} layers: the model has {len(stack) if stack else 'no'} "
-                         "recognisable transformer layers")
+        raise ValueError(
+            f"cannot freeze {layers} layers: the model has {len(stack) if stack else 'no'} "
+            "recognisable transformer layers"
+        )
     embeddings = getattr(model.base_model, "embeddings", None) or model.get_input_embeddings()
     for module in (embeddings, *stack[:layers]):
         for parameter in module.parameters():
@@ -195,8 +212,9 @@ class MaskedPositionsLM(nn.Module):
         self.model = mlm.model
         self.head = mlm.head
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
-                positions: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
         if self.head is None:
             return self.model(input_ids=input_ids, attention_mask=attention_mask).logits[rows, positions]  # (Q, V)
         hidden = self.model.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]  # (B, T, H)
@@ -223,8 +241,9 @@ class PMLMObjective:
         ids[rows, positions] = self.mlm.mask_token_id
         device = self.mlm.device
         with self.mlm.autocast():
-            logits = module(to_device(ids, device), to_device(mask, device), to_device(rows, device),
-                            to_device(positions, device))  # (Q, V)
+            logits = module(
+                to_device(ids, device), to_device(mask, device), to_device(rows, device), to_device(positions, device)
+            )  # (Q, V)
         per_token = F.cross_entropy(logits.float(), to_device(labels, device), reduction="none")  # (Q,)
         rows_t = to_device(rows, device)
         sums = torch.zeros(len(examples), device=device).index_add_(0, rows_t, per_token)  # (B,)
@@ -257,8 +276,10 @@ class TrainState:
     scheduler: dict
 
     def save(self, folder: str | Path) -> None:
-        torch.save({"step": self.step, "module": self.module, "optimizer": self.optimizer,
-                    "scheduler": self.scheduler}, Path(folder) / STATE_FILE)
+        torch.save(
+            {"step": self.step, "module": self.module, "optimizer": self.optimizer, "scheduler": self.scheduler},
+            Path(folder) / STATE_FILE,
+        )
 
     @classmethod
     def load(cls, folder: str | Path) -> "TrainState":
@@ -271,9 +292,16 @@ class TrainState:
 OnStep = Callable[[int, dict, "Callable[[str], None] | None"], None]
 
 
-def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, on_step: OnStep,
-        resume: str | None = None, wrap: Callable[[nn.Module], nn.Module] = lambda m: m,
-        rank: int = 0, world: int = 1) -> int:
+def fit(
+    objective: Objective,
+    examples: Sequence[Example],
+    schedule: Schedule,
+    on_step: OnStep,
+    resume: str | None = None,
+    wrap: Callable[[nn.Module], nn.Module] = lambda m: m,
+    rank: int = 0,
+    world: int = 1,
+) -> int:
     """Train `objective.module` for the schedule's steps, from the state saved in `resume` when given;
     returns the step reached. Metrics per step: step, epoch, loss (of the whole batch), lr (the encoder's),
     examples (in the batch)."""
@@ -281,7 +309,8 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
     optimizer = torch.optim.AdamW(objective.groups(schedule.lr), weight_decay=WEIGHT_DECAY)
     warmup = max(1, int(WARMUP * schedule.steps))
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (schedule.steps - s) / max(1, schedule.steps - warmup))))
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (schedule.steps - s) / max(1, schedule.steps - warmup)))
+    )
     start = 0
     if resume is not None:
         state = TrainState.load(resume)
@@ -290,8 +319,10 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
         scheduler.load_state_dict(state.scheduler)
         start = state.step
     if len(examples) < schedule.batch_size or schedule.batch_size < world:
-        raise ValueError(f"{len(examples)} examples, batches of {schedule.batch_size}, {world} workers: a batch "
-                         "must fit in the examples and give every worker a row")
+        raise ValueError(
+            f"{len(examples)} examples, batches of {schedule.batch_size}, {world} workers: a batch "
+            "must fit in the examples and give every worker a row"
+        )
     trained = wrap(module)
     trained.train()
     per_epoch = len(examples) // schedule.batch_size
@@ -308,8 +339,13 @@ def fit(objective: Objective, examples: Sequence[Example], schedule: Schedule, o
         optimizer.step()
         scheduler.step()
         done = step + 1
-        metrics = {"step": done, "epoch": step // per_epoch, "loss": _mean_over_workers(loss.detach(), world),
-                   "lr": lr, "examples": schedule.batch_size}
+        metrics = {
+            "step": done,
+            "epoch": step // per_epoch,
+            "loss": _mean_over_workers(loss.detach(), world),
+            "lr": lr,
+            "examples": schedule.batch_size,
+        }
         checkpoint = done % schedule.checkpoint_every == 0 or done == schedule.steps
         on_step(done, metrics, _saver(done, module, optimizer, scheduler) if checkpoint else None)
     module.eval()
@@ -327,7 +363,9 @@ def _mean_over_workers(loss: torch.Tensor, world: int) -> float:
 
 def _saver(step: int, module: nn.Module, optimizer: torch.optim.Optimizer, scheduler) -> Callable[[str], None]:
     """Writes the state after `step` into a folder (called on the worker that writes checkpoints)."""
-    return lambda folder: TrainState(step, module.state_dict(), optimizer.state_dict(), scheduler.state_dict()).save(folder)
+    return lambda folder: TrainState(step, module.state_dict(), optimizer.state_dict(), scheduler.state_dict()).save(
+        folder
+    )
 
 
 def hash_seed(*parts: int) -> int:

@@ -37,11 +37,24 @@ logger = logging.getLogger(__name__)
 TRAINING = "train-"  # the prefix of a training run's workload name in `_run.json`
 # What the commands wrote beside their runs before `_run.json` recorded it, deleted by --overwrite of such a
 # folder: a fixed list (newer runs record theirs). A folder name means the folder; a sub-run's, what its run wrote.
-EARLIER_OUTPUTS = ("summary.json", "report.md", "audit.json", "report.html", "row_stats.parquet", "outliers.parquet",
-                   "energy.png")
+EARLIER_OUTPUTS = (
+    "summary.json",
+    "report.md",
+    "audit.json",
+    "report.html",
+    "row_stats.parquet",
+    "outliers.parquet",
+    "energy.png",
+)
 EARLIER_GENERATE_OUTPUTS = (*EARLIER_OUTPUTS, "prompts")
-EARLIER_TRAIN_OUTPUTS = ("data", "checkpoints", "evaluation", "metrics.jsonl", "report.json",
-                         "heldout_predictions.parquet")
+EARLIER_TRAIN_OUTPUTS = (
+    "data",
+    "checkpoints",
+    "evaluation",
+    "metrics.jsonl",
+    "report.json",
+    "heldout_predictions.parquet",
+)
 
 
 def earlier_outputs(previous: dict) -> tuple[str, ...]:
@@ -69,8 +82,10 @@ def check_paths(output: str, inputs: Iterable[str] = (), models: Iterable[str] =
     holding an input (unless the input is one of `own`, written into the folder by this run), or a model's
     folder. Globs are checked through the files they matched (pass those among `inputs`)."""
     if not output.strip():
-        raise OutputError("--output is empty: pass the folder to write the run to (a new or empty one, or the "
-                          "folder of the same run to resume it)")
+        raise OutputError(
+            "--output is empty: pass the folder to write the run to (a new or empty one, or the "
+            "folder of the same run to resume it)"
+        )
     out = _place(output)
     mine = {posixpath.join(out, name) for name in own}
     for given in dict.fromkeys(inputs):
@@ -78,14 +93,20 @@ def check_paths(output: str, inputs: Iterable[str] = (), models: Iterable[str] =
             continue
         place = _place(given)
         if place == out:
-            raise OutputError(f"--output {output} is the input {given}: the run would read its own results as input; "
-                              "pass another --output")
+            raise OutputError(
+                f"--output {output} is the input {given}: the run would read its own results as input; "
+                "pass another --output"
+            )
         if _within(out, place):
-            raise OutputError(f"--output {output} is inside the input folder {given}: a rerun would read the results "
-                              "as input; pass an --output outside it")
+            raise OutputError(
+                f"--output {output} is inside the input folder {given}: a rerun would read the results "
+                "as input; pass an --output outside it"
+            )
         if _within(place, out) and place not in mine:
-            raise OutputError(f"the input {given} is inside --output {output}: the run would read results of a run "
-                              "(and --overwrite could delete it); pass an --output that holds none of the inputs")
+            raise OutputError(
+                f"the input {given} is inside --output {output}: the run would read results of a run "
+                "(and --overwrite could delete it); pass an --output that holds none of the inputs"
+            )
     for model in models:
         if scheme(model) is None and os.path.isdir(model) and _place(model) == out:
             raise OutputError(f"--output {output} is the model's folder {model}: pass another --output")
@@ -110,24 +131,33 @@ def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -
 
 
 @contextlib.contextmanager
-def claim_training(output: str, run: dict, overwrite: bool = False, inputs: Iterable[str] = (),
-                   models: Iterable[str] = (), outputs: Iterable[str] = ()) -> Iterator[Claim]:
+def claim_training(
+    output: str,
+    run: dict,
+    overwrite: bool = False,
+    inputs: Iterable[str] = (),
+    models: Iterable[str] = (),
+    outputs: Iterable[str] = (),
+) -> Iterator[Claim]:
     """Hold a training folder while the body runs (`claim`), `run` (its `_run.json`, its workload named
     `TRAINING` + the command) begun in it with what it writes (`outputs`). A folder of the same run is
     continued; one of another training run is refused unless `overwrite`, which deletes what that run wrote
     first (its checkpoints would otherwise be resumed); a folder of a run of another command, or with
     anything else in it, is never emptied."""
     if scheme(output) not in (None, "file"):
-        raise OutputError(f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
-                          "writes to a local or shared-filesystem path, not an object store")
+        raise OutputError(
+            f"--output {output!r}: a trained model is a folder that transformers loads, so dscore train "
+            "writes to a local or shared-filesystem path, not an object store"
+        )
     with claim(output, inputs, models) as folder:
         try:
             previous = folder.out.read_json(RUN_FILE)
         except ValueError as exc:  # --overwrite could not tell which files were the run's: its checkpoints
             raise OutputError(f"{folder.out.uri}/{RUN_FILE} is damaged ({exc}); use another --output") from exc
         if previous is not None and not str(previous.get("workload", "")).startswith(TRAINING):
-            raise OutputError(f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use "
-                              "another --output")
+            raise OutputError(
+                f"{folder.out.uri} holds a {previous.get('workload')!r} run, not a training run; use another --output"
+            )
         previous = folder.admit(run, overwrite)
         if previous is not None:
             logger.info("continuing the training run in %s", folder.out.uri)
@@ -245,8 +275,11 @@ class Claim:
     def _earlier_run(self, strange: set[str], earlier: tuple[str, ...]) -> bool:
         """Whether the entries are those of an earlier dscore's folder of this command: known names only,
         one of them a sub-run's folder."""
-        return bool(earlier) and strange <= set(earlier) and any(
-            self.out.exists(self.out.path(name, RUN_FILE)) for name in strange)
+        return (
+            bool(earlier)
+            and strange <= set(earlier)
+            and any(self.out.exists(self.out.path(name, RUN_FILE)) for name in strange)
+        )
 
 
 def clear_run(out: OutputDir, previous: dict, earlier: tuple[str, ...] = ()) -> None:

@@ -47,9 +47,13 @@ def check_unique_ids(plan: list[Shard], spec: InputSpec) -> None:
         number = shards[i].start + index - int(starts[i]) + 1
         return f"{shards[i].file.name} {'line' if shards[i].file.fmt in ('text', 'jsonl') else 'row'} {number}"
 
-    refuse_repeated(pa.chunked_array(chunks, pa.string()), place, f"--id-column {spec.id_column!r}",
-                    "make the ids unique, leave out --id-column (ids become file:line), or pass "
-                    "--allow-duplicate-ids to keep them (rows are then keyed by id and line)")
+    refuse_repeated(
+        pa.chunked_array(chunks, pa.string()),
+        place,
+        f"--id-column {spec.id_column!r}",
+        "make the ids unique, leave out --id-column (ids become file:line), or pass "
+        "--allow-duplicate-ids to keep them (rows are then keyed by id and line)",
+    )
 
 
 def refuse_repeated(ids: pa.ChunkedArray, place: Callable[[int], str], source: str, fix: str) -> None:

@@ -21,7 +21,12 @@ from .storage import COMPRESSIONS, error_reason, filesystem, join, scheme
 
 FORMATS = ("text", "jsonl", "csv", "tsv", "parquet", "hf")
 _SUFFIX_FORMATS = {
-    ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".parquet": "parquet", ".pq": "parquet",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".parquet": "parquet",
+    ".pq": "parquet",
 }
 _MAGIC = re.compile(r"[*?\[]")
 

@@ -59,8 +59,11 @@ class Holder:
 
     def killed(self) -> bool:
         """Whether the holder is certainly gone: a process of this host and pid namespace that no longer exists."""
-        return (self.host == socket.gethostname() and self.pid_namespace == current_pid_namespace()
-                and not _pid_alive(self.pid))
+        return (
+            self.host == socket.gethostname()
+            and self.pid_namespace == current_pid_namespace()
+            and not _pid_alive(self.pid)
+        )
 
     def stale_because(self, now: float, stale_after_s: float) -> str | None:
         """Why this lock looks left behind by a run that is gone, or None when it may be live."""
@@ -159,8 +162,12 @@ class FolderLock:
         """Delete the lock of a killed run of this host (a rerun after `kill -9` resumes)."""
         if holder is None or not holder.killed():
             return
-        logger.warning("%s/%s was left by %s, which no longer exists; taking the folder over",
-                       self.out.uri, LOCK_FILE, holder.describe())
+        logger.warning(
+            "%s/%s was left by %s, which no longer exists; taking the folder over",
+            self.out.uri,
+            LOCK_FILE,
+            holder.describe(),
+        )
         current = read_holder(self.out)
         if current is not None and current.token == holder.token:
             self.out.fs.delete_file(self.out.path(LOCK_FILE))
@@ -185,8 +192,9 @@ class FolderLock:
         while not self._stop.wait(self.heartbeat_s):
             current = read_holder(self.out)
             if current is None or current.token != self.holder.token:
-                logger.error("%s/%s was removed or taken by another run while this run was writing",
-                             self.out.uri, LOCK_FILE)
+                logger.error(
+                    "%s/%s was removed or taken by another run while this run was writing", self.out.uri, LOCK_FILE
+                )
                 return
             self.holder = Holder(**{**asdict(self.holder), "heartbeat": time.time()})
             self.out.write_json(LOCK_FILE, asdict(self.holder))

@@ -199,8 +199,10 @@ def _hypothesis_row(record: _Record) -> tuple[dict, str | None]:
     if not isinstance(hyp_id, int) or isinstance(hyp_id, bool):
         return {}, f"utterance {utt_id!r}: `{HYP_ID}` is missing or not an integer rank (got {hyp_id!r})"
     if not 1 <= hyp_id <= _INT32_MAX:
-        return {}, (f"utterance {utt_id!r}: `{HYP_ID}` {hyp_id} is not a rank: ranks count from 1 (the sequence "
-                    "model's best); renumber the list's hypotheses 1, 2, ...")
+        return {}, (
+            f"utterance {utt_id!r}: `{HYP_ID}` {hyp_id} is not a rank: ranks count from 1 (the sequence "
+            "model's best); renumber the list's hypotheses 1, 2, ..."
+        )
     where = f"utterance {utt_id!r} hypothesis {hyp_id}"
     text = f.get(TEXT)
     if not isinstance(text, str):
@@ -218,8 +220,9 @@ def _hypothesis_row(record: _Record) -> tuple[dict, str | None]:
     if ref is not None and not isinstance(ref, str):
         return {}, f"{where}: `{REF}` is not a string (got {ref!r})"
     seq_len = f.get(SEQ_LEN)
-    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool)
-                                or not 0 <= seq_len <= _INT32_MAX):
+    if seq_len is not None and (
+        not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 0 <= seq_len <= _INT32_MAX
+    ):
         return {}, f"{where}: `{SEQ_LEN}` is not a non-negative integer (got {seq_len!r})"
     row = {UTT_ID: utt_id, HYP_ID: hyp_id, TEXT: text.strip(), SCORE: float(score), REF: ref, SEQ_LEN: seq_len}
     if ref is not None:

@@ -155,8 +155,12 @@ class OutputDir:
             raise OutputError(
                 f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
                 + (f"; changed since: {', '.join(edited)}" if edited else "")
-                + (f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
-                   "workload or an older dscore" if unknown else "")
+                + (
+                    f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
+                    "workload or an older dscore"
+                    if unknown
+                    else ""
+                )
                 + "); use another --output, or pass --overwrite to replace them"
             )
 
@@ -170,8 +174,12 @@ class OutputDir:
         parts = [self.part_path(key) for key in self.marker_keys()]
         present = set(self.files(ROWS_DIR, suffix=".parquet"))
         for path in sorted(present - set(parts)):
-            logger.warning("%s/%s has no completion marker, so it is no row of this run: left out (dscore verify "
-                           "names it; delete it if it is a copy)", self.uri, posixpath.relpath(path, self.root))
+            logger.warning(
+                "%s/%s has no completion marker, so it is no row of this run: left out (dscore verify "
+                "names it; delete it if it is a copy)",
+                self.uri,
+                posixpath.relpath(path, self.root),
+            )
         return [p for p in parts if p in present]
 
     def row_parts(self) -> list[str]:
@@ -239,8 +247,12 @@ class OutputDir:
         pq.write_table(table, buffer)
         data = buffer.getvalue()
         self._write_through(temporary, final, data)
-        marker = {"rows": table.num_rows, "signature": signature, DIGEST: input_digest,
-                  FILE_DIGEST: hashlib.sha256(data).hexdigest()}
+        marker = {
+            "rows": table.num_rows,
+            "signature": signature,
+            DIGEST: input_digest,
+            FILE_DIGEST: hashlib.sha256(data).hexdigest(),
+        }
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
 
     def read_marker(self, key: str) -> dict | None:

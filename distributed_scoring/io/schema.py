@@ -84,8 +84,13 @@ def prepared_schema(partition: bool = False) -> pa.Schema:
     return _with_partition(READ_FIELDS + PREPARED_FIELDS, partition)
 
 
-def output_schema(per_token: bool = False, word_scores: bool = False, partition: bool = False,
-                  conditionals: bool = False, out_of_range: bool = False) -> pa.Schema:
+def output_schema(
+    per_token: bool = False,
+    word_scores: bool = False,
+    partition: bool = False,
+    conditionals: bool = False,
+    out_of_range: bool = False,
+) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
     `pll` and the PPPLs are null on error rows; `n_tokens` is the number of scored tokens and

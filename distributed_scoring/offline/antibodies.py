@@ -14,8 +14,8 @@ import random
 import tempfile
 from pathlib import Path
 
-from .models import ANARCI, cache_root, download, extract
 from ..workloads.prepare import split_characters as spaced
+from .models import ANARCI, cache_root, download, extract
 
 
 def germlines(cache: Path | None = None) -> dict:

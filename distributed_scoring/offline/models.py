@@ -63,8 +63,9 @@ def download(package: Package, cache: Path | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     found = sorted(folder.glob(f"{package.name}-{package.version}*"))
     if not found:
-        logger.info("downloading %s from PyPI into %s (once; a minute or more on a slow link)", package.requirement,
-                    folder)
+        logger.info(
+            "downloading %s from PyPI into %s (once; a minute or more on a slow link)", package.requirement, folder
+        )
         subprocess.run(
             [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(folder), package.requirement],
             check=True,
@@ -120,17 +121,22 @@ def convert_antiberty(archive: Path, dest: Path) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         files = extract(
-            archive, ["AntiBERTy_md_smooth/config.json", "AntiBERTy_md_smooth/pytorch_model.bin", "trained_models/vocab.txt"], Path(tmp)
+            archive,
+            ["AntiBERTy_md_smooth/config.json", "AntiBERTy_md_smooth/pytorch_model.bin", "trained_models/vocab.txt"],
+            Path(tmp),
         )
-        config = BertConfig.from_dict({**json.loads(files["AntiBERTy_md_smooth/config.json"].read_text()),
-                                       "architectures": ["BertForMaskedLM"]})
+        config = BertConfig.from_dict(
+            {**json.loads(files["AntiBERTy_md_smooth/config.json"].read_text()), "architectures": ["BertForMaskedLM"]}
+        )
         model = BertForMaskedLM(config)
         state = torch.load(files["AntiBERTy_md_smooth/pytorch_model.bin"], map_location="cpu", weights_only=True)
         _check_loaded(model, state, "AntiBERTy")
         vocab = {token: i for i, token in enumerate(files["trained_models/vocab.txt"].read_text().split())}
     model.save_pretrained(dest)
     # transformers 5: the vocabulary goes in as `vocab=`; `vocab_file=` silently builds a 5-token one.
-    BertTokenizer(vocab=vocab, do_lower_case=False, model_max_length=config.max_position_embeddings).save_pretrained(dest)
+    BertTokenizer(vocab=vocab, do_lower_case=False, model_max_length=config.max_position_embeddings).save_pretrained(
+        dest
+    )
 
 
 def _sapiens_state(fairseq: dict, n_layers: int) -> dict:
@@ -141,10 +147,14 @@ def _sapiens_state(fairseq: dict, n_layers: int) -> dict:
     for p in ("weight", "bias"):
         out[f"roberta.embeddings.LayerNorm.{p}"] = fairseq[enc + f"emb_layer_norm.{p}"]
     names = {
-        "self_attn.q_proj": "attention.self.query", "self_attn.k_proj": "attention.self.key",
-        "self_attn.v_proj": "attention.self.value", "self_attn.out_proj": "attention.output.dense",
-        "self_attn_layer_norm": "attention.output.LayerNorm", "fc1": "intermediate.dense",
-        "fc2": "output.dense", "final_layer_norm": "output.LayerNorm",
+        "self_attn.q_proj": "attention.self.query",
+        "self_attn.k_proj": "attention.self.key",
+        "self_attn.v_proj": "attention.self.value",
+        "self_attn.out_proj": "attention.output.dense",
+        "self_attn_layer_norm": "attention.output.LayerNorm",
+        "fc1": "intermediate.dense",
+        "fc2": "output.dense",
+        "final_layer_norm": "output.LayerNorm",
     }
     for i in range(n_layers):
         for src, dst in names.items():
@@ -173,10 +183,18 @@ def convert_sapiens(archive: Path, dest: Path, chain: str) -> None:
     args, fairseq = checkpoint["args"], checkpoint["model"]
     vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", *residues, "<mask>"])}
     config = RobertaConfig(
-        vocab_size=len(vocab), hidden_size=args.encoder_embed_dim, num_hidden_layers=args.encoder_layers,
-        num_attention_heads=args.encoder_attention_heads, intermediate_size=args.encoder_ffn_embed_dim,
-        hidden_act=args.activation_fn, max_position_embeddings=fairseq["decoder.sentence_encoder.embed_positions.weight"].shape[0],
-        type_vocab_size=1, layer_norm_eps=1e-5, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+        vocab_size=len(vocab),
+        hidden_size=args.encoder_embed_dim,
+        num_hidden_layers=args.encoder_layers,
+        num_attention_heads=args.encoder_attention_heads,
+        intermediate_size=args.encoder_ffn_embed_dim,
+        hidden_act=args.activation_fn,
+        max_position_embeddings=fairseq["decoder.sentence_encoder.embed_positions.weight"].shape[0],
+        type_vocab_size=1,
+        layer_norm_eps=1e-5,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
         architectures=["RobertaForMaskedLM"],
     )
     model = RobertaForMaskedLM(config)
@@ -189,8 +207,15 @@ def convert_sapiens(archive: Path, dest: Path, chain: str) -> None:
     tok.post_processor = processors.TemplateProcessing(
         single="<s> $A </s>", special_tokens=[("<s>", vocab["<s>"]), ("</s>", vocab["</s>"])]
     )
-    specials = dict(bos_token="<s>", eos_token="</s>", cls_token="<s>", sep_token="</s>", pad_token="<pad>",
-                    unk_token="<unk>", mask_token="<mask>")
+    specials = dict(
+        bos_token="<s>",
+        eos_token="</s>",
+        cls_token="<s>",
+        sep_token="</s>",
+        pad_token="<pad>",
+        unk_token="<unk>",
+        mask_token="<mask>",
+    )
     _save_fast_tokenizer(tok, dest, args.max_positions, specials)
 
 
@@ -202,8 +227,11 @@ def convert_rxnmapper(archive: Path, dest: Path) -> None:
 
     folder = "albert_heads_8_uspto_all_1310k/"
     with tempfile.TemporaryDirectory() as tmp:
-        files = extract(archive, [folder + "config.json", folder + "pytorch_model.bin", folder + "vocab.txt",
-                                  "rxnmapper/smiles_utils.py"], Path(tmp))
+        files = extract(
+            archive,
+            [folder + "config.json", folder + "pytorch_model.bin", folder + "vocab.txt", "rxnmapper/smiles_utils.py"],
+            Path(tmp),
+        )
         config = AlbertConfig.from_dict(json.loads(files[folder + "config.json"].read_text()))
         model = AlbertForMaskedLM(config)
         state = torch.load(files[folder + "pytorch_model.bin"], map_location="cpu", weights_only=True)

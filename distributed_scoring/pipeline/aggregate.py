@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..io import schema as S
 from ..config import RunConfig
 from ..errors import DataLossError
+from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
 from ..io.sources import Shard
 from .stats import STAT_COLUMNS, CorpusStats
@@ -38,7 +38,9 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
     for shard in plan:
         marker = out.read_marker(shard.key) if out.part_path(shard.key) in marked else None
         if marker is None:
-            problems.append(f"shard {shard.key} ({shard.file.path}, rows {shard.start + 1}-{shard.start + shard.rows}) is not done")
+            problems.append(
+                f"shard {shard.key} ({shard.file.path}, rows {shard.start + 1}-{shard.start + shard.rows}) is not done"
+            )
             continue
         signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
         rows = pq.read_metadata(out.part_path(shard.key), filesystem=out.fs).num_rows
@@ -46,8 +48,10 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
             problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows * rows_per_input}")
     if problems:
         raise DataLossError(
-            f"{sum(s.rows for s in plan)} rows in, fewer out: " + "; ".join(problems[:5])
-            + (" ..." if len(problems) > 5 else "") + ". Rerun the same command to score the unfinished shards."
+            f"{sum(s.rows for s in plan)} rows in, fewer out: "
+            + "; ".join(problems[:5])
+            + (" ..." if len(problems) > 5 else "")
+            + ". Rerun the same command to score the unfinished shards."
         )
     return list(signatures.values())
 
@@ -75,11 +79,20 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     if stats.rows != expected:
         raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
     summary = Summary(
-        stats=stats, rows_expected=expected, model=config.model.name, variant=config.scoring.variant,
-        inputs=list(config.inputs.paths), shards=len(plan), signature=one_or_all(signatures), by_input=by_input,
-        n_unknown=n_unknown, mostly_unknown_rows=mostly_unknown, warnings=unknown_warnings(mostly_unknown, stats.ok),
+        stats=stats,
+        rows_expected=expected,
+        model=config.model.name,
+        variant=config.scoring.variant,
+        inputs=list(config.inputs.paths),
+        shards=len(plan),
+        signature=one_or_all(signatures),
+        by_input=by_input,
+        n_unknown=n_unknown,
+        mostly_unknown_rows=mostly_unknown,
+        warnings=unknown_warnings(mostly_unknown, stats.ok),
         by_partition={str(name): s for name, s in sorted(by_partition.items(), key=str)}
-        if config.inputs.partitioned else None,
+        if config.inputs.partitioned
+        else None,
     )
     for warning in summary.warnings:
         logger.warning(warning)
@@ -108,10 +121,18 @@ class Summary:
 
     def to_json(self) -> dict:
         data = {
-            **self.stats.to_dict(), "version": self.version, "rows_expected": self.rows_expected,
-            "model": self.model, "variant": self.variant, "inputs": self.inputs, "shards": self.shards,
-            "signature": self.signature, "by_input": {name: s.to_dict() for name, s in self.by_input.items()},
-            "n_unknown": self.n_unknown, "mostly_unknown_rows": self.mostly_unknown_rows, "warnings": self.warnings,
+            **self.stats.to_dict(),
+            "version": self.version,
+            "rows_expected": self.rows_expected,
+            "model": self.model,
+            "variant": self.variant,
+            "inputs": self.inputs,
+            "shards": self.shards,
+            "signature": self.signature,
+            "by_input": {name: s.to_dict() for name, s in self.by_input.items()},
+            "n_unknown": self.n_unknown,
+            "mostly_unknown_rows": self.mostly_unknown_rows,
+            "warnings": self.warnings,
         }
         if self.by_partition is not None:
             data["by_partition"] = {name: s.to_dict() for name, s in self.by_partition.items()}
@@ -122,9 +143,17 @@ class Summary:
         """A summary.json; files written before `version` existed are version 1 too."""
         partitions = data.get("by_partition")
         return cls(
-            _stats(data), data["rows_expected"], data["model"], data["variant"], data["inputs"], data["shards"],
-            data["signature"], {name: _stats(s) for name, s in data["by_input"].items()}, data["n_unknown"],
-            data["mostly_unknown_rows"], data["warnings"],
+            _stats(data),
+            data["rows_expected"],
+            data["model"],
+            data["variant"],
+            data["inputs"],
+            data["shards"],
+            data["signature"],
+            {name: _stats(s) for name, s in data["by_input"].items()},
+            data["n_unknown"],
+            data["mostly_unknown_rows"],
+            data["warnings"],
             {name: _stats(s) for name, s in partitions.items()} if partitions is not None else None,
             data.get("version", SUMMARY_VERSION),
         )

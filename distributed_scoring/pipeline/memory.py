@@ -53,8 +53,13 @@ def available_memory() -> int:
 def check_memory(command: str, estimate: MemoryEstimate) -> None:
     """Log the estimate; refuse, before any work, a run whose shard needs more memory than is free now."""
     free = available_memory()
-    logger.info("memory: %s needs about %s for %s (%s free on this machine)", command, size(estimate.bytes),
-                estimate.what, size(free))
+    logger.info(
+        "memory: %s needs about %s for %s (%s free on this machine)",
+        command,
+        size(estimate.bytes),
+        estimate.what,
+        size(free),
+    )
     if estimate.bytes > free:
         raise UserError(
             f"{command} would need about {size(estimate.bytes)} of memory for {estimate.what}, more than the "

@@ -31,14 +31,14 @@ from ..config import InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, thread_env, usable_cpus
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
-from .progress import Pace, Progress, ignore, rows_done
-from .watchdog import watching
-from .ray_log import RunLog, ray_output_to
-from .resources import IO_CPUS, StageResources, plan_when_ready
 from ..io.provenance import rows_digest
-from ..quiet import quiet_transformers
 from ..io.sources import Shard, read_unit, read_units
 from ..io.storage import error_reason
+from ..quiet import quiet_transformers
+from .progress import Pace, Progress, ignore, rows_done
+from .ray_log import RunLog, ray_output_to
+from .resources import IO_CPUS, StageResources, plan_when_ready
+from .watchdog import watching
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -199,8 +199,15 @@ def write_stage(batch: pa.Table, output: str) -> pa.Table:
     return pa.table({"key": keys, "rows": rows})
 
 
-def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]], resources: StageResources,
-                  output: str, board=None, ray_bars: bool = False):
+def build_dataset(
+    workload: Workload,
+    spec: InputSpec,
+    units: list[list[Shard]],
+    resources: StageResources,
+    output: str,
+    board=None,
+    ray_bars: bool = False,
+):
     """The pipeline's dataset; `board` collects the scoring actors' progress, `ray_bars` shows Ray Data's
     own progress bars (the run has its own display)."""
     import ray
@@ -216,15 +223,20 @@ def build_dataset(workload: Workload, spec: InputSpec, units: list[list[Shard]],
     ds = ray.data.from_items(items, override_num_blocks=len(items))
     ds = ds.map_batches(read_stage, fn_kwargs={"spec": spec}, num_cpus=IO_CPUS, **common)
     ds = ds.map_batches(
-        PrepareStage, fn_constructor_kwargs={"workload": workload}, num_cpus=1,
-        compute=ray.data.ActorPoolStrategy(min_size=prepare_min, max_size=prepare_max), **common,
+        PrepareStage,
+        fn_constructor_kwargs={"workload": workload},
+        num_cpus=1,
+        compute=ray.data.ActorPoolStrategy(min_size=prepare_min, max_size=prepare_max),
+        **common,
     )
     env = thread_env()  # before torch starts in the actor; nodes of a joined cluster lack the driver's
     ds = ds.map_batches(
         ScoreStage,
         fn_constructor_kwargs={"workload": workload, "threads": resources.threads_per_actor, "board": board},
-        num_cpus=resources.cpus_per_actor, num_gpus=resources.gpus_per_actor,
-        compute=ray.data.ActorPoolStrategy(size=resources.actors), **common,
+        num_cpus=resources.cpus_per_actor,
+        num_gpus=resources.gpus_per_actor,
+        compute=ray.data.ActorPoolStrategy(size=resources.actors),
+        **common,
         **({"runtime_env": {"env_vars": env}} if env else {}),
     )
     return ds.map_batches(write_stage, fn_kwargs={"output": output}, num_cpus=IO_CPUS, **common)
@@ -262,8 +274,9 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         logger.info("Ray is up (%.0f s)", time.monotonic() - began)
         if log is not None:
             log.open(_run_log_path(context))
-            logger.info("Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)",
-                        log.path)
+            logger.info(
+                "Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)", log.path
+            )
         yield
 
 
@@ -292,8 +305,13 @@ def cluster_address(given: str | None) -> str | None:
     return address
 
 
-def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeout_s: float,
-            on_tick: Callable[[], None] | None = None, tick_s: float = POLL_S) -> None:
+def consume(
+    items: Iterable[dict],
+    on_item: Callable[[dict], None],
+    stall_timeout_s: float,
+    on_tick: Callable[[], None] | None = None,
+    tick_s: float = POLL_S,
+) -> None:
     """Drain `items`, calling `on_tick` every `tick_s` seconds meanwhile; raises `StallError` when no item
     arrives within `stall_timeout_s`."""
     q: queue.Queue = queue.Queue()
@@ -331,8 +349,14 @@ def consume(items: Iterable[dict], on_item: Callable[[dict], None], stall_timeou
         on_item(value)
 
 
-def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, options: RayOptions,
-                progress: bool | None = None) -> None:
+def execute_ray(
+    workload: Workload,
+    config: RunConfig,
+    todo: list[Shard],
+    out: OutputDir,
+    options: RayOptions,
+    progress: bool | None = None,
+) -> None:
     """Run the unfinished shards through the pipeline on an embedded or joined Ray, with one progress
     display fed by the scoring actors while they score and by the written shards."""
     import ray
@@ -347,12 +371,23 @@ def execute_ray(workload: Workload, config: RunConfig, todo: list[Shard], out: O
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
         board = ray.remote(num_cpus=0)(ProgressBoard).remote()
         try:
-            dataset = build_dataset(workload, config.inputs, read_units(todo), resources, out.location, board,
-                                    ray_bars=options.verbose and bar)
+            dataset = build_dataset(
+                workload,
+                config.inputs,
+                read_units(todo),
+                resources,
+                out.location,
+                board,
+                ray_bars=options.verbose and bar,
+            )
             display = Progress(sum(s.rows for s in todo), bar=bar, waiting=ACTORS_WAITING)
             try:
-                consume(dataset.iter_rows(), lambda row: display.finished(row["key"], row["rows"]),
-                        options.stall_timeout_s, on_tick=_collector(board, display))
+                consume(
+                    dataset.iter_rows(),
+                    lambda row: display.finished(row["key"], row["rows"]),
+                    options.stall_timeout_s,
+                    on_tick=_collector(board, display),
+                )
             except Exception as exc:  # noqa: BLE001 - re-raised, as what it means where it is known
                 plain = plain_error(exc)
                 if plain is exc:

@@ -107,8 +107,10 @@ class Pace:
 
 def collapse_warning(first_s: float, now_s: float, threads: int | None, fix: str) -> str:
     """What a run says when its forward passes take `now_s` seconds against `first_s` at its start."""
-    head = (f"forward passes now take {now_s / first_s:.0f}x as long as this run's first ones ({now_s:.3g} s "
-            f"against {first_s:.3g} s): other work is likely using the CPUs")
+    head = (
+        f"forward passes now take {now_s / first_s:.0f}x as long as this run's first ones ({now_s:.3g} s "
+        f"against {first_s:.3g} s): other work is likely using the CPUs"
+    )
     if threads is None or threads > 1:
         pool = f"torch's {threads} threads" if threads else "torch's threads"
         return f"{head}, and {pool} here wait for each other at every op when fewer CPUs are free; {fix}"
@@ -129,8 +131,9 @@ class Progress:
     """Rows done out of `total`: shards written (`finished`) plus the reported part of those in flight
     (`partial`). The count shown never goes back (a shard scored again after its actor died starts over)."""
 
-    def __init__(self, total: int, what: str = "rows", every_s: float = EVERY_S, bar: bool | None = None,
-                 waiting: str = WAITING) -> None:
+    def __init__(
+        self, total: int, what: str = "rows", every_s: float = EVERY_S, bar: bool | None = None, waiting: str = WAITING
+    ) -> None:
         self.total = total
         self.waiting = waiting
         self.what = what
@@ -143,8 +146,11 @@ class Progress:
         self.first_moved: tuple[float, float] | None = None  # (when, rows shown) at the first rows done
         self.warned = False
         show_bar = sys.stderr.isatty() if bar is None else bar
-        self.bar = _Bar(total=total, unit=what, dynamic_ncols=True, smoothing=0.1, postfix=waiting,
-                        bar_format=_Bar.FORMAT) if show_bar else None
+        self.bar = (
+            _Bar(total=total, unit=what, dynamic_ncols=True, smoothing=0.1, postfix=waiting, bar_format=_Bar.FORMAT)
+            if show_bar
+            else None
+        )
 
     def report(self, key: str, rows: int) -> Report:
         """The `Report` of shard `key` of `rows` rows, for a stage scoring it in this process."""

@@ -102,8 +102,9 @@ class _ToRunLog(logging.Handler):
             self.handleError(record)
 
 
-def split_core_lines(data: bytes, held: bytes,
-                     to_log: bool | None) -> tuple[list[tuple[bool, bytes]], bytes, bool | None]:
+def split_core_lines(
+    data: bytes, held: bytes, to_log: bool | None
+) -> tuple[list[tuple[bool, bytes]], bytes, bool | None]:
     """Route a chunk of file descriptor 2's bytes: ([(to the log?, bytes)], bytes held back until more
     come, how the current line is routed: None at a line's start). Lines end at a newline or at a
     carriage return (a progress bar redraws itself after one)."""
@@ -150,8 +151,9 @@ class _CoreLinesToLog:
         read, write = os.pipe()
         os.dup2(write, 2)
         os.close(write)
-        self.thread = threading.Thread(target=self._pump, args=(read, os.dup(self.saved)), daemon=True,
-                                       name="dscore-stderr")
+        self.thread = threading.Thread(
+            target=self._pump, args=(read, os.dup(self.saved)), daemon=True, name="dscore-stderr"
+        )
         self.thread.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -182,7 +184,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """All of `data` to `fd`, or what it takes until the terminal is gone (then it is dropped)."""
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError:
         pass
 
@@ -219,8 +221,11 @@ def ray_output_to(log: RunLog) -> Iterator[None]:
     replaced: dict[str, list[logging.Handler]] = {}
     for name in RAY_LOGGERS:
         logger = logging.getLogger(name)
-        replaced[name] = [h for h in logger.handlers
-                          if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)]
+        replaced[name] = [
+            h
+            for h in logger.handlers
+            if isinstance(h, logging.StreamHandler) and not isinstance(h, logging.FileHandler)
+        ]
         for h in replaced[name]:
             logger.removeHandler(h)
         logger.addHandler(handler)

@@ -33,9 +33,11 @@ class StageResources:
     def __str__(self) -> str:
         gpus = f", {self.gpus_per_actor:g} GPU" if self.gpus_per_actor else ""
         low, high = self.prepare_actors
-        return (f"{self.actors} scoring actor{'s' * (self.actors > 1)} x {self.cpus_per_actor:g} CPU{gpus} "
-                f"({self.threads_per_actor} torch thread{'s' * (self.threads_per_actor > 1)} each), "
-                f"{low}-{high} tokenising actor{'s' * (high > 1)}")
+        return (
+            f"{self.actors} scoring actor{'s' * (self.actors > 1)} x {self.cpus_per_actor:g} CPU{gpus} "
+            f"({self.threads_per_actor} torch thread{'s' * (self.threads_per_actor > 1)} each), "
+            f"{low}-{high} tokenising actor{'s' * (high > 1)}"
+        )
 
 
 SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room
@@ -95,8 +97,10 @@ def plan_resources(nodes: list[dict], options: RayOptions, device: str) -> Stage
     gpus = sum(float(n.get("Resources", {}).get("GPU", 0)) for n in nodes if n.get("Alive", True))
     use_gpus = device in ("auto", "cuda") and gpus >= 1
     if device.startswith("cuda:"):
-        raise UserError(f"--device {device} picks one GPU of this machine; on Ray every scoring actor is given a "
-                        "GPU of its own: use --device cuda")
+        raise UserError(
+            f"--device {device} picks one GPU of this machine; on Ray every scoring actor is given a "
+            "GPU of its own: use --device cuda"
+        )
     if device.startswith("cuda") and gpus < 1:
         raise UserError("--device cuda was asked for, but the Ray cluster has no GPUs")
     if not cpus:
@@ -126,13 +130,17 @@ def _gpu_plan(cpus: list[float], options: RayOptions, gpus: float) -> tuple[floa
         raise UserError(f"{actors} scoring actors need {actors} GPUs; the cluster has {gpus:g}: lower --num-actors")
     if options.cpus_per_actor is not None:
         if _placed(cpus, options.cpus_per_actor, actors) is None:
-            raise UserError(f"{actors} GPU actors x {options.cpus_per_actor:g} CPUs do not fit beside the other "
-                            f"stages on {_shape(cpus)}; lower --cpus-per-actor, or leave it out to have it sized")
+            raise UserError(
+                f"{actors} GPU actors x {options.cpus_per_actor:g} CPUs do not fit beside the other "
+                f"stages on {_shape(cpus)}; lower --cpus-per-actor, or leave it out to have it sized"
+            )
         return options.cpus_per_actor, actors
     per_actor = _sized_to_fit(cpus, actors, 1.0)
     if per_actor is None:
-        raise UserError(f"{actors} GPU actors leave no CPUs for reading, tokenising and writing "
-                        f"({SPARE_CPUS:g} needed) on {_shape(cpus)}; add CPUs or lower --num-actors")
+        raise UserError(
+            f"{actors} GPU actors leave no CPUs for reading, tokenising and writing "
+            f"({SPARE_CPUS:g} needed) on {_shape(cpus)}; add CPUs or lower --num-actors"
+        )
     if per_actor < 1:
         logger.info("%d GPU actors: %g CPUs each fit on %s", actors, per_actor, _shape(cpus))
     return per_actor, actors
@@ -143,16 +151,23 @@ def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
     largest, shape = cpus[0], _shape(cpus)
     per_actor, actors = options.cpus_per_actor, options.num_actors
     if per_actor is not None and per_actor > largest:
-        raise UserError(f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
-                        f"lower --cpus-per-actor to at most {largest:g}")
+        raise UserError(
+            f"no node can hold a scoring actor of {per_actor:g} CPUs: the cluster has {shape}; "
+            f"lower --cpus-per-actor to at most {largest:g}"
+        )
     if per_actor is None:
         whole = [c for c in _WHOLE_CPUS if actors is None and _placed(cpus, c, 1) is not None]
         per_actor = whole[0] if whole else _sized_to_fit(cpus, actors or 1, min(4.0, largest))
         if per_actor is None:
-            what, fix = (f"{actors} scoring actors do not fit", "lower --num-actors") if actors else (
-                "no scoring actor fits", "add CPUs or nodes")
-            raise UserError(f"{what} on {shape} beside the {SPARE_CPUS:g} CPUs that reading, tokenising and "
-                            f"writing need, even at a hundredth of a CPU each; {fix}")
+            what, fix = (
+                (f"{actors} scoring actors do not fit", "lower --num-actors")
+                if actors
+                else ("no scoring actor fits", "add CPUs or nodes")
+            )
+            raise UserError(
+                f"{what} on {shape} beside the {SPARE_CPUS:g} CPUs that reading, tokenising and "
+                f"writing need, even at a hundredth of a CPU each; {fix}"
+            )
         if actors is None:
             return per_actor, _most_actors(cpus, per_actor)
         logger.info("%d scoring actors asked for: %g CPUs each fit on %s", actors, per_actor, shape)
@@ -160,8 +175,10 @@ def _cpu_plan(cpus: list[float], options: RayOptions) -> tuple[float, int]:
     if actors is None:
         actors = _most_actors(cpus, per_actor)
         if actors == 0:
-            raise UserError(f"a scoring actor of {per_actor:g} CPUs leaves too few of the CPUs on {shape} for "
-                            f"reading, tokenising and writing ({SPARE_CPUS:g} needed); lower --cpus-per-actor")
+            raise UserError(
+                f"a scoring actor of {per_actor:g} CPUs leaves too few of the CPUs on {shape} for "
+                f"reading, tokenising and writing ({SPARE_CPUS:g} needed); lower --cpus-per-actor"
+            )
         return per_actor, actors
     if _placed(cpus, per_actor, actors) is None:
         raise UserError(

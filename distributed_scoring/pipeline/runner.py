@@ -13,18 +13,18 @@ import sys
 import time
 from typing import Iterator
 
-from .aggregate import check_complete
 from ..config import InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, usable_cpus
 from ..errors import DataLossError
-from ..io.ids import check_unique_ids
-from ..io.claim import Claim, check_paths, claim
 from ..io import schema as S
+from ..io.claim import Claim, check_paths, claim
+from ..io.ids import check_unique_ids
 from ..io.output import ROW_KEY, ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
-from .progress import Pace, Progress
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
 from ..io.storage import error_reason
+from .aggregate import check_complete
+from .progress import Pace, Progress
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -33,8 +33,13 @@ FEWER_THREADS = "on a shared machine, run the command with OMP_NUM_THREADS=1"  #
 
 
 @contextlib.contextmanager
-def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outputs: tuple[str, ...] = (),
-            folder: Claim | None = None) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
+def claimed(
+    config: RunConfig,
+    workload: Workload,
+    overwrite: bool = False,
+    outputs: tuple[str, ...] = (),
+    folder: Claim | None = None,
+) -> Iterator[tuple[list[Shard], OutputDir, list[Shard]]]:
     """Plan the shards and hold the output folder (locked) while the body runs: (plan, folder, shards
     still to do). The lock is released when the body ends, also on error. `outputs`: the files the body
     writes beside the shards (recorded for --overwrite and `dscore verify`). `folder`: the output folder
@@ -44,9 +49,13 @@ def claimed(config: RunConfig, workload: Workload, overwrite: bool = False, outp
     inputs = [*config.inputs.paths, *dict.fromkeys(s.file.path for s in plan)]
     with _holding(config, inputs, folder) as folder:
         identities = file_identities(plan)
-        run = {**fingerprint(workload.name, workload.options, config, plan), INPUT_FILES: identities,
-               SHARDS: {s.key: s.rows for s in plan}, ROWS_PER_INPUT: workload.rows_per_input,
-               ROW_KEY: row_key(workload, config.inputs)}
+        run = {
+            **fingerprint(workload.name, workload.options, config, plan),
+            INPUT_FILES: identities,
+            SHARDS: {s.key: s.rows for s in plan},
+            ROWS_PER_INPUT: workload.rows_per_input,
+            ROW_KEY: row_key(workload, config.inputs),
+        }
         previous = folder.admit(run, overwrite)
         out = folder.out
         if previous is None:  # _run.json first: a folder with rows/ but no _run.json would be no run's
@@ -92,8 +101,9 @@ def _holding(config: RunConfig, inputs: list[str], folder: Claim | None) -> cont
     return contextlib.nullcontext(folder)
 
 
-def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, recorded: dict | None,
-                  identities: dict) -> None:
+def _check_inputs(
+    out: OutputDir, plan: list[Shard], done: set[str], spec: InputSpec, recorded: dict | None, identities: dict
+) -> None:
     """On resume, read again the done shards of every input whose size or mtime differs from what the
     folder `recorded` and refuse the run if their content did; a file only touched resumes (its new
     identity is recorded with the run)."""
@@ -102,8 +112,9 @@ def _check_inputs(out: OutputDir, plan: list[Shard], done: set[str], spec: Input
         check_unchanged(path, shards, {s.key: out.read_marker(s.key) for s in shards}, spec)
 
 
-def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
-                  progress: bool | None = None) -> None:
+def execute_local(
+    workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir, progress: bool | None = None
+) -> None:
     """Read, prepare, score and write each shard in this process (one model load); the display moves
     as the score stage reports, not only when a shard is written, and says so should the forward passes
     slow down. A scorer that brought torch runs it on the CPUs this process really has (`cpus`), unless
@@ -115,8 +126,13 @@ def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out:
     logger.info("model loaded (%.0f s)", time.monotonic() - began)
     threads = set_torch_threads() if "torch" in sys.modules else None
     if threads is not None:
-        logger.info("torch runs %d thread%s (%d usable CPUs%s)", threads, "s" * (threads > 1), usable_cpus(),
-                    ", OMP_NUM_THREADS set" if os.environ.get("OMP_NUM_THREADS") else "")
+        logger.info(
+            "torch runs %d thread%s (%d usable CPUs%s)",
+            threads,
+            "s" * (threads > 1),
+            usable_cpus(),
+            ", OMP_NUM_THREADS set" if os.environ.get("OMP_NUM_THREADS") else "",
+        )
     display = Progress(sum(s.rows for s in todo), bar=progress)
     pace = Pace(display.warn, threads, FEWER_THREADS)
     try:
@@ -130,8 +146,14 @@ def execute_local(workload: Workload, config: RunConfig, todo: list[Shard], out:
         display.close()
 
 
-def execute(workload: Workload, config: RunConfig, todo: list[Shard], out: OutputDir,
-            ray: RayOptions | None = None, progress: bool | None = None) -> None:
+def execute(
+    workload: Workload,
+    config: RunConfig,
+    todo: list[Shard],
+    out: OutputDir,
+    ray: RayOptions | None = None,
+    progress: bool | None = None,
+) -> None:
     """The unfinished shards, in this process or on Ray when `ray` options are given; `progress`: a bar
     (True), log lines (False), or a bar only on an interactive terminal (None)."""
     if not todo:

@@ -61,8 +61,10 @@ class Stage(ABC):
         missing = [column for column in self.reads if column not in table.column_names]
         if missing:
             needs = "; ".join(f"{column!r}: {self.reads[column]}" for column in missing)
-            raise ColumnError(f"stage {self.name} reads columns missing from its input table ({needs}); "
-                              f"the table has {table.column_names}")
+            raise ColumnError(
+                f"stage {self.name} reads columns missing from its input table ({needs}); "
+                f"the table has {table.column_names}"
+            )
         schema = self.output_schema(table.column_names)
         if S.LINE in table.column_names and S.LINE not in schema.names:
             schema = schema.append(S.LINE_FIELD)  # the rows' key goes on: `process` keeps it (`schema.key`)
@@ -75,8 +77,10 @@ class Stage(ABC):
         names = set(schema.names)
         for row in rows:
             if not row.keys() >= names:
-                raise ColumnError(f"stage {self.name} made a row without the columns "
-                                  f"{sorted(names - row.keys())} of its output schema; the row has {list(row)}")
+                raise ColumnError(
+                    f"stage {self.name} made a row without the columns "
+                    f"{sorted(names - row.keys())} of its output schema; the row has {list(row)}"
+                )
         table = pa.Table.from_pylist(rows, schema=schema)
         nulls = [f.name for f in schema if not f.nullable and table.column(f.name).null_count]
         if nulls:

@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 from ..io import schema as S
 from ..measures import pppl
 
-
 # The columns of scored rows that `CorpusStats.of_table` reads.
 STAT_COLUMNS = [S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS]
 

@@ -60,7 +60,10 @@ def watching(driver_pid: int | None = None) -> Iterator[subprocess.Popen]:
     # Run as a script in isolated mode: it needs only psutil, not this package (nor a PYTHONPATH to find it).
     watchdog = subprocess.Popen(
         [sys.executable, "-I", __file__, str(os.getpid() if driver_pid is None else driver_pid)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     try:
         yield watchdog

@@ -26,25 +26,44 @@ from ..io.output import SUMMARY_FILE, OutputDir
 from ..io.sources import Shard
 from ..measures import pppl
 from ..pipeline.aggregate import (
-    SUMMARY_VERSION, add_by_partition, check_complete, one_or_all, unknown_tokens, unknown_warnings,
+    SUMMARY_VERSION,
+    add_by_partition,
+    check_complete,
+    one_or_all,
+    unknown_tokens,
+    unknown_warnings,
 )
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..pipeline.stats import CorpusStats
 from ..workloads.chain import (  # ORDERS and ChainOptions: what the CLI builds a run from
-    CHAIN, LOG_LIKELIHOOD, LOG_LIKELIHOOD_STD, LOG_LIKELIHOODS, ORDERS, ChainOptions, chain_workload, memory_estimate,
+    CHAIN,
+    LOG_LIKELIHOOD,
+    LOG_LIKELIHOOD_STD,
+    LOG_LIKELIHOODS,
+    ORDERS,
+    ChainOptions,
+    chain_workload,
+    memory_estimate,
 )
 
 __all__ = ["ORDERS", "ChainOptions", "score_chain"]
 
 logger = logging.getLogger(__name__)
 
-LIKELIHOOD_NOTE = ("the likelihood of a u-PMLM (Liao et al., 2020) in this order; for other masked LMs an "
-                   "approximation, since their conditionals need not form one joint distribution")
+LIKELIHOOD_NOTE = (
+    "the likelihood of a u-PMLM (Liao et al., 2020) in this order; for other masked LMs an "
+    "approximation, since their conditionals need not form one joint distribution"
+)
 
 
-def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None = None, overwrite: bool = False,
-                progress: bool | None = None) -> dict:
+def score_chain(
+    config: RunConfig,
+    options: ChainOptions,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+) -> dict:
     """Chain log-likelihood of every input row; returns the summary (also written to summary.json).
 
     The tokenizer is loaded here first, so a model that cannot be used, or options of the PLL alone,
@@ -54,13 +73,16 @@ def score_chain(config: RunConfig, options: ChainOptions, ray: RayOptions | None
 
     scoring = config.scoring
     if scoring.per_token or scoring.word_scores or scoring.variant != "original":
-        raise UserError("--per-token, --word-scores and --variant are options of --method pll; "
-                        "--method chain writes one log-likelihood per row")
+        raise UserError(
+            "--per-token, --word-scores and --variant are options of --method pll; "
+            "--method chain writes one log-likelihood per row"
+        )
     tokenizer, max_length = load_tokenizer(config.model)
     if tokenizer.mask_token is None:
         raise UserError(f"{config.model.name!r} has no mask token, so it has no masked conditionals to chain")
-    check_memory("dscore score --method chain",
-                 memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
+    check_memory(
+        "dscore score --method chain", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length))
+    )
     workload = chain_workload(config.model, options, scoring.batch_tokens)
     with claimed(config, workload, overwrite, (SUMMARY_FILE,)) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
@@ -83,33 +105,53 @@ class ChainStats:
 
     def __add__(self, other: "ChainStats") -> "ChainStats":
         by_order = tuple(a + b for a, b in zip(self.by_order, other.by_order)) or self.by_order or other.by_order
-        return ChainStats(self.corpus + other.corpus, self.n_unknown + other.n_unknown,
-                          self.mostly_unknown_rows + other.mostly_unknown_rows,
-                          self.sum_order_std + other.sum_order_std, by_order)
+        return ChainStats(
+            self.corpus + other.corpus,
+            self.n_unknown + other.n_unknown,
+            self.mostly_unknown_rows + other.mostly_unknown_rows,
+            self.sum_order_std + other.sum_order_std,
+            by_order,
+        )
 
     @classmethod
     def of_table(cls, table: pa.Table) -> "ChainStats":
         ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
         per_order = np.array(ok[LOG_LIKELIHOODS].to_pylist(), dtype=np.float64)  # (ok rows, K)
-        return cls(CorpusStats.of_table(table, score=LOG_LIKELIHOOD), *unknown_tokens(table),
-                   float(pc.sum(ok[LOG_LIKELIHOOD_STD]).as_py() or 0.0),
-                   tuple(per_order.sum(axis=0).tolist()) if ok.num_rows else ())
+        return cls(
+            CorpusStats.of_table(table, score=LOG_LIKELIHOOD),
+            *unknown_tokens(table),
+            float(pc.sum(ok[LOG_LIKELIHOOD_STD]).as_py() or 0.0),
+            tuple(per_order.sum(axis=0).tolist()) if ok.num_rows else (),
+        )
 
     def to_dict(self) -> dict:
         """The PLL summary's figures under the chain's names: `sum_log_likelihood`, `ppl_token`, `ppl_word`."""
         c = self.corpus
-        return {"rows": c.rows, "ok": c.ok, "errors": c.errors, "sum_log_likelihood": c.sum_pll,
-                "n_tokens": c.n_tokens, "n_words": c.n_words, "n_unknown": self.n_unknown,
-                "mostly_unknown_rows": self.mostly_unknown_rows, "ppl_token": c.pppl_token, "ppl_word": c.pppl_word}
+        return {
+            "rows": c.rows,
+            "ok": c.ok,
+            "errors": c.errors,
+            "sum_log_likelihood": c.sum_pll,
+            "n_tokens": c.n_tokens,
+            "n_words": c.n_words,
+            "n_unknown": self.n_unknown,
+            "mostly_unknown_rows": self.mostly_unknown_rows,
+            "ppl_token": c.pppl_token,
+            "ppl_word": c.pppl_word,
+        }
 
     def spread(self) -> dict:
         """The corpus PPL of each order index, their range and standard deviation, and the mean
         per-sentence standard deviation of the orders' log-likelihoods."""
         ppls = [pppl(total, self.corpus.n_tokens) for total in self.by_order]
         known = [p for p in ppls if p is not None]
-        return {"ppl_token": ppls, "min": min(known, default=None), "max": max(known, default=None),
-                "std": float(np.std(known)) if known else None,
-                "mean_log_likelihood_std": self.sum_order_std / self.corpus.ok if self.corpus.ok else None}
+        return {
+            "ppl_token": ppls,
+            "min": min(known, default=None),
+            "max": max(known, default=None),
+            "std": float(np.std(known)) if known else None,
+            "mean_log_likelihood_std": self.sum_order_std / self.corpus.ok if self.corpus.ok else None,
+        }
 
 
 def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: ChainOptions) -> dict:
@@ -120,8 +162,9 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: Cha
     partitioned = config.inputs.partitioned
     stats, by_input, by_partition = ChainStats(), {}, {}
     for shard in plan:
-        table = pq.read_table(out.part_path(shard.key), columns=columns + ([S.PARTITION] if partitioned else []),
-                              filesystem=out.fs)
+        table = pq.read_table(
+            out.part_path(shard.key), columns=columns + ([S.PARTITION] if partitioned else []), filesystem=out.fs
+        )
         shard_stats = ChainStats.of_table(table)
         stats += shard_stats
         by_input[shard.file.name] = by_input.get(shard.file.name, ChainStats()) + shard_stats
@@ -134,11 +177,21 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: Cha
     for warning in warnings:
         logger.warning(warning)
     summary = {
-        **stats.to_dict(), "version": SUMMARY_VERSION, "variant": CHAIN, "warnings": warnings,
-        "method": CHAIN, "order": options.order, "orders": options.orders,
-        "seed": options.seed, "likelihood": LIKELIHOOD_NOTE, "by_order": stats.spread(),
-        "rows_expected": expected, "model": config.model.name, "inputs": list(config.inputs.paths),
-        "shards": len(plan), "signature": one_or_all(signatures),
+        **stats.to_dict(),
+        "version": SUMMARY_VERSION,
+        "variant": CHAIN,
+        "warnings": warnings,
+        "method": CHAIN,
+        "order": options.order,
+        "orders": options.orders,
+        "seed": options.seed,
+        "likelihood": LIKELIHOOD_NOTE,
+        "by_order": stats.spread(),
+        "rows_expected": expected,
+        "model": config.model.name,
+        "inputs": list(config.inputs.paths),
+        "shards": len(plan),
+        "signature": one_or_all(signatures),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
     }
     if partitioned:

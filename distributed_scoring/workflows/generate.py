@@ -29,7 +29,11 @@ from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_toke
 from ..pipeline.runner import claimed, execute
 from ..pipeline.workload import Workload
 from ..workloads.generate import (  # ORDERS and GenerateOptions: what the CLI builds a run from
-    LOG_LIKELIHOOD, ORDERS, GenerateOptions, generate_workload, memory_estimate,
+    LOG_LIKELIHOOD,
+    ORDERS,
+    GenerateOptions,
+    generate_workload,
+    memory_estimate,
 )
 from ..workloads.infill import allowed_tokens
 
@@ -56,8 +60,13 @@ class GenerateInputs:
         check_bounds("--batch-tokens", self.batch_tokens, 1)
 
 
-def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions, ray: RayOptions | None = None,
-             overwrite: bool = False) -> dict:
+def generate(
+    inputs: GenerateInputs,
+    model: ModelSpec,
+    options: GenerateOptions,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Generate every prompt's sequences; returns the summary (also written to summary.json).
 
     The tokenizer is loaded here first, so a model or a --vocab-restrict token that cannot be used
@@ -72,10 +81,12 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
         raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
     allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
     # (a --length over the maximum is refused before its masks are tokenised: it may be absurdly long)
-    if options.length is not None and (options.length > max_length or len(
-            tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length):
-        raise UserError(f"--length {options.length} with the special tokens is over the model's maximum of "
-                        f"{max_length} tokens")
+    if options.length is not None and (
+        options.length > max_length or len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length
+    ):
+        raise UserError(
+            f"--length {options.length} with the special tokens is over the model's maximum of {max_length} tokens"
+        )
     tokens = text_tokens(max_length) if options.length is None else options.length + 2
     if options.length is not None:
         check_memory("dscore generate", _prompts_memory(options, tokenizer.mask_token))
@@ -85,10 +96,19 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
     with claim(inputs.output, inputs.paths, [model.name]) as folder:
         prompts = None if options.length is None else _prompts(tokenizer.mask_token, options)
         paths = inputs.paths if prompts is None else (join(folder.out.location, prompts[0]),)
-        config = RunConfig(InputSpec(paths, inputs.text_column, inputs.id_column if prompts is None else S.ID,
-                                     inputs.shard_rows, extra_columns=extra,
-                                     allow_duplicate_ids=inputs.allow_duplicate_ids),
-                           model, ScoringOptions(batch_tokens=inputs.batch_tokens), inputs.output)
+        config = RunConfig(
+            InputSpec(
+                paths,
+                inputs.text_column,
+                inputs.id_column if prompts is None else S.ID,
+                inputs.shard_rows,
+                extra_columns=extra,
+                allow_duplicate_ids=inputs.allow_duplicate_ids,
+            ),
+            model,
+            ScoringOptions(batch_tokens=inputs.batch_tokens),
+            inputs.output,
+        )
         if prompts is not None:
             _write_prompts(folder, *prompts, config, workload, overwrite)
         with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
@@ -104,22 +124,30 @@ def generate(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions,
 
 def _prompts_memory(options: GenerateOptions, mask_token: str) -> MemoryEstimate:
     """The prompts of --length, one table built on the driver before it is written."""
-    return MemoryEstimate(options.sequences * (ROW_BYTES + options.length * len(mask_token)),
-                          f"the {options.sequences:,} prompts of --length {options.length}", "--num-sequences")
+    return MemoryEstimate(
+        options.sequences * (ROW_BYTES + options.length * len(mask_token)),
+        f"the {options.sequences:,} prompts of --length {options.length}",
+        "--num-sequences",
+    )
 
 
 def _prompts(mask_token: str, options: GenerateOptions) -> tuple[str, pa.Table]:
     """(file name in the folder, table): `options.sequences` prompts of `options.length` mask tokens (joined
     without spaces: every family's tokenizer reads them as that many masks) with ids, named by content."""
     width = len(str(options.sequences - 1))
-    table = pa.table({S.ID: [f"{i:0{width}d}" for i in range(options.sequences)],
-                      S.TEXT: [mask_token * options.length] * options.sequences})
+    table = pa.table(
+        {
+            S.ID: [f"{i:0{width}d}" for i in range(options.sequences)],
+            S.TEXT: [mask_token * options.length] * options.sequences,
+        }
+    )
     digest = hashlib.sha256(f"{options.length}/{options.sequences}/{mask_token}".encode()).hexdigest()[:16]
     return f"{PROMPTS_DIR}/{digest}.parquet", table
 
 
-def _write_prompts(folder: Claim, name: str, table: pa.Table, config: RunConfig, workload: Workload,
-                   overwrite: bool) -> None:
+def _write_prompts(
+    folder: Claim, name: str, table: pa.Table, config: RunConfig, workload: Workload, overwrite: bool
+) -> None:
     """Write the prompts into the folder once (a rerun finds the same file unchanged), after the folder has
     admitted the run on all it records but the shard plan, which needs the file: a folder of another run
     gets no prompts."""
@@ -138,10 +166,19 @@ def summarize(folder: str, options: GenerateOptions, generated_now: int, seconds
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     total, tokens = float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0)
     return {
-        "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
-        "order": options.order, "temperature": options.temperature, "top_k": options.top_k, "top_p": options.top_p,
-        "seed": options.seed, "length": options.length, "sequences": options.sequences,
-        "n_tokens": tokens, "sum_log_likelihood": total, "ppl_token": pppl(total, tokens),
+        "rows": table.num_rows,
+        "ok": ok.num_rows,
+        "errors": table.num_rows - ok.num_rows,
+        "order": options.order,
+        "temperature": options.temperature,
+        "top_k": options.top_k,
+        "top_p": options.top_p,
+        "seed": options.seed,
+        "length": options.length,
+        "sequences": options.sequences,
+        "n_tokens": tokens,
+        "sum_log_likelihood": total,
+        "ppl_token": pppl(total, tokens),
         "distinct_texts": len(set(ok[S.TEXT].to_pylist())) / ok.num_rows if ok.num_rows else None,
         "sequences_per_s": generated_now / seconds if seconds > 0 and generated_now else None,
     }

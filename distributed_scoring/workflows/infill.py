@@ -25,8 +25,20 @@ from ..pipeline.aggregate import check_complete
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
-    BEAMS, CORRECT_TOKENS, DECODERS, N_MASKS, ORDERS, RANK, RANK_HCB, RANK_PLL, InfillOptions, allowed_tokens,
-    infill_workload, memory_estimate, pivot_id, surface,
+    BEAMS,
+    CORRECT_TOKENS,
+    DECODERS,
+    N_MASKS,
+    ORDERS,
+    RANK,
+    RANK_HCB,
+    RANK_PLL,
+    InfillOptions,
+    allowed_tokens,
+    infill_workload,
+    memory_estimate,
+    pivot_id,
+    surface,
 )
 
 __all__ = ["DECODERS", "ORDERS", "InfillOptions", "infill", "summarize"]
@@ -49,8 +61,9 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
         raise UserError(f"{config.model.name!r} has no mask token, so it cannot fill masked spans")
     allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
     pivot_id(tokenizer, options.pivot)
-    check_memory("dscore infill", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length),
-                                                  int(allowed.sum())))
+    check_memory(
+        "dscore infill", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length), int(allowed.sum()))
+    )
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
     with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD)) as (plan, out, todo):
@@ -58,8 +71,7 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
         execute(workload, config, todo, out, ray)
         seconds = time.perf_counter() - start
         check_complete(out, plan, workload.rows_per_input)
-        summary = summarize(config.output, options, tokenizer,
-                            sum(s.rows for s in todo), seconds)
+        summary = summarize(config.output, options, tokenizer, sum(s.rows for s in todo), seconds)
         summary["model"] = config.model.name
         out.write_json(SUMMARY_FILE, summary)
         out.write_text(REPORT_MD, render_infill_report(summary))
@@ -75,8 +87,13 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     judged = ok.filter(pc.is_valid(ok["answer"])).to_pylist()
     summary = {
-        "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
-        "decoder": options.decoder, "order": options.order, "beam": options.beam, "top": options.written,
+        "rows": table.num_rows,
+        "ok": ok.num_rows,
+        "errors": table.num_rows - ok.num_rows,
+        "decoder": options.decoder,
+        "order": options.order,
+        "beam": options.beam,
+        "top": options.written,
         "with_answer": len(judged),
         "examples_per_s": filled_now / seconds if seconds > 0 and filled_now else None,
     }
@@ -93,14 +110,16 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
 
 def _accuracy(rows: list[dict], rank: str, top: int) -> dict[str, float]:
     """Top-k exact-match accuracy of the whole span, k = 1 .. top."""
-    return {f"top{k}": sum(1 for r in rows if r[rank] is not None and r[rank] <= k) / len(rows)
-            for k in range(1, top + 1)}
+    return {
+        f"top{k}": sum(1 for r in rows if r[rank] is not None and r[rank] <= k) / len(rows) for k in range(1, top + 1)
+    }
 
 
 def _bleu(rows: list[dict], tokenizer) -> dict:
     """Corpus BLEU of the best fills (tokens as they read) against the answers."""
-    return token_bleu([" ".join(surface(tokenizer, t) for t in r[BEAMS][0]["tokens"]) for r in rows],
-                      [r["answer"] for r in rows])
+    return token_bleu(
+        [" ".join(surface(tokenizer, t) for t in r[BEAMS][0]["tokens"]) for r in rows], [r["answer"] for r in rows]
+    )
 
 
 def token_bleu(hypotheses: list[str], answers: list[str]) -> dict:
@@ -110,25 +129,32 @@ def token_bleu(hypotheses: list[str], answers: list[str]) -> dict:
     from sacrebleu.metrics import BLEU
 
     order = min(4, min(len(a.split()) for a in answers))
-    score = BLEU(tokenize="none", max_ngram_order=order).corpus_score(hypotheses, [[" ".join(a.split()) for a in answers]])
+    score = BLEU(tokenize="none", max_ngram_order=order).corpus_score(
+        hypotheses, [[" ".join(a.split()) for a in answers]]
+    )
     return {"score": score.score, "max_ngram_order": order}
 
 
 def render_infill_report(summary: dict) -> str:
     """One table of the run's figures, for people."""
-    lines = [f"# Infilling: {summary['model']}", "",
-             f"decoder `{summary['decoder']}`, order `{summary['order']}`, beam {summary['beam']}; "
-             f"{summary['ok']} rows filled, {summary['errors']} error rows, {summary['with_answer']} with an answer.",
-             ""]
+    lines = [
+        f"# Infilling: {summary['model']}",
+        "",
+        f"decoder `{summary['decoder']}`, order `{summary['order']}`, beam {summary['beam']}; "
+        f"{summary['ok']} rows filled, {summary['errors']} error rows, {summary['with_answer']} with an answer.",
+        "",
+    ]
     if summary.get("accuracy"):
         ks = list(summary["accuracy"])
-        lines += ["| ranking | " + " | ".join(ks) + " | token accuracy | BLEU |",
-                  "|---|" + "---:|" * (len(ks) + 2)]
+        lines += ["| ranking | " + " | ".join(ks) + " | token accuracy | BLEU |", "|---|" + "---:|" * (len(ks) + 2)]
         bleu = summary["bleu"]
         for name, key in (("decoder", "accuracy"), ("HCB (exact)", "accuracy_hcb"), ("PLL (exact)", "accuracy_pll")):
             if key in summary:
-                extra = (f"{summary['token_accuracy']:.3f} | {bleu['score']:.2f} (BLEU-{bleu['max_ngram_order']})"
-                         if key == "accuracy" else " | ")
+                extra = (
+                    f"{summary['token_accuracy']:.3f} | {bleu['score']:.2f} (BLEU-{bleu['max_ngram_order']})"
+                    if key == "accuracy"
+                    else " | "
+                )
                 lines.append(f"| {name} | " + " | ".join(f"{summary[key][k]:.3f}" for k in ks) + f" | {extra} |")
     if summary.get("examples_per_s"):
         lines += ["", f"{summary['examples_per_s']:.2f} examples/s in this run."]

@@ -23,23 +23,20 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..io import schema as S
 from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from ..errors import UserError
+from ..io import schema as S
+from ..io.claim import claim
 from ..io.ids import refuse_repeated
 from ..io.inputs import InputError
-from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
-from ..io.claim import claim
 from ..io.output import SUMMARY_FILE, OutputDir
-from ..workloads.prepare import PLLPreparer
-from ..pipeline import runner
 from ..io.sources import plan_shards, read_unit, read_units
 from ..io.storage import open_binary
+from ..pipeline import runner
 from ..workloads.joints import (
-    A,
-    AG_CHANGE,
     A_KL,
-    B,
+    AG_CHANGE,
     CONSTRUCTION,
     EXAMPLES_SCHEMA,
     G_KL,
@@ -47,9 +44,12 @@ from ..workloads.joints import (
     LOG_UNARY_A,
     LOG_UNARY_B,
     SCHEMES,
+    A,
+    B,
     is_pair,
     joints_workload,
 )
+from ..workloads.prepare import PLLPreparer
 
 logger = logging.getLogger(__name__)
 
@@ -81,8 +81,15 @@ class JointsInputs:
         check_bounds("--shard-rows", self.shard_rows, 1)
 
 
-def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOptions, batch_tokens: int | None = None,
-                    top_k: int | None = None, ray: RayOptions | None = None, overwrite: bool = False) -> dict:
+def pairwise_joints(
+    inputs: JointsInputs,
+    model: ModelSpec,
+    options: JointOptions,
+    batch_tokens: int | None = None,
+    top_k: int | None = None,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Draw or read the examples, score them, write the reports; returns summary.json's content, whose
     `report` is report.json's: {scheme: {construction: {"U-PPL", "P-PPL", "A-KL", "G-KL"}}}."""
     check_bounds("--top-k", top_k, 1)  # these two before the examples are drawn and written
@@ -90,14 +97,27 @@ def pairwise_joints(inputs: JointsInputs, model: ModelSpec, options: JointOption
     given = _is_given(inputs.paths)
     scheme = "given" if given else inputs.scheme
     examples = _given_examples(inputs.paths) if given else _sampled_examples(inputs, model)
-    run = {"workload": JOINTS, **{k: v for k, v in asdict(inputs).items() if k != "output"}, "scheme": scheme,
-           "paths": list(inputs.paths), "model": model.name, "revision": model.revision}
+    run = {
+        "workload": JOINTS,
+        **{k: v for k, v in asdict(inputs).items() if k != "output"},
+        "scheme": scheme,
+        "paths": list(inputs.paths),
+        "model": model.name,
+        "revision": model.revision,
+    }
     with claim(inputs.output, inputs.paths, [model.name]) as folder:
-        folder.begin(run, folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
-                     [EXAMPLES_FILE, SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD])
+        folder.begin(
+            run,
+            folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
+            [EXAMPLES_FILE, SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD],
+        )
         examples_file = folder.write_table(EXAMPLES_FILE, pa.Table.from_pylist(examples, schema=EXAMPLES_SCHEMA))
-        config = RunConfig(InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows), model,
-                           scoring, folder.subfolder(SCORES_DIR))
+        config = RunConfig(
+            InputSpec((examples_file,), id_column=S.ID, shard_rows=inputs.shard_rows),
+            model,
+            scoring,
+            folder.subfolder(SCORES_DIR),
+        )
         workload = joints_workload(model, examples_file, scheme, inputs.seed, options, batch_tokens, top_k)
         runner.run(config, workload, ray, overwrite)
         summary = _summary(config.output, scheme, model, options, top_k)
@@ -140,11 +160,21 @@ def _given_examples(paths: tuple[str, ...]) -> list[dict]:
                     raise ValueError
                 rows.append({S.ID: row_id, S.TEXT: record.get("text"), A: a, B: b, S.ERROR: None})
             except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                rows.append({S.ID: row_id, S.TEXT: None, A: None, B: None,
-                             S.ERROR: "not a record with text and positions [a, b] (two different indices >= 0)"})
-    refuse_repeated(pa.chunked_array([pa.array([r[S.ID] for r in rows], pa.string())]),
-                    lambda index: f"{name} line {index + 1}", "the given pairs' `id` field",
-                    "give each pair its own id, or leave `id` out (ids become file:line)")
+                rows.append(
+                    {
+                        S.ID: row_id,
+                        S.TEXT: None,
+                        A: None,
+                        B: None,
+                        S.ERROR: "not a record with text and positions [a, b] (two different indices >= 0)",
+                    }
+                )
+    refuse_repeated(
+        pa.chunked_array([pa.array([r[S.ID] for r in rows], pa.string())]),
+        lambda index: f"{name} line {index + 1}",
+        "the given pairs' `id` field",
+        "give each pair its own id, or leave `id` out (ids become file:line)",
+    )
     return rows
 
 
@@ -183,8 +213,9 @@ def _pairable(rows: pa.Table, preparer: PLLPreparer) -> list[dict]:
 
 
 def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptions, top_k: int | None) -> dict:
-    table = OutputDir(scores_dir).read_rows([
-        CONSTRUCTION, S.STATUS, LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE])
+    table = OutputDir(scores_dir).read_rows(
+        [CONSTRUCTION, S.STATUS, LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE]
+    )
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     totals = corpus_stats(
         {r[CONSTRUCTION]: PairMetrics(r[LOG_PAIR], r[LOG_UNARY_A], r[LOG_UNARY_B], r[A_KL], r[G_KL])}
@@ -193,15 +224,21 @@ def _summary(scores_dir: str, scheme: str, model: ModelSpec, options: JointOptio
     changes = [c for c in ok[AG_CHANGE].to_pylist() if c is not None]
     examples = table.num_rows // len(CONSTRUCTIONS)
     return {
-        "report": {scheme: {name: {"U-PPL": s.u_ppl, "P-PPL": s.p_ppl, "A-KL": s.a_kl, "G-KL": s.g_kl}
-                            for name, s in totals.items()}},
+        "report": {
+            scheme: {
+                name: {"U-PPL": s.u_ppl, "P-PPL": s.p_ppl, "A-KL": s.a_kl, "G-KL": s.g_kl} for name, s in totals.items()
+            }
+        },
         "scheme": scheme,
         "examples": examples,
         "scored": totals["MLM"].n,
         "errors": examples - totals["MLM"].n,
         "model": model.name,
-        "ag": {"iterations": options.ag_iterations, "last_change_max": max(changes, default=None),
-               "last_change_mean": sum(changes) / len(changes) if changes else None},
+        "ag": {
+            "iterations": options.ag_iterations,
+            "last_change_max": max(changes, default=None),
+            "last_change_mean": sum(changes) / len(changes) if changes else None,
+        },
         "hcb_pivot": options.pivot,
         "vocabulary": "all token ids" if top_k is None else f"gold + top-{top_k} candidates (approximation)",
     }
@@ -212,11 +249,16 @@ def render_joints_report(summary: dict) -> str:
     report = summary["report"]
     schemes = [s for s in ("random", "contiguous", "given") if s in report]
     header = "| construction | " + " | ".join(f"{s} {m}" for s in schemes for m in METRIC_NAMES) + " |"
-    lines = [f"# Pairwise joints: {summary['model']}", "",
-             f"{summary['scored']} examples scored ({summary['errors']} errors); natural log; lower is better. "
-             f"AG: {summary['ag']['iterations']} iterations, last change max {_fmt(summary['ag']['last_change_max'])}. "
-             f"HCB pivot: {summary['hcb_pivot']}. Vocabulary: {summary['vocabulary']}.", "",
-             header, "|---|" + "---:|" * (len(schemes) * len(METRIC_NAMES))]
+    lines = [
+        f"# Pairwise joints: {summary['model']}",
+        "",
+        f"{summary['scored']} examples scored ({summary['errors']} errors); natural log; lower is better. "
+        f"AG: {summary['ag']['iterations']} iterations, last change max {_fmt(summary['ag']['last_change_max'])}. "
+        f"HCB pivot: {summary['hcb_pivot']}. Vocabulary: {summary['vocabulary']}.",
+        "",
+        header,
+        "|---|" + "---:|" * (len(schemes) * len(METRIC_NAMES)),
+    ]
     for name in CONSTRUCTIONS:
         cells = [_fmt(report[s][name][m]) for s in schemes for m in METRIC_NAMES]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -227,5 +269,3 @@ def _fmt(value: float | None) -> str:
     if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "n/a"
     return f"{value:.3f}" if abs(value) < 1000 else f"{value:.4g}"
-
-

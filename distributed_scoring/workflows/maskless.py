@@ -25,8 +25,13 @@ logger = logging.getLogger(__name__)
 HELDOUT = "heldout"  # maskless.json: the student's held-out figures against its teacher (`dscore train maskless`)
 
 
-def score_maskless(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
-                   progress: bool | None = None, folder: Claim | None = None) -> dict:
+def score_maskless(
+    config: RunConfig,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    folder: Claim | None = None,
+) -> dict:
     """Predicted PLL of every input row, `config.model` naming the student folder; returns the summary.
     `folder`: the output folder, when the caller holds it (as `workflows.score.score`).
 
@@ -44,15 +49,28 @@ def score_maskless(config: RunConfig, ray: RayOptions | None = None, overwrite: 
         warnings = summary["warnings"] + ([range_warning(outside, summary["ok"], span)] if outside else [])
         if outside:
             logger.warning(warnings[-1])
-        summary = {**summary, "variant": MASKLESS, "method": MASKLESS, "target": info["target"],
-                   "teacher": info.get("teacher"), "heldout": info.get(HELDOUT), "out_of_range": outside,
-                   "training_range": {"pll_per_token": span}, "warnings": warnings}
+        summary = {
+            **summary,
+            "variant": MASKLESS,
+            "method": MASKLESS,
+            "target": info["target"],
+            "teacher": info.get("teacher"),
+            "heldout": info.get(HELDOUT),
+            "out_of_range": outside,
+            "training_range": {"pll_per_token": span},
+            "warnings": warnings,
+        }
         out.write_json(SUMMARY_FILE, summary)
         return summary
 
 
-def score_unmasked(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
-                   progress: bool | None = None, folder: Claim | None = None) -> dict:
+def score_unmasked(
+    config: RunConfig,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    folder: Claim | None = None,
+) -> dict:
     """One pass of the masked LM over every unmasked row: sum over scored tokens of log p(w_t | W)."""
     from ..engine.model_files import load_tokenizer
 
@@ -71,12 +89,16 @@ def check_student(config: RunConfig) -> dict:
 
     info = read_student_info(config.model.name)
     if config.scoring.per_token and info["target"] == "sentence":
-        raise UserError(f"{config.model.name!r} is a `sentence` student: it predicts each sentence's PLL, not its "
-                        "tokens' terms; drop --per-token, or train a `--target token` or `distribution` student")
+        raise UserError(
+            f"{config.model.name!r} is a `sentence` student: it predicts each sentence's PLL, not its "
+            "tokens' terms; drop --per-token, or train a `--target token` or `distribution` student"
+        )
     if bool(info.get("split_chars")) != config.scoring.split_chars:
-        logger.warning("the student was trained on texts %s --split-chars; this run tokenises them %s it",
-                       "with" if info.get("split_chars") else "without",
-                       "with" if config.scoring.split_chars else "without")
+        logger.warning(
+            "the student was trained on texts %s --split-chars; this run tokenises them %s it",
+            "with" if info.get("split_chars") else "without",
+            "with" if config.scoring.split_chars else "without",
+        )
     tokenizer, _ = load_tokenizer(config.model)
     check_student_tokenizer(config.model.name, info, tokenizer)
     return info
@@ -84,12 +106,23 @@ def check_student(config: RunConfig) -> dict:
 
 def count_out_of_range(out: OutputDir, plan: list[Shard]) -> int:
     """Rows whose prediction lies outside the student's training range."""
-    return sum(int(pc.sum(pq.read_table(out.part_path(s.key), columns=[S.OUT_OF_RANGE], filesystem=out.fs)
-                          [S.OUT_OF_RANGE].cast("int64")).as_py() or 0) for s in plan)
+    return sum(
+        int(
+            pc.sum(
+                pq.read_table(out.part_path(s.key), columns=[S.OUT_OF_RANGE], filesystem=out.fs)[S.OUT_OF_RANGE].cast(
+                    "int64"
+                )
+            ).as_py()
+            or 0
+        )
+        for s in plan
+    )
 
 
 def range_warning(outside: int, ok: int, span: list[float] | None) -> str:
     """The summary's warning for rows a student predicted outside its training range."""
-    return (f"{outside} of {ok} rows have a predicted PLL per token outside [{span[0]:.4g}, {span[1]:.4g}], the range "
-            "of the teacher's training rows (see the out_of_range column): the student extrapolates there, so "
-            "their scores are less reliable; score them with the teacher (`dscore score --model`) if they matter")
+    return (
+        f"{outside} of {ok} rows have a predicted PLL per token outside [{span[0]:.4g}, {span[1]:.4g}], the range "
+        "of the teacher's training rows (see the out_of_range column): the student extrapolates there, so "
+        "their scores are less reliable; score them with the teacher (`dscore score --model`) if they matter"
+    )

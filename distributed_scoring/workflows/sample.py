@@ -17,6 +17,7 @@ from dataclasses import replace
 import pyarrow.compute as pc
 
 from ..config import RayOptions, RunConfig
+from ..engine.sampler_settings import ENERGIES, ORDERS, SAMPLERS  # with STARTS and SampleOptions: what the CLI builds
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
@@ -24,12 +25,23 @@ from ..pipeline.aggregate import check_complete
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..workloads.infill import allowed_tokens
-from .infill import token_bleu
-from ..engine.sampler_settings import ENERGIES, ORDERS, SAMPLERS  # with STARTS and SampleOptions: what the CLI builds
 from ..workloads.sample import (
-    ACCEPTED, ANSWER, CHAIN, CORRECT, ENERGY_NORM, ENERGY_RAW, EPOCH, NOVEL, PROPOSALS, SAMPLED, STARTS, SampleOptions,
-    memory_estimate, sample_workload,
+    ACCEPTED,
+    ANSWER,
+    CHAIN,
+    CORRECT,
+    ENERGY_NORM,
+    ENERGY_RAW,
+    EPOCH,
+    NOVEL,
+    PROPOSALS,
+    SAMPLED,
+    STARTS,
+    SampleOptions,
+    memory_estimate,
+    sample_workload,
 )
+from .infill import token_bleu
 
 __all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
 
@@ -64,20 +76,29 @@ def summarize(folder: str, options: SampleOptions) -> dict:
     table = OutputDir(folder).read_rows()
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     key = [S.ID, *([S.LINE] if S.LINE in table.column_names else []), CHAIN]  # a chain's rows
-    rows = ok.select([*key, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT,
-                      "n_sampled", SAMPLED, ANSWER]).to_pylist()
+    rows = ok.select(
+        [*key, EPOCH, ENERGY_RAW, ENERGY_NORM, PROPOSALS, ACCEPTED, NOVEL, CORRECT, "n_sampled", SAMPLED, ANSWER]
+    ).to_pylist()
     proposals = sum(r[PROPOSALS] for r in rows)
     by_epoch: dict[int, list[dict]] = {}
     for r in rows:
         by_epoch.setdefault(r[EPOCH], []).append(r)
     summary = {
-        "rows": table.num_rows, "ok": ok.num_rows, "errors": table.num_rows - ok.num_rows,
-        "sampler": options.sampler, "energy": options.energy, "chains": options.chains, "epochs": options.epochs,
-        "burn_in": options.burn_in, "forced_accept": options.forced_accept, "seed": options.seed,
+        "rows": table.num_rows,
+        "ok": ok.num_rows,
+        "errors": table.num_rows - ok.num_rows,
+        "sampler": options.sampler,
+        "energy": options.energy,
+        "chains": options.chains,
+        "epochs": options.epochs,
+        "burn_in": options.burn_in,
+        "forced_accept": options.forced_accept,
+        "seed": options.seed,
         "acceptance_rate": sum(r[ACCEPTED] for r in rows) / proposals if proposals else None,
         "novel_rate": sum(r[NOVEL] for r in rows) / proposals if proposals else None,
-        "energy_by_epoch": {str(e): {"raw": _mean(rs, ENERGY_RAW), "norm": _mean(rs, ENERGY_NORM)}
-                            for e, rs in sorted(by_epoch.items())},
+        "energy_by_epoch": {
+            str(e): {"raw": _mean(rs, ENERGY_RAW), "norm": _mean(rs, ENERGY_NORM)} for e, rs in sorted(by_epoch.items())
+        },
     }
     judged = [r for r in rows if r[CORRECT] is not None]
     if judged:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
-from ..pipeline.aggregate import summarize
 from ..config import RayOptions, RunConfig
 from ..io.claim import Claim
 from ..io.output import SUMMARY_FILE
-from ..workloads.pll import pll_workload
+from ..pipeline.aggregate import summarize
 from ..pipeline.runner import claimed, execute
+from ..workloads.pll import pll_workload
 
 
-def score(config: RunConfig, ray: RayOptions | None = None, overwrite: bool = False,
-          progress: bool | None = None, folder: Claim | None = None) -> dict:
+def score(
+    config: RunConfig,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    progress: bool | None = None,
+    folder: Claim | None = None,
+) -> dict:
     """PLL of every input row; returns the summary (also written to summary.json). `folder`: the output
     folder, when the caller holds it (to write its own files there after the run, as the audit does).
 

@@ -42,11 +42,15 @@ class Submission:
 
     def __post_init__(self) -> None:
         if not self.entrypoint:
-            raise UserError("nothing to submit: put the job's command after `--`, e.g. "
-                            "`dscore submit --working-dir . -- python jobs/pppl_audit.py --input ...`")
+            raise UserError(
+                "nothing to submit: put the job's command after `--`, e.g. "
+                "`dscore submit --working-dir . -- python jobs/pppl_audit.py --input ...`"
+            )
         if self.working_dir and "://" not in self.working_dir and not os.path.isdir(self.working_dir):
-            raise UserError(f"--working-dir {self.working_dir!r} is not a folder: pass the folder to upload "
-                            "(`.` for this repository)")
+            raise UserError(
+                f"--working-dir {self.working_dir!r} is not a folder: pass the folder to upload "
+                "(`.` for this repository)"
+            )
 
 
 def job_server(given: str | None) -> str:
@@ -54,11 +58,15 @@ def job_server(given: str | None) -> str:
     SDK would otherwise look for a cluster on this machine, or wait on a GCS address for minutes)."""
     address = given or next((os.environ[v] for v in ADDRESS_VARIABLES if os.environ.get(v)), None)
     if not address:
-        raise UserError("no Ray job server given: pass --address http://HEAD:8265 or set RAY_ADDRESS "
-                        "(`eval \"$(cluster/local_cluster.sh env)\"` sets it for the local cluster)")
+        raise UserError(
+            "no Ray job server given: pass --address http://HEAD:8265 or set RAY_ADDRESS "
+            '(`eval "$(cluster/local_cluster.sh env)"` sets it for the local cluster)'
+        )
     if not address.lower().startswith(("http://", "https://")):
-        raise UserError(f"{address!r} is not a job server's address: pass the head's dashboard address, "
-                        "--address http://HEAD:8265 (the port of `ray start --dashboard-port`)")
+        raise UserError(
+            f"{address!r} is not a job server's address: pass the head's dashboard address, "
+            "--address http://HEAD:8265 (the port of `ray start --dashboard-port`)"
+        )
     return address
 
 
@@ -81,8 +89,10 @@ def connect(address: str) -> JobSubmissionClient:
         try:
             return JobSubmissionClient(address)
         except ConnectionError as exc:
-            raise UserError(f"no Ray cluster answers at {address}: start it (cluster/local_cluster.sh start) or "
-                            f"pass the address of one that runs ({exc})") from None
+            raise UserError(
+                f"no Ray cluster answers at {address}: start it (cluster/local_cluster.sh start) or "
+                f"pass the address of one that runs ({exc})"
+            ) from None
         except RuntimeError as exc:  # the server answered but refused us (a missing or wrong token)
             raise UserError(f"the job server at {address} refused the connection: {_first_line(exc)}") from None
 
@@ -103,8 +113,10 @@ def submit(submission: Submission, log: TextIO) -> int:
         asyncio.run(_copy_log(client, job, log))
         return exit_code(job, _finished(client, job))
     except (aiohttp.ClientError, ConnectionError, RuntimeError, OSError) as exc:
-        raise DataLossError(f"lost the job server while job {job} ran ({_first_line(exc)}); it may still run: "
-                            f"`ray job status {job}` tells") from None
+        raise DataLossError(
+            f"lost the job server while job {job} ran ({_first_line(exc)}); it may still run: "
+            f"`ray job status {job}` tells"
+        ) from None
 
 
 async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:
@@ -132,8 +144,10 @@ def exit_code(job: str, details) -> int:
         logger.info("job %s %s: its entrypoint exited with %d", job, status.lower(), code)
         return code
     ended = f"was ended by signal {-code}" if code is not None and code < 0 else f"is {status}"
-    raise DataLossError(f"job {job} {ended} without an exit code of its own: {_first_line(details.message)}; "
-                        f"`ray job logs {job}` has its log")
+    raise DataLossError(
+        f"job {job} {ended} without an exit code of its own: {_first_line(details.message)}; "
+        f"`ray job logs {job}` has its log"
+    )
 
 
 def _first_line(text: object) -> str:

@@ -32,14 +32,27 @@ from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import TRAINING
 from ..io.output import (
-    DONE_DIR, FILE_DIGEST, LOCK_FILE, OUTPUTS, ROW_KEY, ROWS_DIR, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE,
-    OutputDir, part_name, plan_digest,
+    DONE_DIR,
+    FILE_DIGEST,
+    LOCK_FILE,
+    OUTPUTS,
+    ROW_KEY,
+    ROWS_DIR,
+    ROWS_PER_INPUT,
+    RUN_FILE,
+    SHARDS,
+    SUMMARY_FILE,
+    OutputDir,
+    part_name,
+    plan_digest,
 )
 from ..io.sources import plan_shards
 from ..io.storage import join
 from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
-from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT, JOINTS
-from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT, RESCORE
+from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT
+from .joints import JOINTS
+from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT
+from .rescore.run import RESCORE
 from .train.run import CHECKPOINTS, REPORT_FILE
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
@@ -98,8 +111,15 @@ def verify_folder(uri: str) -> Verification:
             inside = f" (it holds run folders: {', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})" if runs else ""
             raise NotARunFolderError(f"{uri} holds no {RUN_FILE}: it is not a dscore output folder{inside}")
         parts = tuple(verify_folder(join(uri, name)) for name in earlier)
-        return Verification(uri, parts=parts, problems=tuple(_lock(out)), what=f"{len(parts)} run(s)", unchecked=(
-            f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",))
+        return Verification(
+            uri,
+            parts=parts,
+            problems=tuple(_lock(out)),
+            what=f"{len(parts)} run(s)",
+            unchecked=(
+                f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",
+            ),
+        )
     workload = str(run.get("workload", ""))
     if workload.startswith(TRAINING):
         return _verify_training(out, run)
@@ -147,8 +167,15 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
     _check_summary(out, run, plan, rows, problems, missing)
     if AUDIT_FILE in run.get(OUTPUTS, ()) or out.exists(out.path(AUDIT_FILE)):
         _check_audit(out, rows, problems, missing)
-    return Verification(out.uri, len(keys), rows, len(plan) if plan is not None else None, tuple(problems),
-                        tuple(missing), tuple(unchecked))
+    return Verification(
+        out.uri,
+        len(keys),
+        rows,
+        len(plan) if plan is not None else None,
+        tuple(problems),
+        tuple(missing),
+        tuple(unchecked),
+    )
 
 
 def _check_markers(out: OutputDir, problems: list[str]) -> set[str]:
@@ -178,22 +205,31 @@ def _earlier_plan(run: dict) -> tuple[dict | None, str | None]:
     """The plan of a folder whose `_run.json` records it only as a digest (an earlier dscore): made again
     from its inputs and checked against the digest; else None and why."""
     try:
-        spec = InputSpec(tuple(run["inputs"]), run["text_column"], run["id_column"], run["shard_rows"],
-                         run.get("partition_column"), run.get("partition_by_file", False),
-                         tuple(run.get("extra_columns", ())))
+        spec = InputSpec(
+            tuple(run["inputs"]),
+            run["text_column"],
+            run["id_column"],
+            run["shard_rows"],
+            run.get("partition_column"),
+            run.get("partition_by_file", False),
+            tuple(run.get("extra_columns", ())),
+        )
         plan = plan_shards(spec)
     except (KeyError, TypeError, UserError, OSError) as exc:
-        return None, (f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and its inputs cannot "
-                      f"be planned again ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): missing "
-                      "shards cannot be told")
+        return None, (
+            f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and its inputs cannot "
+            f"be planned again ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}): missing "
+            "shards cannot be told"
+        )
     if plan_digest(plan) != run.get("plan"):
-        return None, (f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and the inputs now give "
-                      "another plan: missing shards cannot be told")
+        return None, (
+            f"{RUN_FILE} records it only as a digest (an earlier dscore wrote it), and the inputs now give "
+            "another plan: missing shards cannot be told"
+        )
     return {s.key: s.rows for s in plan}, None
 
 
-def _check_plan(out: OutputDir, run: dict, plan: dict, keys: set[str], problems: list[str],
-                missing: list[str]) -> None:
+def _check_plan(out: OutputDir, run: dict, plan: dict, keys: set[str], problems: list[str], missing: list[str]) -> None:
     """Every planned shard marked and holding its rows (input rows x rows per input, when recorded); no
     marked shard outside the plan."""
     per_input = run.get(ROWS_PER_INPUT)
@@ -201,8 +237,11 @@ def _check_plan(out: OutputDir, run: dict, plan: dict, keys: set[str], problems:
         problems.append(f"shard {key} is marked done but is not in the run's plan")
     for key, rows in sorted(plan.items()):
         if key not in keys:
-            written = " (its file is there without a marker: the run stopped while writing it)" if out.exists(
-                out.part_path(key)) and not out.exists(out.path(DONE_DIR, f"{key}.json")) else ""
+            written = (
+                " (its file is there without a marker: the run stopped while writing it)"
+                if out.exists(out.part_path(key)) and not out.exists(out.path(DONE_DIR, f"{key}.json"))
+                else ""
+            )
             missing.append(f"shard {key} ({rows} input rows) is not done{written}")
         elif per_input is not None and (marked := out.read_marker(key)["rows"]) != rows * per_input:
             problems.append(f"shard {key} holds {marked} rows, its plan {rows * per_input}")
@@ -264,8 +303,9 @@ def _duplicates(table: pa.Table) -> list[str]:
     return [f"{repeated.num_rows} id(s) appear more than once (e.g. {examples})"]
 
 
-def _check_summary(out: OutputDir, run: dict, plan: dict | None, rows: int, problems: list[str],
-                   missing: list[str]) -> None:
+def _check_summary(
+    out: OutputDir, run: dict, plan: dict | None, rows: int, problems: list[str], missing: list[str]
+) -> None:
     """summary.json there (for the runs that write one) and counting the rows read (and, for PLL runs, the
     rows planned)."""
     try:
@@ -274,7 +314,9 @@ def _check_summary(out: OutputDir, run: dict, plan: dict | None, rows: int, prob
         problems.append(f"{SUMMARY_FILE} is not valid JSON ({exc})")
         return
     if summary is None:
-        writes = SUMMARY_FILE in run[OUTPUTS] if OUTPUTS in run else not str(run.get("workload")).startswith(WITHOUT_SUMMARY)
+        writes = (
+            SUMMARY_FILE in run[OUTPUTS] if OUTPUTS in run else not str(run.get("workload")).startswith(WITHOUT_SUMMARY)
+        )
         if writes:
             missing.append(f"{SUMMARY_FILE} is missing: the run did not finish")
         return
@@ -316,8 +358,13 @@ def _verify_parent(out: OutputDir, run: dict) -> Verification:
     outputs = run.get(OUTPUTS, [])
     parts = tuple(verify_folder(join(out.uri, name)) for name in outputs if out.exists(out.path(name, RUN_FILE)))
     missing = [f"{name} is missing: the run did not finish" for name in outputs if not out.exists(out.path(name))]
-    return Verification(out.uri, problems=tuple(_lock(out)), missing=tuple(missing), parts=parts,
-                        what=f"{run['workload']} run with {len(parts)} run(s)")
+    return Verification(
+        out.uri,
+        problems=tuple(_lock(out)),
+        missing=tuple(missing),
+        parts=parts,
+        what=f"{run['workload']} run with {len(parts)} run(s)",
+    )
 
 
 def _verify_training(out: OutputDir, run: dict) -> Verification:
@@ -325,15 +372,25 @@ def _verify_training(out: OutputDir, run: dict) -> Verification:
     parts = tuple(verify_folder(join(out.uri, name)) for name in _sub_runs(out))
     missing, problems = [], _lock(out)
     if not out.exists(out.path(REPORT_FILE)):
-        steps = sorted(posixpath.basename(p) for p in out.files(CHECKPOINTS, suffix="")
-                       if posixpath.basename(p).startswith("step-"))
+        steps = sorted(
+            posixpath.basename(p)
+            for p in out.files(CHECKPOINTS, suffix="")
+            if posixpath.basename(p).startswith("step-")
+        )
         latest = steps[-1] if steps else None
-        missing.append(f"{REPORT_FILE} is missing: the training did not finish (" + (
-            f"a rerun continues from {CHECKPOINTS}/{latest})" if latest else "no checkpoint yet)"))
+        missing.append(
+            f"{REPORT_FILE} is missing: the training did not finish ("
+            + (f"a rerun continues from {CHECKPOINTS}/{latest})" if latest else "no checkpoint yet)")
+        )
     elif not out.exists(out.path("config.json")):
         problems.append("config.json is missing: the trained model is not in the folder")
-    return Verification(out.uri, problems=tuple(problems), missing=tuple(missing), parts=parts,
-                        what=f"{run['workload']} run with {len(parts)} evaluation run(s)")
+    return Verification(
+        out.uri,
+        problems=tuple(problems),
+        missing=tuple(missing),
+        parts=parts,
+        what=f"{run['workload']} run with {len(parts)} evaluation run(s)",
+    )
 
 
 def report(result: Verification) -> str:
@@ -346,7 +403,11 @@ def report(result: Verification) -> str:
         count = len(result.problems) + sum(_problems(p) for p in result.parts)
         verdict = f"FAILED: {result.folder}: {count} problem(s)"
     elif not result.complete:
-        done = f"{result.shards} of {result.planned} shards done, {result.rows} rows" if result.planned is not None else what
+        done = (
+            f"{result.shards} of {result.planned} shards done, {result.rows} rows"
+            if result.planned is not None
+            else what
+        )
         verdict = f"INCOMPLETE: {result.folder}: {done}; rerun the same command to finish"
     else:
         verdict = f"OK: {result.folder}: {what}"

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import pyarrow as pa
 
-from ..io import schema as S
 from ..config import ModelSpec
+from ..io import schema as S
 from ..io.schema import LOGP
 from ..pipeline.progress import Report, ignore
 from ..pipeline.stage import Row, Stage
@@ -53,9 +53,15 @@ def _scored_rows(engine: CausalEngine, texts: Sequence[str], report: Report = ig
     logprobs = dict(zip(ok, engine.token_logprobs([encoded[i] for i in ok], report)))
     tail = 0 if engine.lm.eos_id is None else 1
     return [
-        {S.TEXT: text, LOGP: float(logprobs[i].sum()), S.N_TOKENS: len(e) - 1 - tail, S.STATUS: S.STATUS_OK,
-         S.ERROR: None} if i in logprobs else
-        {S.TEXT: text, LOGP: None, S.N_TOKENS: 0, S.STATUS: S.STATUS_ERROR, S.ERROR: e}
+        {
+            S.TEXT: text,
+            LOGP: float(logprobs[i].sum()),
+            S.N_TOKENS: len(e) - 1 - tail,
+            S.STATUS: S.STATUS_OK,
+            S.ERROR: None,
+        }
+        if i in logprobs
+        else {S.TEXT: text, LOGP: None, S.N_TOKENS: 0, S.STATUS: S.STATUS_ERROR, S.ERROR: e}
         for i, (text, e) in enumerate(zip(texts, encoded))
     ]
 
@@ -92,10 +98,11 @@ class CausalScorer(Stage):
         read = [r for r in rows if r[S.STATUS] == S.STATUS_OK]
         failed = [r for r in rows if r[S.STATUS] != S.STATUS_OK]
         scored = _scored_rows(self.engine, [r[S.TEXT] for r in read], self.report)
-        unscored = [{S.TEXT: r[S.TEXT] or "", LOGP: None, S.N_TOKENS: 0, S.STATUS: r[S.STATUS], S.ERROR: r[S.ERROR]}
-                    for r in failed]
-        return [{**S.key(r), **out, S.MODEL: self.model_name}
-                for r, out in zip(read + failed, scored + unscored)]
+        unscored = [
+            {S.TEXT: r[S.TEXT] or "", LOGP: None, S.N_TOKENS: 0, S.STATUS: r[S.STATUS], S.ERROR: r[S.ERROR]}
+            for r in failed
+        ]
+        return [{**S.key(r), **out, S.MODEL: self.model_name} for r, out in zip(read + failed, scored + unscored)]
 
 
 def _unchanged() -> Callable[[pa.Table], pa.Table]:
@@ -112,5 +119,6 @@ def causal_workload(model: ModelSpec, batch_tokens: int | None = None) -> Worklo
 
     Its tokenisation depends on the loaded LM's boundary tokens, so it runs in the score stage.
     """
-    return Workload(DECLARED.name, CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens),
-                    model.device)
+    return Workload(
+        DECLARED.name, CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens), model.device
+    )

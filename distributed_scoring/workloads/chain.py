@@ -36,8 +36,10 @@ CHAIN = "chain"  # the rows' method and variant
 DECLARED = Declaration(CHAIN, engines=("engine.chain",), docs="docs/score.md")
 
 CHAIN_FIELDS = [
-    pa.field(METHOD, pa.string(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
-    pa.field(LOG_LIKELIHOOD, pa.float64()), pa.field(LOG_LIKELIHOODS, pa.list_(pa.float64())),
+    pa.field(METHOD, pa.string(), nullable=False),
+    pa.field(ORDER, pa.string(), nullable=False),
+    pa.field(LOG_LIKELIHOOD, pa.float64()),
+    pa.field(LOG_LIKELIHOODS, pa.list_(pa.float64())),
     pa.field(LOG_LIKELIHOOD_STD, pa.float64()),
 ]
 
@@ -107,8 +109,11 @@ class ChainScorer(Stage):
 
     def _score(self, work: Sequence[tuple[np.ndarray, list[np.ndarray]]]) -> list[np.ndarray]:
         """(K,) log-likelihoods per row, every order of every row in one call of the engine."""
-        values = self.engine.log_likelihoods([ids for ids, orders in work for _ in orders],
-                                             [order for _, orders in work for order in orders], self.report)
+        values = self.engine.log_likelihoods(
+            [ids for ids, orders in work for _ in orders],
+            [order for _, orders in work for order in orders],
+            self.report,
+        )
         return np.split(values, np.cumsum([len(orders) for _, orders in work])[:-1])
 
     def _row(self, row: Row, result: np.ndarray | str | None) -> Row:
@@ -117,15 +122,31 @@ class ChainScorer(Stage):
         ok = error is None and result is not None
         values = result if ok else None
         out = {
-            **row, S.PLL: None, S.N_TOKENS: len(row[S.TARGETS]) if ok else 0, S.N_WORDS: row[S.N_WORDS] if ok else 0,
-            S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0, S.PPPL_TOKEN: None, S.PPPL_WORD: None,
-            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else error,
-            S.MODEL: self.model_name, S.VARIANT: CHAIN, METHOD: CHAIN, ORDER: self.options.order,
-            LOG_LIKELIHOOD: None, LOG_LIKELIHOODS: None, LOG_LIKELIHOOD_STD: None,
+            **row,
+            S.PLL: None,
+            S.N_TOKENS: len(row[S.TARGETS]) if ok else 0,
+            S.N_WORDS: row[S.N_WORDS] if ok else 0,
+            S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
+            S.PPPL_TOKEN: None,
+            S.PPPL_WORD: None,
+            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR,
+            S.ERROR: None if ok else error,
+            S.MODEL: self.model_name,
+            S.VARIANT: CHAIN,
+            METHOD: CHAIN,
+            ORDER: self.options.order,
+            LOG_LIKELIHOOD: None,
+            LOG_LIKELIHOODS: None,
+            LOG_LIKELIHOOD_STD: None,
         }
         if ok:
-            out.update({LOG_LIKELIHOOD: float(np.logaddexp.reduce(values) - math.log(len(values))),
-                        LOG_LIKELIHOODS: values.tolist(), LOG_LIKELIHOOD_STD: float(values.std())})
+            out.update(
+                {
+                    LOG_LIKELIHOOD: float(np.logaddexp.reduce(values) - math.log(len(values))),
+                    LOG_LIKELIHOODS: values.tolist(),
+                    LOG_LIKELIHOOD_STD: float(values.std()),
+                }
+            )
         return out
 
 
@@ -133,11 +154,17 @@ def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> Memo
     """What one shard holds at once: every order of every row (a permutation of its tokens, then its
     log-likelihood, kept in the row's `log_likelihoods`)."""
     per_row = ROW_BYTES + options.orders * (8 * tokens + 32)
-    return MemoryEstimate(shard_rows * per_row, f"one shard of {shard_rows} rows x {options.orders:,} orders",
-                          "--orders or --shard-rows")
+    return MemoryEstimate(
+        shard_rows * per_row, f"one shard of {shard_rows} rows x {options.orders:,} orders", "--orders or --shard-rows"
+    )
 
 
 def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:
     """Chain-rule log-likelihoods along an order (`dscore score --method chain`)."""
-    return Workload(DECLARED.name, options, partial(pll_preparer, model, options.split_chars),
-                    partial(ChainScorer, model, options, batch_tokens), model.device)
+    return Workload(
+        DECLARED.name,
+        options,
+        partial(pll_preparer, model, options.split_chars),
+        partial(ChainScorer, model, options, batch_tokens),
+        model.device,
+    )

@@ -39,26 +39,47 @@ if TYPE_CHECKING:
 
 ORDERS = ("random", "l2r", "r2l", "given")
 SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
-    "sequence", "prompt", "tokens", "fill_order", "order", "log_likelihood")
+    "sequence",
+    "prompt",
+    "tokens",
+    "fill_order",
+    "order",
+    "log_likelihood",
+)
 # The infilling engine generates; the chain engine draws the orders.
-DECLARED = Declaration("generate", engines=("engine.infill", "engine.chain"), docs="docs/generate.md",
-                       row_key=(SEQUENCE,))
+DECLARED = Declaration(
+    "generate", engines=("engine.infill", "engine.chain"), docs="docs/generate.md", row_key=(SEQUENCE,)
+)
 
-PREPARED_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
-    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(FILL_ORDER, pa.list_(pa.int32())),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-])
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(S.INPUT_IDS, pa.list_(pa.int64())),
+        pa.field(MASKS, pa.list_(pa.int32())),
+        pa.field(SPANS, pa.list_(pa.list_(pa.int32()))),
+        pa.field(FILL_ORDER, pa.list_(pa.int32())),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+    ]
+)
 
-OUTPUT_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(SEQUENCE, pa.int32(), nullable=False),
-    pa.field(PROMPT, pa.string()), pa.field(S.TEXT, pa.string()), pa.field(TOKENS, pa.list_(pa.string())),
-    pa.field(FILL_ORDER, pa.list_(pa.int32())), pa.field(LOG_LIKELIHOOD, pa.float64()),
-    pa.field(S.N_TOKENS, pa.int32(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-    pa.field(S.MODEL, pa.string(), nullable=False),
-])
+OUTPUT_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(SEQUENCE, pa.int32(), nullable=False),
+        pa.field(PROMPT, pa.string()),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(TOKENS, pa.list_(pa.string())),
+        pa.field(FILL_ORDER, pa.list_(pa.int32())),
+        pa.field(LOG_LIKELIHOOD, pa.float64()),
+        pa.field(S.N_TOKENS, pa.int32(), nullable=False),
+        pa.field(ORDER, pa.string(), nullable=False),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+        pa.field(S.MODEL, pa.string(), nullable=False),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -102,8 +123,10 @@ def given_order(value: str | None, masks: int, column: str) -> list[int] | str:
     except ValueError:
         order = None
     if order is None or sorted(order) != list(range(masks)):
-        return (f"{column} {value!r} is not a permutation of the {masks} mask indices 0 .. {masks - 1} "
-                "(masks counted in reading order)")
+        return (
+            f"{column} {value!r} is not a permutation of the {masks} mask indices 0 .. {masks - 1} "
+            "(masks counted in reading order)"
+        )
     return order
 
 
@@ -143,15 +166,17 @@ class GenerateScorer(Stage):
         if o.temperature == 0:  # greedy: a beam search of one beam
             self.settings = InfillSettings("standard", "given", beam=1)
         else:
-            self.settings = InfillSettings("filtered", "given", 1, temperature=o.temperature, top_k=o.top_k,
-                                           top_p=o.top_p)
+            self.settings = InfillSettings(
+                "filtered", "given", 1, temperature=o.temperature, top_k=o.top_k, top_p=o.top_p
+            )
         self.signature = {**self.mlm.signature, ORDER: o.order, "temperature": o.temperature}
 
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.infill import InfillExample
 
-        work = [(r, n) for r, row in enumerate(rows) if row[S.STATUS] == S.STATUS_OK
-                for n in range(self.options.per_prompt)]
+        work = [
+            (r, n) for r, row in enumerate(rows) if row[S.STATUS] == S.STATUS_OK for n in range(self.options.per_prompt)
+        ]
         examples = []
         for r, n in work:
             ids, masks = np.array(rows[r][S.INPUT_IDS], dtype=np.int64), np.array(rows[r][MASKS], dtype=np.int64)
@@ -174,15 +199,33 @@ class GenerateScorer(Stage):
 
     def _row(self, row: Row, n: int, fill: Fill | str | None) -> Row:
         error = fill if isinstance(fill, str) else row[S.ERROR]
-        out = {**S.key(row), SEQUENCE: n, PROMPT: None if self.options.length else row[S.TEXT], S.TEXT: None,
-               TOKENS: None, FILL_ORDER: None, LOG_LIKELIHOOD: None, S.N_TOKENS: 0, ORDER: self.options.order,
-               S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error, S.MODEL: self.model_name}
+        out = {
+            **S.key(row),
+            SEQUENCE: n,
+            PROMPT: None if self.options.length else row[S.TEXT],
+            S.TEXT: None,
+            TOKENS: None,
+            FILL_ORDER: None,
+            LOG_LIKELIHOOD: None,
+            S.N_TOKENS: 0,
+            ORDER: self.options.order,
+            S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK,
+            S.ERROR: error,
+            S.MODEL: self.model_name,
+        }
         if error is not None or fill is None:
             return out
         masks = list(row[MASKS])
         tokens = self.mlm.tokenizer.convert_ids_to_tokens(fill.tokens.tolist())
-        out.update({S.TEXT: self._text(row, fill, tokens), TOKENS: tokens, LOG_LIKELIHOOD: fill.chain,
-                    FILL_ORDER: [masks.index(p) for p in fill.order], S.N_TOKENS: len(masks)})
+        out.update(
+            {
+                S.TEXT: self._text(row, fill, tokens),
+                TOKENS: tokens,
+                LOG_LIKELIHOOD: fill.chain,
+                FILL_ORDER: [masks.index(p) for p in fill.order],
+                S.N_TOKENS: len(masks),
+            }
+        )
         return out
 
     def _text(self, row: Row, fill: Fill, tokens: list[str]) -> str:
@@ -198,12 +241,21 @@ def memory_estimate(options: GenerateOptions, shard_rows: int, tokens: int, n_al
     """What one shard holds at once: its sequences (each a one-beam search over the allowed tokens) as rows."""
     rows = shard_rows * options.per_prompt
     per_row = ROW_BYTES + TOKEN_BYTES * tokens + BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * n_allowed
-    return MemoryEstimate(rows * per_row, f"one shard of {shard_rows} prompts x {options.per_prompt:,} sequences",
-                          "--num-sequences or --shard-rows")
+    return MemoryEstimate(
+        rows * per_row,
+        f"one shard of {shard_rows} prompts x {options.per_prompt:,} sequences",
+        "--num-sequences or --shard-rows",
+    )
 
 
 def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:
     """Generation in any order (`dscore generate`): `per_prompt` rows per prompt row."""
-    return Workload(DECLARED.name, options, partial(GeneratePreparer, model, options),
-                    partial(GenerateScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.per_prompt, row_key=DECLARED.row_key)
+    return Workload(
+        DECLARED.name,
+        options,
+        partial(GeneratePreparer, model, options),
+        partial(GenerateScorer, model, options, batch_tokens),
+        model.device,
+        rows_per_input=options.per_prompt,
+        row_key=DECLARED.row_key,
+    )

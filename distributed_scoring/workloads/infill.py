@@ -44,15 +44,22 @@ BEAMS_HCB, RANK_HCB, BEAMS_PLL, RANK_PLL = "beams_hcb", "rank_hcb", "beams_pll",
 
 # A fill's `score` is its chain log-probability (<= 0), except under `hcb`: there it is the HCB log-ratio
 # log p(fill) - log p(pivots), usually positive, as the pivot (the mask token) is improbable in context.
-BEAM = pa.struct([pa.field("tokens", pa.list_(pa.string())), pa.field("text", pa.string()),
-                  pa.field("score", pa.float64())])
+BEAM = pa.struct(
+    [pa.field("tokens", pa.list_(pa.string())), pa.field("text", pa.string()), pa.field("score", pa.float64())]
+)
 
-PREPARED_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(MASKS, pa.list_(pa.int32())),
-    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-])
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(S.INPUT_IDS, pa.list_(pa.int64())),
+        pa.field(MASKS, pa.list_(pa.int32())),
+        pa.field(SPANS, pa.list_(pa.list_(pa.int32()))),
+        pa.field(ANSWER, pa.string()),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -79,8 +86,13 @@ class InfillOptions:
             raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
         if self.order not in ORDERS:
             raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
-        for flag, value in (("--beam", self.beam), ("--top", self.top), ("--max-masks", self.max_masks),
-                            ("--exact-limit", self.exact_limit), ("--sample-top-k", self.sample_top_k)):
+        for flag, value in (
+            ("--beam", self.beam),
+            ("--top", self.top),
+            ("--max-masks", self.max_masks),
+            ("--exact-limit", self.exact_limit),
+            ("--sample-top-k", self.sample_top_k),
+        ):
             check_bounds(flag, value, 1)
         if self.written > self.beam and self.decoder != "exact":
             raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
@@ -109,8 +121,10 @@ def allowed_tokens(tokenizer: Any, vocab_size: int, restrict: tuple[str, ...] | 
         found = {t: next((f for f in (t, "Ġ" + t, "▁" + t) if f in vocab), None) for t in restrict}
         unknown = [t for t, f in found.items() if f is None]
         if unknown:
-            raise UserError(f"--vocab-restrict tokens not in the model's vocabulary: {' '.join(unknown[:10])}; "
-                            "give tokens as the tokenizer writes them")
+            raise UserError(
+                f"--vocab-restrict tokens not in the model's vocabulary: {' '.join(unknown[:10])}; "
+                "give tokens as the tokenizer writes them"
+            )
         allowed[[vocab[f] for f in found.values()]] = True
     allowed[[i for i in tokenizer.all_special_ids if i < vocab_size]] = False
     if not allowed.any():
@@ -168,8 +182,10 @@ class InfillPreparer(MaskedPreparer):
             return f"{len(masks)} mask tokens, more than --max-masks {self.options.max_masks}"
         for start, end in (offsets[i] for i in masks):
             if (start > 0 and text[start - 1].isalnum()) or (end < len(text) and text[end].isalnum()):
-                return (f"mask token inside a word ({text[max(0, start - 10):end + 10]!r}): a mask stands for a "
-                        "whole token; put spaces around it")
+                return (
+                    f"mask token inside a word ({text[max(0, start - 10) : end + 10]!r}): a mask stands for a "
+                    "whole token; put spaces around it"
+                )
         return unanswerable(row.get(self.options.answer_column), len(masks), "mask tokens") or {MASKS: masks}
 
 
@@ -178,8 +194,9 @@ class InfillScorer(Stage):
 
     reads = {name: f"from the infill prepare stage ({name})" for name in PREPARED_SCHEMA.names}
 
-    def __init__(self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None,
-                 mlm: MaskedLM | None = None) -> None:
+    def __init__(
+        self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None, mlm: MaskedLM | None = None
+    ) -> None:
         from ..engine.infill import InfillEngine, InfillSettings, exact_size
         from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
@@ -192,8 +209,15 @@ class InfillScorer(Stage):
         self.exact_size = exact_size
         self.engine = InfillEngine(self.mlm, allowed, batch_tokens)
         self.pll = PLLEngine(self.mlm, "original", batch_tokens) if options.rescore_pll else None
-        self.settings = InfillSettings(options.decoder, options.order, options.beam, pivot_id(tokenizer, options.pivot),
-                                       options.temperature, options.sample_top_k, options.top_p)
+        self.settings = InfillSettings(
+            options.decoder,
+            options.order,
+            options.beam,
+            pivot_id(tokenizer, options.pivot),
+            options.temperature,
+            options.sample_top_k,
+            options.top_p,
+        )
         self.signature = {**self.mlm.signature, "decoder": options.decoder, "order": options.order}
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
@@ -207,19 +231,31 @@ class InfillScorer(Stage):
             if row[S.STATUS] == S.STATUS_OK and self.options.decoder == "exact":
                 size = self.exact_size(self.n_allowed, len(row[MASKS]))
                 if size > self.options.exact_limit:
-                    row.update({S.STATUS: S.STATUS_ERROR, S.ERROR: (
-                        f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
-                        f"--exact-limit {self.options.exact_limit:,}: "
-                        "restrict the vocabulary or use a beam decoder")})
+                    row.update(
+                        {
+                            S.STATUS: S.STATUS_ERROR,
+                            S.ERROR: (
+                                f"exact search over {self.n_allowed}^{len(row[MASKS])} = {size:,} fills is over "
+                                f"--exact-limit {self.options.exact_limit:,}: "
+                                "restrict the vocabulary or use a beam decoder"
+                            ),
+                        }
+                    )
             if row[S.STATUS] == S.STATUS_OK:
                 fillable.append(i)
-        examples = [InfillExample(np.array(rows[i][S.INPUT_IDS], dtype=np.int64),
-                                  np.array(rows[i][MASKS], dtype=np.int64), example_seed(self.options.seed, rows[i][S.ID]))
-                    for i in fillable]
+        examples = [
+            InfillExample(
+                np.array(rows[i][S.INPUT_IDS], dtype=np.int64),
+                np.array(rows[i][MASKS], dtype=np.int64),
+                example_seed(self.options.seed, rows[i][S.ID]),
+            )
+            for i in fillable
+        ]
         # With --rescore-pll the search is the first half of the shard's progress, the PLL pass over its fills
         # (in `_row`) the second.
-        searched = self.engine.search(examples, self.settings,
-                                      self.report if self.pll is None else part(self.report, 0, 2))
+        searched = self.engine.search(
+            examples, self.settings, self.report if self.pll is None else part(self.report, 0, 2)
+        )
         fills = dict(zip(fillable, searched))
         rescored = ignore if self.pll is None else part(self.report, 1, 2)
         out = []
@@ -229,10 +265,21 @@ class InfillScorer(Stage):
         return out
 
     def _row(self, row: Row, fills: list[Fill] | None) -> Row:
-        out = {**S.key(row), S.TEXT: row[S.TEXT], DECODER: self.options.decoder, ORDER: self.options.order,
-               ANSWER: row[ANSWER], N_MASKS: len(row[MASKS]) if fills is not None else 0, BEAMS: None, BEST: None,
-               RANK: None, CORRECT_TOKENS: None, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR],
-               S.MODEL: self.model_name}
+        out = {
+            **S.key(row),
+            S.TEXT: row[S.TEXT],
+            DECODER: self.options.decoder,
+            ORDER: self.options.order,
+            ANSWER: row[ANSWER],
+            N_MASKS: len(row[MASKS]) if fills is not None else 0,
+            BEAMS: None,
+            BEST: None,
+            RANK: None,
+            CORRECT_TOKENS: None,
+            S.STATUS: row[S.STATUS],
+            S.ERROR: row[S.ERROR],
+            S.MODEL: self.model_name,
+        }
         if fills is None:
             return {**out, **{name: None for name in output_schema(self.options).names if name not in out}}
         answer = row[ANSWER].split() if row[ANSWER] is not None else None
@@ -253,15 +300,24 @@ class InfillScorer(Stage):
                 out.update(self._ranking(row, by_pll, answer, BEAMS_PLL, RANK_PLL))
         return out
 
-    def _ranking(self, row: Row, ranked: list[tuple[Fill, float]], answer: list[str] | None, beams: str,
-                 rank: str) -> Row:
+    def _ranking(
+        self, row: Row, ranked: list[tuple[Fill, float]], answer: list[str] | None, beams: str, rank: str
+    ) -> Row:
         """The top fills of one ranking as beams, and the 1-based rank of the first that is the answer."""
-        top = [{"tokens": self._tokens(f), "text": self._text(row, f), "score": float(s)}
-               for f, s in ranked[: self.options.written]]
+        top = [
+            {"tokens": self._tokens(f), "text": self._text(row, f), "score": float(s)}
+            for f, s in ranked[: self.options.written]
+        ]
         found = None
         if answer is not None:
-            found = next((i + 1 for i, (f, _) in enumerate(ranked)
-                          if all(self._matches(t, a) for t, a in zip(self._tokens(f), answer))), None)
+            found = next(
+                (
+                    i + 1
+                    for i, (f, _) in enumerate(ranked)
+                    if all(self._matches(t, a) for t, a in zip(self._tokens(f), answer))
+                ),
+                None,
+            )
         return {beams: top, rank: found}
 
     def _tokens(self, fill: Fill) -> list[str]:
@@ -291,10 +347,15 @@ class InfillScorer(Stage):
 def output_schema(options: InfillOptions) -> pa.Schema:
     """The rows `dscore infill` writes: `pll` with --rescore-pll; the HCB (and PLL) rankings for `exact`."""
     fields = [
-        pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-        pa.field(DECODER, pa.string(), nullable=False), pa.field(ORDER, pa.string(), nullable=False),
-        pa.field(BEAMS, pa.list_(BEAM)), pa.field(BEST, pa.string()), pa.field(ANSWER, pa.string()),
-        pa.field(N_MASKS, pa.int32(), nullable=False), pa.field(RANK, pa.int32()),
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(DECODER, pa.string(), nullable=False),
+        pa.field(ORDER, pa.string(), nullable=False),
+        pa.field(BEAMS, pa.list_(BEAM)),
+        pa.field(BEST, pa.string()),
+        pa.field(ANSWER, pa.string()),
+        pa.field(N_MASKS, pa.int32(), nullable=False),
+        pa.field(RANK, pa.int32()),
         pa.field(CORRECT_TOKENS, pa.int32()),
     ]
     if options.rescore_pll:
@@ -303,8 +364,11 @@ def output_schema(options: InfillOptions) -> pa.Schema:
         fields += [pa.field(BEAMS_HCB, pa.list_(BEAM)), pa.field(RANK_HCB, pa.int32())]
         if options.rescore_pll:
             fields += [pa.field(BEAMS_PLL, pa.list_(BEAM)), pa.field(RANK_PLL, pa.int32())]
-    fields += [pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-               pa.field(S.MODEL, pa.string(), nullable=False)]
+    fields += [
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+        pa.field(S.MODEL, pa.string(), nullable=False),
+    ]
     return pa.schema(fields)
 
 
@@ -320,12 +384,20 @@ def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allo
         sampler = options.decoder not in ("standard", "hcb")
         width, candidates = options.beam, n_allowed if sampler else min(options.beam, n_allowed)
         what, flags = f"{width:,} beams", "--beam or --shard-rows"
-    per_row = (width * (BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * candidates)
-               + options.written * TOKEN_BYTES * tokens + ROW_BYTES)
+    per_row = (
+        width * (BEAM_BYTES + 8 * tokens + CANDIDATE_BYTES * candidates)
+        + options.written * TOKEN_BYTES * tokens
+        + ROW_BYTES
+    )
     return MemoryEstimate(shard_rows * per_row, f"one shard of {shard_rows} rows x {what}", flags)
 
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:
     """Infilling of masked spans (`dscore infill`)."""
-    return Workload(DECLARED.name, options, partial(InfillPreparer, model, options),
-                    partial(InfillScorer, model, options, batch_tokens), model.device)
+    return Workload(
+        DECLARED.name,
+        options,
+        partial(InfillPreparer, model, options),
+        partial(InfillScorer, model, options, batch_tokens),
+        model.device,
+    )

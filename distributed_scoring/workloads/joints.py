@@ -10,21 +10,21 @@ Positions are 0-based indices into the model's tokens with special tokens exclud
 from __future__ import annotations
 
 import random
-from numbers import Integral
 from dataclasses import dataclass
 from functools import partial
+from numbers import Integral
 from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..io import schema as S
 from ..config import ModelSpec
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
-from .prepare import PLLPreparer
+from ..io import schema as S
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
+from .prepare import PLLPreparer
 
 if TYPE_CHECKING:
     from ..engine.masked_lm import MaskedLM
@@ -33,24 +33,47 @@ SCHEMES = ("random", "contiguous")  # how a pair is drawn when none is given (`d
 
 A, B, TOKEN_A, TOKEN_B, CONSTRUCTION = "a", "b", "token_a", "token_b", "construction"
 # Its runs are named `joints-<scheme>`; one row per example and construction.
-DECLARED = Declaration("joints", engines=("engine.joints", "engine.conditionals"), docs="docs/joints.md",
-                       row_key=(CONSTRUCTION,))
+DECLARED = Declaration(
+    "joints", engines=("engine.joints", "engine.conditionals"), docs="docs/joints.md", row_key=(CONSTRUCTION,)
+)
 LOG_PAIR, LOG_UNARY_A, LOG_UNARY_B, A_KL, G_KL, AG_CHANGE = (
-    "log_pair", "log_unary_a", "log_unary_b", "a_kl", "g_kl", "ag_change")
+    "log_pair",
+    "log_unary_a",
+    "log_unary_b",
+    "a_kl",
+    "g_kl",
+    "ag_change",
+)
 
-EXAMPLES_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(A, pa.int32()), pa.field(B, pa.int32()), pa.field(S.ERROR, pa.string()),
-])
-JOINTS_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(A, pa.int32()), pa.field(B, pa.int32()), pa.field(TOKEN_A, pa.string()), pa.field(TOKEN_B, pa.string()),
-    pa.field(CONSTRUCTION, pa.string(), nullable=False),
-    pa.field(LOG_PAIR, pa.float64()), pa.field(LOG_UNARY_A, pa.float64()), pa.field(LOG_UNARY_B, pa.float64()),
-    pa.field(A_KL, pa.float64()), pa.field(G_KL, pa.float64()), pa.field(AG_CHANGE, pa.float64()),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-    pa.field(S.MODEL, pa.string(), nullable=False),
-])
+EXAMPLES_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(A, pa.int32()),
+        pa.field(B, pa.int32()),
+        pa.field(S.ERROR, pa.string()),
+    ]
+)
+JOINTS_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(A, pa.int32()),
+        pa.field(B, pa.int32()),
+        pa.field(TOKEN_A, pa.string()),
+        pa.field(TOKEN_B, pa.string()),
+        pa.field(CONSTRUCTION, pa.string(), nullable=False),
+        pa.field(LOG_PAIR, pa.float64()),
+        pa.field(LOG_UNARY_A, pa.float64()),
+        pa.field(LOG_UNARY_B, pa.float64()),
+        pa.field(A_KL, pa.float64()),
+        pa.field(G_KL, pa.float64()),
+        pa.field(AG_CHANGE, pa.float64()),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+        pa.field(S.MODEL, pa.string(), nullable=False),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -68,12 +91,22 @@ class PairwiseOptions:
         return cls(seed, options.ag_iterations, options.pivot, top_k)
 
 
-def joints_workload(model: ModelSpec, examples_file: str, scheme: str, seed: int, options: JointOptions,
-                    batch_tokens: int | None, top_k: int | None) -> Workload:
+def joints_workload(
+    model: ModelSpec,
+    examples_file: str,
+    scheme: str,
+    seed: int,
+    options: JointOptions,
+    batch_tokens: int | None,
+    top_k: int | None,
+) -> Workload:
     return Workload(
-        f"{DECLARED.name}-{scheme}", PairwiseOptions.of(seed, options, top_k),
+        f"{DECLARED.name}-{scheme}",
+        PairwiseOptions.of(seed, options, top_k),
         partial(PairPreparer, model, examples_file, scheme, seed),
-        partial(JointsScorer, model, options, batch_tokens, top_k), model.device, rows_per_input=len(CONSTRUCTIONS),
+        partial(JointsScorer, model, options, batch_tokens, top_k),
+        model.device,
+        rows_per_input=len(CONSTRUCTIONS),
         row_key=DECLARED.row_key,
     )
 
@@ -154,23 +187,35 @@ class JointsScorer(Stage):
     }
     writes = JOINTS_SCHEMA
 
-    def __init__(self, model: ModelSpec, options: JointOptions, batch_tokens: int | None, top_k: int | None,
-                 mlm: MaskedLM | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelSpec,
+        options: JointOptions,
+        batch_tokens: int | None,
+        top_k: int | None,
+        mlm: MaskedLM | None = None,
+    ) -> None:
         from ..engine.conditionals import ConditionalsEngine
         from ..engine.masked_lm import load_masked_lm
 
         self.mlm = mlm or load_masked_lm(model)
         self.engine = ConditionalsEngine(self.mlm, batch_tokens, top_k)
         self.options, self.model_name = options, model.name
-        self.signature = {**self.mlm.signature, "ag_iterations": options.ag_iterations,
-                          "hcb_pivot": options.pivot, "top_k": top_k}
+        self.signature = {
+            **self.mlm.signature,
+            "ag_iterations": options.ag_iterations,
+            "hcb_pivot": options.pivot,
+            "top_k": top_k,
+        }
 
     def process(self, rows: list[Row]) -> list[Row]:
         from ..engine.conditionals import Pair
         from ..engine.joints import score_pair
 
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
-        pairs = [Pair(np.asarray(rows[i][S.INPUT_IDS]), np.asarray(rows[i][S.TARGETS]), rows[i][A], rows[i][B]) for i in ok]
+        pairs = [
+            Pair(np.asarray(rows[i][S.INPUT_IDS]), np.asarray(rows[i][S.TARGETS]), rows[i][A], rows[i][B]) for i in ok
+        ]
         scores: dict[int, Any] = {}
         for done, (index, cond) in enumerate(self.engine.conditionals(pairs), 1):
             scores[ok[index]] = score_pair(cond, self.options)
@@ -180,14 +225,26 @@ class JointsScorer(Stage):
             tokens = self._gold_tokens(row) if i in scores else (None, None)
             for name in CONSTRUCTIONS:
                 m = scores[i].metrics[name] if i in scores else None
-                out.append({
-                    S.ID: row[S.ID], S.TEXT: row[S.TEXT], A: row[A], B: row[B], TOKEN_A: tokens[0], TOKEN_B: tokens[1],
-                    CONSTRUCTION: name, LOG_PAIR: m and m.log_pair, LOG_UNARY_A: m and m.log_unary_a,
-                    LOG_UNARY_B: m and m.log_unary_b, A_KL: m and m.a_kl, G_KL: m and m.g_kl,
-                    AG_CHANGE: scores[i].ag_change if i in scores and name == "AG" else None,
-                    S.STATUS: S.STATUS_OK if m else S.STATUS_ERROR, S.ERROR: None if m else row[S.ERROR],
-                    S.MODEL: self.model_name,
-                })
+                out.append(
+                    {
+                        S.ID: row[S.ID],
+                        S.TEXT: row[S.TEXT],
+                        A: row[A],
+                        B: row[B],
+                        TOKEN_A: tokens[0],
+                        TOKEN_B: tokens[1],
+                        CONSTRUCTION: name,
+                        LOG_PAIR: m and m.log_pair,
+                        LOG_UNARY_A: m and m.log_unary_a,
+                        LOG_UNARY_B: m and m.log_unary_b,
+                        A_KL: m and m.a_kl,
+                        G_KL: m and m.g_kl,
+                        AG_CHANGE: scores[i].ag_change if i in scores and name == "AG" else None,
+                        S.STATUS: S.STATUS_OK if m else S.STATUS_ERROR,
+                        S.ERROR: None if m else row[S.ERROR],
+                        S.MODEL: self.model_name,
+                    }
+                )
         return out
 
     def _gold_tokens(self, row: Row) -> tuple[str, str]:

@@ -24,8 +24,12 @@ class MaskedPreparer(Stage):
     """Subclasses set `writes` (their prepared schema: `input_ids`, `positions`, `spans` and their own
     columns) and `positions` (the column of the positions), and implement `locate`."""
 
-    reads = {S.ID: "the row's id", S.TEXT: "the text with mask tokens", S.STATUS: "ok, or error if unreadable",
-             S.ERROR: "why the row could not be read"}
+    reads = {
+        S.ID: "the row's id",
+        S.TEXT: "the text with mask tokens",
+        S.STATUS: "ok, or error if unreadable",
+        S.ERROR: "why the row could not be read",
+    }
     positions: ClassVar[str]
 
     def __init__(self, model: ModelSpec, options: Any) -> None:
@@ -55,8 +59,14 @@ class MaskedPreparer(Stage):
         return [i for i, token in enumerate(ids) if token == self.tokenizer.mask_token_id]
 
     def _row(self, row: Row) -> Row:
-        out = {**dict.fromkeys(self.writes.names), **S.key(row), S.TEXT: row[S.TEXT], **self.carried(row),
-               S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+        out = {
+            **dict.fromkeys(self.writes.names),
+            **S.key(row),
+            S.TEXT: row[S.TEXT],
+            **self.carried(row),
+            S.STATUS: row[S.STATUS],
+            S.ERROR: row[S.ERROR],
+        }
         if row[S.STATUS] != S.STATUS_OK:
             return out
         prepared = self._prepare(row)

@@ -102,10 +102,17 @@ class MasklessScorer(Stage):
         n_tokens = len(row[S.TARGETS]) if ok else 0
         n_words = row[S.N_WORDS] if ok else 0
         out = {
-            **row, S.PLL: pll, S.N_TOKENS: n_tokens, S.N_WORDS: n_words, S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
-            S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None, S.PPPL_WORD: pppl(pll, n_words) if ok else None,
-            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else (result or row[S.ERROR]),
-            S.MODEL: self.model_name, S.VARIANT: self.method,
+            **row,
+            S.PLL: pll,
+            S.N_TOKENS: n_tokens,
+            S.N_WORDS: n_words,
+            S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
+            S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None,
+            S.PPPL_WORD: pppl(pll, n_words) if ok else None,
+            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR,
+            S.ERROR: None if ok else (result or row[S.ERROR]),
+            S.MODEL: self.model_name,
+            S.VARIANT: self.method,
         }
         if self.method == MASKLESS:
             out[S.OUT_OF_RANGE] = out_of_range(pll, n_tokens, self.span) if ok else None
@@ -119,6 +126,10 @@ class MasklessScorer(Stage):
 def maskless_workload(model: ModelSpec, scoring: ScoringOptions, method: str = MASKLESS) -> Workload:
     """Predicted PLLs from a student folder (`dscore score --maskless`), or with `method` UNMASKED the
     masked LM's one-pass scores (`dscore score --method unmasked`)."""
-    return Workload(method, MasklessOptions(scoring.split_chars, scoring.per_token),
-                    partial(pll_preparer, model, scoring.split_chars),
-                    partial(MasklessScorer, model, scoring.batch_tokens, scoring.per_token, method), model.device)
+    return Workload(
+        method,
+        MasklessOptions(scoring.split_chars, scoring.per_token),
+        partial(pll_preparer, model, scoring.split_chars),
+        partial(MasklessScorer, model, scoring.batch_tokens, scoring.per_token, method),
+        model.device,
+    )

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from ..io import schema as S
 from ..config import ModelSpec, ScoringOptions
 from ..engine.masking import Sentence
-from ..measures import pppl
+from ..io import schema as S
 from ..io.output import ADDED_LATER
+from ..measures import pppl
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 
@@ -89,8 +89,9 @@ class PLLScorer(Stage):
         self.signature = self.mlm.signature
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
-        return S.output_schema(self.options.per_token, self.options.word_scores, S.PARTITION in columns,
-                               self.options.conditionals > 0)
+        return S.output_schema(
+            self.options.per_token, self.options.word_scores, S.PARTITION in columns, self.options.conditionals > 0
+        )
 
     def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
@@ -118,10 +119,17 @@ class PLLScorer(Stage):
         n_words = row[S.N_WORDS] if ok else 0
         pll = float(logprobs.sum()) if ok else None
         out = {
-            **row, S.PLL: pll, S.N_TOKENS: n_tokens, S.N_WORDS: n_words, S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
-            S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None, S.PPPL_WORD: pppl(pll, n_words) if ok else None,
-            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR, S.ERROR: None if ok else error,
-            S.MODEL: self.model_name, S.VARIANT: self.options.variant,
+            **row,
+            S.PLL: pll,
+            S.N_TOKENS: n_tokens,
+            S.N_WORDS: n_words,
+            S.N_UNKNOWN: row[S.N_UNKNOWN] if ok else 0,
+            S.PPPL_TOKEN: pppl(pll, n_tokens) if ok else None,
+            S.PPPL_WORD: pppl(pll, n_words) if ok else None,
+            S.STATUS: S.STATUS_OK if ok else S.STATUS_ERROR,
+            S.ERROR: None if ok else error,
+            S.MODEL: self.model_name,
+            S.VARIANT: self.options.variant,
         }
         if self.options.per_token:
             ids = [row[S.INPUT_IDS][t] for t in row[S.TARGETS]] if ok else None
@@ -169,5 +177,10 @@ def pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload(DECLARED.name, PLLOptions.of(scoring), partial(pll_preparer, model, scoring.split_chars),
-                    partial(PLLScorer, model, scoring), model.device)
+    return Workload(
+        DECLARED.name,
+        PLLOptions.of(scoring),
+        partial(pll_preparer, model, scoring.split_chars),
+        partial(PLLScorer, model, scoring),
+        model.device,
+    )

@@ -155,7 +155,8 @@ class PLLPreparer(Stage):
         return {
             i: _too_long(
                 f"sentence is {len(texts[i])} characters long; its first {len(probe)} characters alone make "
-                f"{n} tokens with special tokens", self.max_length,
+                f"{n} tokens with special tokens",
+                self.max_length,
             )
             for (i, probe), n in zip(probes.items(), lengths)
             if n > self.max_length
@@ -179,7 +180,13 @@ def _prepared_row(row: Row, p: Prepared | None) -> Row:
     error = row[S.ERROR] if p is None else p.error
     p = p or Prepared()
     return {
-        **row, S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK, S.ERROR: error,
-        S.INPUT_IDS: p.input_ids, S.TARGETS: p.targets, S.PIECE_WORDS: p.piece_words,
-        S.TARGET_WORDS: p.target_words, S.N_WORDS: p.n_words, S.N_UNKNOWN: p.n_unknown,
+        **row,
+        S.STATUS: S.STATUS_ERROR if error else S.STATUS_OK,
+        S.ERROR: error,
+        S.INPUT_IDS: p.input_ids,
+        S.TARGETS: p.targets,
+        S.PIECE_WORDS: p.piece_words,
+        S.TARGET_WORDS: p.target_words,
+        S.N_WORDS: p.n_words,
+        S.N_UNKNOWN: p.n_unknown,
     }

@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, check_bounds
-from ..engine.sampler_settings import STARTS as SAMPLER_STARTS, SamplerSettings
+from ..engine.sampler_settings import STARTS as SAMPLER_STARTS
+from ..engine.sampler_settings import SamplerSettings
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import ADDED_LATER
@@ -43,23 +44,40 @@ PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "nov
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
 SAMPLE = "sample"  # the prepared rows' positions to sample
 
-PREPARED_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(S.TEXT, pa.string()),
-    pa.field(S.INPUT_IDS, pa.list_(pa.int64())), pa.field(SAMPLE, pa.list_(pa.int32())),
-    pa.field(SPANS, pa.list_(pa.list_(pa.int32()))), pa.field(ANSWER, pa.string()),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-])
+PREPARED_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(S.INPUT_IDS, pa.list_(pa.int64())),
+        pa.field(SAMPLE, pa.list_(pa.int32())),
+        pa.field(SPANS, pa.list_(pa.list_(pa.int32()))),
+        pa.field(ANSWER, pa.string()),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+    ]
+)
 
-OUTPUT_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False), pa.field(CHAIN, pa.int32(), nullable=False),
-    pa.field(EPOCH, pa.int32()), pa.field(S.TEXT, pa.string()), pa.field(SAMPLED, pa.string()),
-    pa.field(ENERGY_RAW, pa.float64()), pa.field(ENERGY_NORM, pa.float64()),
-    pa.field(PROPOSALS, pa.int32()), pa.field(ACCEPTED, pa.int32()), pa.field(NOVEL, pa.int32()),
-    pa.field(TEMPERATURE, pa.float64()), pa.field(ANSWER, pa.string()), pa.field(CORRECT, pa.int32()),
-    pa.field("n_sampled", pa.int32(), nullable=False),
-    pa.field(S.STATUS, pa.string(), nullable=False), pa.field(S.ERROR, pa.string()),
-    pa.field(S.MODEL, pa.string(), nullable=False),
-])
+OUTPUT_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(CHAIN, pa.int32(), nullable=False),
+        pa.field(EPOCH, pa.int32()),
+        pa.field(S.TEXT, pa.string()),
+        pa.field(SAMPLED, pa.string()),
+        pa.field(ENERGY_RAW, pa.float64()),
+        pa.field(ENERGY_NORM, pa.float64()),
+        pa.field(PROPOSALS, pa.int32()),
+        pa.field(ACCEPTED, pa.int32()),
+        pa.field(NOVEL, pa.int32()),
+        pa.field(TEMPERATURE, pa.float64()),
+        pa.field(ANSWER, pa.string()),
+        pa.field(CORRECT, pa.int32()),
+        pa.field("n_sampled", pa.int32(), nullable=False),
+        pa.field(S.STATUS, pa.string(), nullable=False),
+        pa.field(S.ERROR, pa.string()),
+        pa.field(S.MODEL, pa.string(), nullable=False),
+    ]
+)
 
 
 SAMPLER_DEFAULTS = SamplerSettings()  # the engine's defaults, which the options share
@@ -100,8 +118,10 @@ class SampleOptions:
     def settings(self, start: str = SAMPLER_STARTS[0]) -> SamplerSettings:
         """The engine's settings of these options, for chains that start `start` (`auto` is settled per row)."""
         own = {f.name for f in fields(self)}
-        return SamplerSettings(**{f.name: getattr(self, f.name) for f in fields(SamplerSettings)
-                                  if f.name in own and f.name != "start"}, start=start)
+        return SamplerSettings(
+            **{f.name: getattr(self, f.name) for f in fields(SamplerSettings) if f.name in own and f.name != "start"},
+            start=start,
+        )
 
     @property
     def recorded_epochs(self) -> list[int]:
@@ -132,8 +152,10 @@ class SamplePreparer(MaskedPreparer):
         every = [i for i, token in enumerate(ids) if token not in specials]
         sample = every if self.options.free_all else self.masks(ids)
         if not sample:
-            return (f"nothing to sample: no mask token {t.mask_token!r} in the text; mark the positions to sample "
-                    "with it, or pass --free-all to sample every position")
+            return (
+                f"nothing to sample: no mask token {t.mask_token!r} in the text; mark the positions to sample "
+                "with it, or pass --free-all to sample every position"
+            )
         return unanswerable(row.get(self.options.answer_column), len(sample), "sampled positions") or {SAMPLE: sample}
 
 
@@ -143,8 +165,9 @@ class SampleScorer(Stage):
     reads = {name: f"from the sample prepare stage ({name})" for name in PREPARED_SCHEMA.names}
     writes = OUTPUT_SCHEMA
 
-    def __init__(self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None,
-                 mlm: MaskedLM | None = None) -> None:
+    def __init__(
+        self, model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None, mlm: MaskedLM | None = None
+    ) -> None:
         from ..engine.masked_lm import load_masked_lm
         from ..engine.sampler import Sampler
 
@@ -171,8 +194,9 @@ class SampleScorer(Stage):
         records: dict[int, list] = {}
         for g, (start, chains) in enumerate(groups.items()):
             report = part(self.report, g, len(groups))
-            for (r, _), recs in zip(chains, self.sampler.run([c for _, c in chains], self.settings[start],
-                                                             report=report)):
+            for (r, _), recs in zip(
+                chains, self.sampler.run([c for _, c in chains], self.settings[start], report=report)
+            ):
                 records.setdefault(r, []).append(recs)
         out = []
         for r, row in enumerate(rows):
@@ -185,24 +209,46 @@ class SampleScorer(Stage):
         return "warm" if (ids[sample] == self.mlm.mask_token_id).any() else "given"
 
     def _rows(self, row: Row, chains: list[list] | None) -> list[Row]:
-        base = {**S.key(row), ANSWER: row[ANSWER], S.MODEL: self.model_name, "n_sampled": 0,
-                S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+        base = {
+            **S.key(row),
+            ANSWER: row[ANSWER],
+            S.MODEL: self.model_name,
+            "n_sampled": 0,
+            S.STATUS: row[S.STATUS],
+            S.ERROR: row[S.ERROR],
+        }
         if chains is None:
             empty = {name: None for name in OUTPUT_SCHEMA.names if name not in base}
-            return [{**empty, **base, CHAIN: c, EPOCH: epoch, S.TEXT: row[S.TEXT]}  # (id, chain, epoch) stays a key
-                    for c in range(self.options.chains) for epoch in self.options.recorded_epochs]
+            return [
+                {**empty, **base, CHAIN: c, EPOCH: epoch, S.TEXT: row[S.TEXT]}  # (id, chain, epoch) stays a key
+                for c in range(self.options.chains)
+                for epoch in self.options.recorded_epochs
+            ]
         answer = row[ANSWER].split() if row[ANSWER] is not None else None
         out = []
         for c, records in enumerate(chains):
             for record in records:
                 tokens = self.mlm.tokenizer.convert_ids_to_tokens(record.ids[row[SAMPLE]].tolist())
-                correct = None if answer is None else sum(
-                    matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
-                out.append({**base, CHAIN: c, EPOCH: record.epoch, S.TEXT: self._text(row, record.ids, tokens),
-                            SAMPLED: " ".join(surface(self.mlm.tokenizer, t) for t in tokens),
-                            ENERGY_RAW: record.energy_raw, ENERGY_NORM: record.energy_norm,
-                            PROPOSALS: record.proposals, ACCEPTED: record.accepted, NOVEL: record.novel,
-                            TEMPERATURE: record.target_temperature, CORRECT: correct, "n_sampled": len(tokens)})
+                correct = (
+                    None if answer is None else sum(matches(self.mlm.tokenizer, t, a) for t, a in zip(tokens, answer))
+                )
+                out.append(
+                    {
+                        **base,
+                        CHAIN: c,
+                        EPOCH: record.epoch,
+                        S.TEXT: self._text(row, record.ids, tokens),
+                        SAMPLED: " ".join(surface(self.mlm.tokenizer, t) for t in tokens),
+                        ENERGY_RAW: record.energy_raw,
+                        ENERGY_NORM: record.energy_norm,
+                        PROPOSALS: record.proposals,
+                        ACCEPTED: record.accepted,
+                        NOVEL: record.novel,
+                        TEMPERATURE: record.target_temperature,
+                        CORRECT: correct,
+                        "n_sampled": len(tokens),
+                    }
+                )
         return out
 
     def _text(self, row: Row, ids: np.ndarray, tokens: Sequence[str]) -> str:
@@ -215,13 +261,21 @@ class SampleScorer(Stage):
 def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> MemoryEstimate:
     """What one shard holds at once: every chain's records (kept until the shard is written), as rows."""
     rows = shard_rows * options.chains * options.records
-    return MemoryEstimate(rows * (ROW_BYTES + TOKEN_BYTES * tokens),
-                          f"one shard of {shard_rows} rows x {options.chains:,} chains x {options.records:,} recorded epochs",
-                          "--epochs (or record fewer epochs with a larger --record-every), --chains or --shard-rows")
+    return MemoryEstimate(
+        rows * (ROW_BYTES + TOKEN_BYTES * tokens),
+        f"one shard of {shard_rows} rows x {options.chains:,} chains x {options.records:,} recorded epochs",
+        "--epochs (or record fewer epochs with a larger --record-every), --chains or --shard-rows",
+    )
 
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
     """MH chains from an MLM's energy (`dscore sample`): `chains` x records rows per input row."""
-    return Workload(DECLARED.name, options, partial(SamplePreparer, model, options),
-                    partial(SampleScorer, model, options, batch_tokens), model.device,
-                    rows_per_input=options.chains * options.records, row_key=DECLARED.row_key)
+    return Workload(
+        DECLARED.name,
+        options,
+        partial(SamplePreparer, model, options),
+        partial(SampleScorer, model, options, batch_tokens),
+        model.device,
+        rows_per_input=options.chains * options.records,
+        row_key=DECLARED.row_key,
+    )

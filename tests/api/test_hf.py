@@ -8,6 +8,7 @@ from datasets import Dataset, DatasetDict, IterableDataset
 
 from distributed_scoring import MLMScorer, UserError
 from distributed_scoring.api.scorer import added_schema
+
 from pll_helpers import TEXTS, assert_same
 
 SENTENCES = TEXTS[:4] + ["", "the " * 200]
@@ -20,7 +21,9 @@ def scorer(tiny_model_dir):
 
 def test_a_dataset_comes_back_with_typed_score_columns(scorer):
     ds = Dataset.from_dict({"key": list(range(len(SENTENCES))), "sentence": SENTENCES})
-    scored = scorer.score_dataset(ds, text_column="sentence", word_scores=True, batch_size=2)  # the last batch all errors
+    scored = scorer.score_dataset(
+        ds, text_column="sentence", word_scores=True, batch_size=2
+    )  # the last batch all errors
     added = added_schema(word_scores=True)
     assert scored.column_names == ["key", "sentence", *added.names]
     assert scored.data.table.select(added.names).schema.types == added.types
@@ -33,8 +36,9 @@ def test_a_dataset_comes_back_with_typed_score_columns(scorer):
 
 
 def test_dataset_dicts_and_iterable_datasets(scorer):
-    splits = DatasetDict({"train": Dataset.from_dict({"text": SENTENCES[:3]}),
-                          "test": Dataset.from_dict({"text": SENTENCES[3:]})})
+    splits = DatasetDict(
+        {"train": Dataset.from_dict({"text": SENTENCES[:3]}), "test": Dataset.from_dict({"text": SENTENCES[3:]})}
+    )
     scored = scorer.score_dataset(splits, prefix="mlm_")
     expected = [r["pll"] for r in scorer.score(SENTENCES)]
     assert list(scored["train"]["mlm_pll"]) + list(scored["test"]["mlm_pll"]) == pytest.approx(expected, abs=1e-5)

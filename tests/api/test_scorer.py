@@ -18,12 +18,19 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import VARIANTS
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS
 from distributed_scoring.io import schema as S
+
 from pll_helpers import TEXTS, assert_same
 from reference import NaiveScorer
 
 BAD = ["", "   ", None, 7, "the " * 200, "lone \ud800 surrogate"]
-BAD_ERRORS = ["empty or whitespace-only text", "empty or whitespace-only text", "text is missing (null)",
-              "text is a int, not a string", "over the model's maximum", "lone surrogate"]
+BAD_ERRORS = [
+    "empty or whitespace-only text",
+    "empty or whitespace-only text",
+    "text is missing (null)",
+    "text is a int, not a string",
+    "over the model's maximum",
+    "lone surrogate",
+]
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +62,9 @@ def test_token_scores_equal_the_naive_reference(bert, variant):
     naive = NaiveScorer(scorer.mlm.model, scorer.mlm.tokenizer)
     for text, got, pll in zip(TEXTS, scorer.token_score(TEXTS), scorer.pll(TEXTS)):
         expected = naive.token_logprobs(text, variant)
-        tokens = scorer.mlm.tokenizer.convert_ids_to_tokens(scorer.mlm.tokenizer(text, add_special_tokens=False)["input_ids"])
+        tokens = scorer.mlm.tokenizer.convert_ids_to_tokens(
+            scorer.mlm.tokenizer(text, add_special_tokens=False)["input_ids"]
+        )
         assert [t for t, _ in got] == tokens
         np.testing.assert_allclose([lp for _, lp in got], expected, rtol=0, atol=1e-5, err_msg=text)
         assert pll == pytest.approx(expected.sum(), abs=1e-5)
@@ -65,20 +74,40 @@ def test_rows_equal_dscore_score_rows_for_the_same_texts(tmp_path, bert, scorer)
     texts = TEXTS + ["Colourless green ideas sleep furiously.", "", "the " * 200]
     corpus = tmp_path / "in.jsonl"
     corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    cli("score", corpus, "--model", bert, "--output", tmp_path / "out", "--per-token", "--word-scores",
-        "--shard-rows", "4", "--device", "cpu")
+    cli(
+        "score",
+        corpus,
+        "--model",
+        bert,
+        "--output",
+        tmp_path / "out",
+        "--per-token",
+        "--word-scores",
+        "--shard-rows",
+        "4",
+        "--device",
+        "cpu",
+    )
     expected = cli_rows(tmp_path / "out")
     got = scorer.score(texts, per_token=True, word_scores=True)
     assert len(got) == len(texts)
     for i, row in enumerate(got):
-        assert_same(row, {k: v for k, v in expected[f"in.jsonl:{i + 1}"].items() if k not in (S.ID, S.MODEL, S.VARIANT)})
-    assert scorer.pppl(texts) == pytest.approx(json.loads((tmp_path / "out" / "summary.json").read_text())["pppl_token"])
+        assert_same(
+            row, {k: v for k, v in expected[f"in.jsonl:{i + 1}"].items() if k not in (S.ID, S.MODEL, S.VARIANT)}
+        )
+    assert scorer.pppl(texts) == pytest.approx(
+        json.loads((tmp_path / "out" / "summary.json").read_text())["pppl_token"]
+    )
     assert scorer.pppl(texts, per="word") == pytest.approx(
-        json.loads((tmp_path / "out" / "summary.json").read_text())["pppl_word"])
+        json.loads((tmp_path / "out" / "summary.json").read_text())["pppl_word"]
+    )
 
 
 def test_word_scores_pair_words_with_their_sums(scorer):
-    (rows,), (words,) = scorer.score(["the lazy dog."], per_token=True, word_scores=True), scorer.word_score(["the lazy dog."])
+    (rows,), (words,) = (
+        scorer.score(["the lazy dog."], per_token=True, word_scores=True),
+        scorer.word_score(["the lazy dog."]),
+    )
     assert [w for w, _ in words] == ["the", "lazy", "dog."]
     assert [s for _, s in words] == rows[S.WORD_SCORES]
     assert sum(s for _, s in words) == pytest.approx(rows[S.PLL])
@@ -141,18 +170,44 @@ def test_batching_dtype_and_progress(bert, scorer, capsys):
 
 
 def test_infill_rows_equal_dscore_infill_rows(tmp_path, bert, scorer):
-    records = [{"id": "a", "text": "the quick [MASK] fox [MASK] over the lazy dog", "answer": "the and"},
-               {"id": "b", "text": "no mask here"},
-               {"id": "c", "text": "colourless green [MASK] sleep", "answer": "rec"}]
+    records = [
+        {"id": "a", "text": "the quick [MASK] fox [MASK] over the lazy dog", "answer": "the and"},
+        {"id": "b", "text": "no mask here"},
+        {"id": "c", "text": "colourless green [MASK] sleep", "answer": "rec"},
+    ]
     corpus = tmp_path / "in.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
     for decoder in ("hcb", "top-p"):
         out = tmp_path / decoder
-        cli("infill", corpus, "--model", bert, "--output", out, "--id-column", "id", "--decoder", decoder, "--beam", "3",
-            "--seed", "4", "--vocab-restrict", "the com and rec cor over", "--device", "cpu")
-        got = scorer.infill([r["text"] for r in records], answers=[r.get("answer") for r in records],
-                            ids=[r["id"] for r in records], decoder=decoder, beam=3, seed=4,
-                            vocab_restrict=["the", "com", "and", "rec", "cor", "over"])
+        cli(
+            "infill",
+            corpus,
+            "--model",
+            bert,
+            "--output",
+            out,
+            "--id-column",
+            "id",
+            "--decoder",
+            decoder,
+            "--beam",
+            "3",
+            "--seed",
+            "4",
+            "--vocab-restrict",
+            "the com and rec cor over",
+            "--device",
+            "cpu",
+        )
+        got = scorer.infill(
+            [r["text"] for r in records],
+            answers=[r.get("answer") for r in records],
+            ids=[r["id"] for r in records],
+            decoder=decoder,
+            beam=3,
+            seed=4,
+            vocab_restrict=["the", "com", "and", "rec", "cor", "over"],
+        )
         expected = cli_rows(out)
         for record, row in zip(records, got):
             want = without_internal(expected[record["id"]])
@@ -165,14 +220,44 @@ def test_infill_rows_equal_dscore_infill_rows(tmp_path, bert, scorer):
 
 
 def test_sample_rows_equal_dscore_sample_rows(tmp_path, bert, scorer):
-    records = [{"id": "a", "text": "the quick [MASK] fox [MASK] over", "answer": "the and"}, {"id": "b", "text": "no mask"}]
+    records = [
+        {"id": "a", "text": "the quick [MASK] fox [MASK] over", "answer": "the and"},
+        {"id": "b", "text": "no mask"},
+    ]
     corpus = tmp_path / "in.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
-    cli("sample", corpus, "--model", bert, "--output", tmp_path / "o", "--id-column", "id", "--chains", "2",
-        "--epochs", "3", "--seed", "5", "--vocab-restrict", "the com and rec cor over", "--device", "cpu")
-    expected = sorted(pq.read_table(tmp_path / "o" / "rows").to_pylist(), key=lambda r: (r["id"], r["chain"], r["epoch"] or 0))
-    got = scorer.sample([r["text"] for r in records], answers=[r.get("answer") for r in records],
-                        ids=["a", "b"], chains=2, epochs=3, seed=5, vocab_restrict=["the", "com", "and", "rec", "cor", "over"])
+    cli(
+        "sample",
+        corpus,
+        "--model",
+        bert,
+        "--output",
+        tmp_path / "o",
+        "--id-column",
+        "id",
+        "--chains",
+        "2",
+        "--epochs",
+        "3",
+        "--seed",
+        "5",
+        "--vocab-restrict",
+        "the com and rec cor over",
+        "--device",
+        "cpu",
+    )
+    expected = sorted(
+        pq.read_table(tmp_path / "o" / "rows").to_pylist(), key=lambda r: (r["id"], r["chain"], r["epoch"] or 0)
+    )
+    got = scorer.sample(
+        [r["text"] for r in records],
+        answers=[r.get("answer") for r in records],
+        ids=["a", "b"],
+        chains=2,
+        epochs=3,
+        seed=5,
+        vocab_restrict=["the", "com", "and", "rec", "cor", "over"],
+    )
     assert [len(rows) for rows in got] == [6, 6]
     flat = [row for rows in got for row in rows]
     assert len(flat) == len(expected)
@@ -183,7 +268,9 @@ def test_sample_rows_equal_dscore_sample_rows(tmp_path, bert, scorer):
 def test_joints_rows_equal_dscore_joints_rows(tmp_path, bert, scorer):
     given = [("The quick brown fox.", [0, 2]), ("Hi", [0, 5]), ("Same index twice", [1, 1])]
     pairs = tmp_path / "pairs.jsonl"
-    pairs.write_text("".join(json.dumps({"id": str(i), "text": t, "positions": p}) + "\n" for i, (t, p) in enumerate(given)))
+    pairs.write_text(
+        "".join(json.dumps({"id": str(i), "text": t, "positions": p}) + "\n" for i, (t, p) in enumerate(given))
+    )
     cli("joints", pairs, "--model", bert, "--output", tmp_path / "j", "--top-k", "6", "--device", "cpu")
     expected = {(r[S.ID], r["construction"]): r for r in pq.read_table(tmp_path / "j" / "scores" / "rows").to_pylist()}
     got = scorer.joints([t for t, _ in given], pairs=[tuple(p) for _, p in given], top_k=6)

@@ -12,6 +12,7 @@ import pytest
 from distributed_scoring import MLMScorer, PLLStage
 from distributed_scoring.api.scorer import added_schema
 from distributed_scoring.pipeline.stage import ColumnError
+
 from pll_helpers import TEXTS
 
 SENTENCES = TEXTS[:5] + ["", None, "the " * 200]
@@ -88,9 +89,13 @@ def test_in_a_ray_data_pipeline_on_the_users_columns(ray_local, tmp_path, bert, 
 
     pq.write_table(pa.table({"key": list(range(len(SENTENCES))), "sentence": SENTENCES}), tmp_path / "in.parquet")
     ds = ray.data.read_parquet(str(tmp_path / "in.parquet"))
-    ds = ds.map_batches(PLLStage, fn_constructor_kwargs={"model": bert, "text_column": "sentence", "prefix": "mlm_",
-                                                         "device": "cpu"},
-                        compute=ray.data.ActorPoolStrategy(size=1), batch_size=3, batch_format=batch_format)
+    ds = ds.map_batches(
+        PLLStage,
+        fn_constructor_kwargs={"model": bert, "text_column": "sentence", "prefix": "mlm_", "device": "cpu"},
+        compute=ray.data.ActorPoolStrategy(size=1),
+        batch_size=3,
+        batch_format=batch_format,
+    )
     ds.write_parquet(str(tmp_path / "out"))
     rows = sorted(pq.read_table(tmp_path / "out").to_pylist(), key=lambda r: r["key"])
     check(rows, expected, prefix="mlm_")
@@ -103,7 +108,8 @@ def test_plain_text_rows(ray_local, tmp_path, bert, expected):
     lines = [s for s, ok in zip(SENTENCES, OK) if ok]
     (tmp_path / "corpus.txt").write_text("\n".join(lines) + "\n")
     ds = ray.data.read_text(str(tmp_path / "corpus.txt"))
-    rows = ds.map_batches(PLLStage, fn_constructor_kwargs={"model": bert, "device": "cpu"},
-                          compute=ray.data.ActorPoolStrategy(size=1)).take_all()
+    rows = ds.map_batches(
+        PLLStage, fn_constructor_kwargs={"model": bert, "device": "cpu"}, compute=ray.data.ActorPoolStrategy(size=1)
+    ).take_all()
     assert [r["text"] for r in rows] == lines and {r["status"] for r in rows} == {"ok"}
-    np.testing.assert_allclose([r["pll"] for r in rows], expected[:len(lines)], rtol=0, atol=1e-5)
+    np.testing.assert_allclose([r["pll"] for r in rows], expected[: len(lines)], rtol=0, atol=1e-5)

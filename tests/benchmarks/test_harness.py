@@ -19,8 +19,12 @@ def record(key: str, status: str, timeout_s: float = 60.0) -> dict:
 
 def test_journal_skips_what_finished_and_reruns_what_did_not(tmp_path):
     journal = tmp_path / "scale.jsonl"
-    for rec in (record("done", "ok"), record("slow", "timeout", 60.0), record("broken", "failed"),
-                record("skipped", "skipped")):
+    for rec in (
+        record("done", "ok"),
+        record("slow", "timeout", 60.0),
+        record("broken", "failed"),
+        record("skipped", "skipped"),
+    ):
         harness.append_journal(journal, rec)
     with journal.open("a") as f:
         f.write('{"key": "cut off')  # a run killed while writing its line
@@ -34,9 +38,11 @@ def test_journal_skips_what_finished_and_reruns_what_did_not(tmp_path):
 
 def test_kill_tree_kills_descendants_in_other_sessions(tmp_path):
     pids = tmp_path / "pids"
-    code = ("import subprocess, sys, time; "
-            "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
-            f"open({str(pids)!r}, 'w').write(str(c.pid)); time.sleep(600)")
+    code = (
+        "import subprocess, sys, time; "
+        "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True); "
+        f"open({str(pids)!r}, 'w').write(str(c.pid)); time.sleep(600)"
+    )
     parent = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     for _ in range(300):
         if pids.exists() and pids.read_text():

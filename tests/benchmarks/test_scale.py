@@ -16,13 +16,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
-import scale  # noqa: E402
-import scale_report  # noqa: E402
-import scale_stages  # noqa: E402
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig  # noqa: E402
 from distributed_scoring.io import schema as S  # noqa: E402
 from distributed_scoring.pipeline.aggregate import summarize  # noqa: E402
 from distributed_scoring.pipeline.runner import claimed, execute  # noqa: E402
+
+import scale  # noqa: E402
+import scale_report  # noqa: E402
+import scale_stages  # noqa: E402
 
 TEXTS = ["The quick brown fox.", "", "Two  words", "one"]
 
@@ -33,10 +34,18 @@ def corpus(tmp_path: Path, lines: list[str]) -> Path:
     return path
 
 
-def noop_run(tmp_path: Path, options: scale_stages.NoopOptions, ray: RayOptions | None = None,
-             memory: Path | None = None, shard_rows: int = 2) -> tuple[dict, pa.Table]:
-    config = RunConfig(InputSpec((str(corpus(tmp_path, TEXTS)),), shard_rows=shard_rows), ModelSpec("noop"),
-                       output=str(tmp_path / "out"))
+def noop_run(
+    tmp_path: Path,
+    options: scale_stages.NoopOptions,
+    ray: RayOptions | None = None,
+    memory: Path | None = None,
+    shard_rows: int = 2,
+) -> tuple[dict, pa.Table]:
+    config = RunConfig(
+        InputSpec((str(corpus(tmp_path, TEXTS)),), shard_rows=shard_rows),
+        ModelSpec("noop"),
+        output=str(tmp_path / "out"),
+    )
     workload = scale_stages.noop_workload(options)
     if memory is not None:
         workload = scale_stages.recorded(workload, str(memory))
@@ -82,8 +91,9 @@ def test_noop_workload_on_ray_records_the_actors_own_peak_memory(ray_local, tmp_
     cloudpickle.register_pickle_by_value(scale_stages)  # the shared test Ray's workers lack benchmarks/ on their path
     memory = tmp_path / "memory"
     memory.mkdir()
-    summary, table = noop_run(tmp_path, scale_stages.NoopOptions(), RayOptions(num_actors=1, stall_timeout_s=300),
-                              memory)
+    summary, table = noop_run(
+        tmp_path, scale_stages.NoopOptions(), RayOptions(num_actors=1, stall_timeout_s=300), memory
+    )
     assert summary["rows"] == table.num_rows == 5
     records = [json.loads(p.read_text()) for p in memory.glob("*.json")]
     assert {r["role"] for r in records} == {"prepare", "score"}
@@ -101,24 +111,42 @@ def test_peak_memory_is_this_process_own_and_grows(tmp_path):
 
 
 def record(spec: scale.Spec, status: str, timeout_s: float = 60.0, result: dict | None = None) -> dict:
-    rec = {"key": spec.key, "spec": scale.asdict(spec), "status": status, "timeout_s": timeout_s, "wall_s": 1.0,
-           "load_start": [0.1, 0.1, 0.1], "load_end": [0.2, 0.2, 0.2], "settings": {"threads": 1, "shard_rows": 2},
-           "machine": {"cpu": "cpu", "logical_cores": 2, "python": "3", "versions": {"torch": "2"}}}
+    rec = {
+        "key": spec.key,
+        "spec": scale.asdict(spec),
+        "status": status,
+        "timeout_s": timeout_s,
+        "wall_s": 1.0,
+        "load_start": [0.1, 0.1, 0.1],
+        "load_end": [0.2, 0.2, 0.2],
+        "settings": {"threads": 1, "shard_rows": 2},
+        "machine": {"cpu": "cpu", "logical_cores": 2, "python": "3", "versions": {"torch": "2"}},
+    }
     if result is not None:
         rec["result"] = result
     return rec
 
 
 def test_plan_resumes_only_runs_with_enough_shards_and_caps_the_model():
-    specs = scale.plan([10_000, 1000], ["noop", "tiny"], ["in-process", "ray-2"], scale.KINDS, model_max=1000,
-                       shard_rows=1000, many_files=5, large_gb=0.001)
+    specs = scale.plan(
+        [10_000, 1000],
+        ["noop", "tiny"],
+        ["in-process", "ray-2"],
+        scale.KINDS,
+        model_max=1000,
+        shard_rows=1000,
+        many_files=5,
+        large_gb=0.001,
+    )
     keys = [s.key for s in specs]
     assert len(keys) == len(set(keys))
     assert [s.n for s in specs if s.kind == "run"] == sorted(s.n for s in specs if s.kind == "run")
     assert {s.n for s in specs if s.kind == "run" and s.scorer == "tiny"} == {1000}
     assert {s.n for s in specs if s.kind == "resume"} == {10_000}
     assert {(s.mode, s.n, s.files) for s in specs if s.kind == "many-files"} == {
-        ("in-process", 5 * scale.ROWS_PER_SMALL_FILE, 5), ("ray-2", 5 * scale.ROWS_PER_SMALL_FILE, 5)}
+        ("in-process", 5 * scale.ROWS_PER_SMALL_FILE, 5),
+        ("ray-2", 5 * scale.ROWS_PER_SMALL_FILE, 5),
+    }
     assert [s.n for s in specs if s.kind == "large-file"] == [int(0.001 * 1e9) // scale.LARGE_LINE_BYTES]
 
 
@@ -173,12 +201,20 @@ def test_every_table_row_has_the_header_cells_whatever_the_status(tmp_path):
     path = scale.sentence_corpus(corpora, 50)
     run = scale.run_job(scale.RunJob((str(path),), str(tmp_path / "out"), str(tmp_path / "memory"), shard_rows=20))
     specs = [scale.Spec(kind, "noop", "in-process", 50) for kind in scale.KINDS]
-    all_done = {"shards": 3, "killed": True, "killed_after_s": 1.0, "marked_at_kill": 3,
-                "rerun": {**run, "todo_shards": 0, "first_marker_s": None}}  # killed too late: nothing new
-    records = [record(specs[0], "ok", result=run), *(record(s, "timeout") for s in specs[1:]),
-               record(scale.Spec("resume", "noop", "ray-1", 50), "ok", result=all_done),
-               record(scale.Spec("run", "noop", "ray-2", 50), "failed"),
-               record(scale.Spec("large-file", "noop", "in-process", 9), "skipped", result={"skipped": "no room"})]
+    all_done = {
+        "shards": 3,
+        "killed": True,
+        "killed_after_s": 1.0,
+        "marked_at_kill": 3,
+        "rerun": {**run, "todo_shards": 0, "first_marker_s": None},
+    }  # killed too late: nothing new
+    records = [
+        record(specs[0], "ok", result=run),
+        *(record(s, "timeout") for s in specs[1:]),
+        record(scale.Spec("resume", "noop", "ray-1", 50), "ok", result=all_done),
+        record(scale.Spec("run", "noop", "ray-2", 50), "failed"),
+        record(scale.Spec("large-file", "noop", "in-process", 9), "skipped", result={"skipped": "no room"}),
+    ]
     text = scale_report.markdown(records, records[0]["machine"])
     tables = [block.splitlines() for block in text.split("\n\n") if block.startswith("| ")]
     assert len(tables) == 5
@@ -202,8 +238,14 @@ def test_many_files_measurement_makes_one_shard_per_small_file(tmp_path):
 def test_model_runs_score_with_the_pll_workload_and_record_the_driver(tmp_path, tiny_model_dir):
     path = tmp_path / "corpus.txt"
     path.write_text("The quick brown fox jumps.\nA researcher rescored the hypotheses.\n")
-    job = scale.RunJob((str(path),), str(tmp_path / "out"), str(tmp_path / "memory"), scorer="tiny",
-                       model=str(tiny_model_dir("bert")), shard_rows=1)
+    job = scale.RunJob(
+        (str(path),),
+        str(tmp_path / "out"),
+        str(tmp_path / "memory"),
+        scorer="tiny",
+        model=str(tiny_model_dir("bert")),
+        shard_rows=1,
+    )
     result = scale.run_job(job)
     assert result["rows"] == 2 and result["shards"] == 2 and result["first_marker_s"] > 0
     assert result["driver_peak_rss_kb"] >= result["driver_rss_start_kb"] > 0

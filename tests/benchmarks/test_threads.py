@@ -28,8 +28,13 @@ def test_time_forward_reports_the_threads_it_ran_with(tiny_model_dir):
 
 
 def record(config: threads.Config, status: str = "ok", forward_s: float = 0.02) -> dict:
-    rec = {"key": config.key, "config": threads.asdict(config), "status": status, "load_start": [0.5, 0, 0],
-           "load_end": [0.7, 0, 0]}
+    rec = {
+        "key": config.key,
+        "config": threads.asdict(config),
+        "status": status,
+        "load_start": [0.5, 0, 0],
+        "load_end": [0.7, 0, 0],
+    }
     if status == "ok":
         rec["result"] = {"forward_s": forward_s, "ops": 50, "linear_s": 1e-4, "forwards": 9}
     return rec

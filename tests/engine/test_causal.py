@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 import torch
 
+from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine import causal
+from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm, pack
+from distributed_scoring.engine.model_files import ModelLoadError
+from distributed_scoring.io import schema as S
+from distributed_scoring.workloads.causal import CAUSAL_SCHEMA, score_texts
+
 import rescoring_helpers as H
 import tiny
-from distributed_scoring.engine import causal
-from distributed_scoring.io import schema as S
-from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm, pack
-from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.model_files import ModelLoadError
-from distributed_scoring.workloads.causal import CAUSAL_SCHEMA, score_texts
 from reference import NaiveCausal
 
 TEXTS = tiny.CORPUS[:6] + ["the", "Colourless green ideas sleep", "café crème"]
@@ -36,8 +37,10 @@ def causal_dir(tmp_path_factory):
 
 def test_families_cover_the_head_table():
     """Every architecture scored through the gathered head is checked against the reference below."""
-    archs = {H.make_causal_model(arch, H.make_causal_tokenizer(kind)).__class__.__name__
-             for kind, arch in H.CAUSAL_FAMILIES.values()}
+    archs = {
+        H.make_causal_model(arch, H.make_causal_tokenizer(kind)).__class__.__name__
+        for kind, arch in H.CAUSAL_FAMILIES.values()
+    }
     assert causal._PLAIN_HEADS <= archs
     assert archs - causal._PLAIN_HEADS, "some family should take the full-logits path"
 
@@ -95,8 +98,12 @@ def test_boundary_tokens_follow_the_tokenizer(causal_dir):
     """GPT-2: <|endoftext|> on both sides; Llama: <s> ... </s> with no second <s> although its tokenizer
     adds one by itself; EOS-only: EOS on both sides; BOS-only: no end token."""
     text = "the quick fox"
-    for family, start, end in [("gpt2", H.ENDOFTEXT, H.ENDOFTEXT), ("llama", "<s>", "</s>"),
-                               ("qwen2", H.ENDOFTEXT, H.ENDOFTEXT), ("gpt-neox", "<s>", None)]:
+    for family, start, end in [
+        ("gpt2", H.ENDOFTEXT, H.ENDOFTEXT),
+        ("llama", "<s>", "</s>"),
+        ("qwen2", H.ENDOFTEXT, H.ENDOFTEXT),
+        ("gpt-neox", "<s>", None),
+    ]:
         lm = load_causal_lm(ModelSpec(str(causal_dir(family))))
         (ids,) = encode(lm, [text])
         tokens = lm.tokenizer.convert_ids_to_tokens(ids.tolist())

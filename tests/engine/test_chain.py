@@ -10,6 +10,7 @@ import pytest
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.chain import ChainEngine, orders_for
 from distributed_scoring.engine.masked_lm import load_masked_lm
+
 from reference import NaiveChain, scored_positions
 
 FAMILIES = ("bert", "roberta", "albert", "deberta-v2")
@@ -51,9 +52,12 @@ def test_mixed_lengths_and_budgets_give_the_same_numbers(tiny_model_dir):
     naive = NaiveChain(mlm.model, mlm.mask_token_id)
     short, longer = short_sentence(mlm), mlm.tokenizer(LONGER)["input_ids"]
     rng = np.random.default_rng(0)
-    pairs = [(short, scored_positions(mlm.tokenizer, short)[::-1]),
-             (longer, rng.permutation(scored_positions(mlm.tokenizer, longer)).tolist()),
-             (longer, [3, 1]), (short, [])]
+    pairs = [
+        (short, scored_positions(mlm.tokenizer, short)[::-1]),
+        (longer, rng.permutation(scored_positions(mlm.tokenizer, longer)).tolist()),
+        (longer, [3, 1]),
+        (short, []),
+    ]
     want = [naive.log_likelihood(ids, order) for ids, order in pairs]
     for budget in (1, 40, 10**6):
         got = ChainEngine(mlm, budget).log_likelihoods([np.array(i) for i, _ in pairs], [np.array(o) for _, o in pairs])

@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 import torch
 
-import tiny
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
-from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joints import score_pair
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.errors import UserError
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import tiny
 from reference import NaivePairs, candidate_set
 
 # (text, a, b): adjacent, reversed and distant pairs; the last text is short, so lengths differ in a batch.

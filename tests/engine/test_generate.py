@@ -10,6 +10,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.chain import ChainEngine
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
 from distributed_scoring.engine.masked_lm import load_masked_lm
+
 from reference import NaiveChain
 
 GREEDY = InfillSettings("standard", "given", beam=1)
@@ -33,8 +34,15 @@ def prompts(mlm) -> list[InfillExample]:
     t = mlm.tokenizer
     rng = np.random.default_rng(3)
     out = []
-    for n, text in enumerate(["[MASK]" * 6, "the quick [MASK] [MASK] [MASK]", "[MASK] [MASK] over the lazy dog",
-                              "she [MASK] seashells [MASK] the [MASK]", "[MASK]" * 3]):
+    for n, text in enumerate(
+        [
+            "[MASK]" * 6,
+            "the quick [MASK] [MASK] [MASK]",
+            "[MASK] [MASK] over the lazy dog",
+            "she [MASK] seashells [MASK] the [MASK]",
+            "[MASK]" * 3,
+        ]
+    ):
         ids = np.array(t(text)["input_ids"], dtype=np.int64)
         masks = np.flatnonzero(ids == t.mask_token_id)
         out.append(InfillExample(ids, masks, seed=n, order=rng.permutation(masks)))
@@ -57,9 +65,11 @@ def test_temperature_towards_zero_and_top_k_one_are_greedy(mlm, allowed):
     examples = prompts(mlm)
     engine = InfillEngine(mlm, allowed)
     greedy = [f[0].tokens.tolist() for f in engine.search(examples, GREEDY)]
-    for settings in (InfillSettings("filtered", "given", 1, temperature=1e-6, top_k=0, top_p=1.0),
-                     InfillSettings("filtered", "given", 1, temperature=1.0, top_k=1, top_p=1.0),
-                     InfillSettings("filtered", "given", 1, temperature=2.0, top_k=0, top_p=1e-9)):
+    for settings in (
+        InfillSettings("filtered", "given", 1, temperature=1e-6, top_k=0, top_p=1.0),
+        InfillSettings("filtered", "given", 1, temperature=1.0, top_k=1, top_p=1.0),
+        InfillSettings("filtered", "given", 1, temperature=2.0, top_k=0, top_p=1e-9),
+    ):
         assert [f[0].tokens.tolist() for f in engine.search(examples, settings)] == greedy
 
 

@@ -11,6 +11,7 @@ import torch
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
 from distributed_scoring.engine.masked_lm import load_masked_lm
+
 from reference import NaiveInfill
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "she sells seashells by the seashore"]
@@ -185,6 +186,7 @@ def test_progress_is_reported_after_every_step_of_the_search(mlm):
     tokens = some_tokens(mlm, 5)
     examples = [example(mlm, TEXTS[0], [2, 3]), example(mlm, TEXTS[1], [1, 5, 6], seed=3)]
     reports: list[tuple[int, int]] = []
-    InfillEngine(mlm, allowed_of(mlm, tokens), 64).search(examples, InfillSettings("standard", "l2r", beam=2),
-                                                          lambda done, total: reports.append((done, total)))
+    InfillEngine(mlm, allowed_of(mlm, tokens), 64).search(
+        examples, InfillSettings("standard", "l2r", beam=2), lambda done, total: reports.append((done, total))
+    )
     assert reports == [(1, 3), (2, 3), (3, 3)]  # one position of every unfinished example per step

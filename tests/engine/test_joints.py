@@ -17,11 +17,12 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
-from distributed_scoring.errors import UserError
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS, JointOptions, JointStats, corpus_stats
 from distributed_scoring.engine.joints import ag_joint, conditional_kls, construct, normalise, pair_metrics, score_pair
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.errors import UserError
 from distributed_scoring.workloads.prepare import PLLPreparer
+
 from pairwise_helpers import conditionals_of, conditionals_of_joint
 from reference import eq4_objective, joint_metrics, kl, minimise_eq4
 
@@ -98,12 +99,15 @@ INCOMPATIBLE = {
 @pytest.mark.parametrize("case", INCOMPATIBLE)
 def test_ag_minimises_eq4_on_incompatible_conditionals(case):
     log_a_given_b, log_b_given_a = INCOMPATIBLE[case]
-    cond = conditionals_of(log_a_given_b, log_b_given_a, log_a_given_b.mean(1).log_softmax(0),
-                           log_b_given_a.mean(0).log_softmax(0))
+    cond = conditionals_of(
+        log_a_given_b, log_b_given_a, log_a_given_b.mean(1).log_softmax(0), log_b_given_a.mean(0).log_softmax(0)
+    )
     ag = construct(cond, "AG", CONVERGED)
     assert ag.change < 1e-12
-    objective = {name: float(eq4_objective(construct(cond, name, CONVERGED).log_prob, log_a_given_b, log_b_given_a))
-                 for name in CONSTRUCTIONS}
+    objective = {
+        name: float(eq4_objective(construct(cond, name, CONVERGED).log_prob, log_a_given_b, log_b_given_a))
+        for name in CONSTRUCTIONS
+    }
     assert objective["AG"] < objective["MRF"] - 1e-3 and objective["AG"] < objective["HCB"] - 1e-3, objective
     brute = minimise_eq4(log_a_given_b, log_b_given_a)
     assert objective["AG"] <= float(eq4_objective(brute, log_a_given_b, log_b_given_a)) + 1e-10
@@ -133,15 +137,22 @@ def test_ag_reports_the_change_of_its_last_iteration():
 def test_metrics_equal_their_definitions():
     log_a_given_b, log_b_given_a = random_incompatible(6, 7)
     generator = torch.Generator().manual_seed(8)
-    cond = conditionals_of(log_a_given_b, log_b_given_a,
-                           torch.randn(6, dtype=F64, generator=generator).log_softmax(0),
-                           torch.randn(6, dtype=F64, generator=generator).log_softmax(0), gold=(4, 1))
+    cond = conditionals_of(
+        log_a_given_b,
+        log_b_given_a,
+        torch.randn(6, dtype=F64, generator=generator).log_softmax(0),
+        torch.randn(6, dtype=F64, generator=generator).log_softmax(0),
+        gold=(4, 1),
+    )
     scores = score_pair(cond)
     for name in CONSTRUCTIONS:
         got = scores.metrics[name]
         expected = joint_metrics(cond, construct(cond, name).log_prob, own_unary=name == "MLM")
         np.testing.assert_allclose(
-            [got.log_pair, got.log_unary_a, got.log_unary_b, got.a_kl, got.g_kl], expected, rtol=0, atol=1e-12,
+            [got.log_pair, got.log_unary_a, got.log_unary_b, got.a_kl, got.g_kl],
+            expected,
+            rtol=0,
+            atol=1e-12,
             err_msg=name,
         )
     mlm = scores.metrics["MLM"]

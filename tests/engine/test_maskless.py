@@ -10,15 +10,20 @@ import numpy as np
 import pytest
 import torch
 
-import tiny
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.maskless import (
-    MasklessEngine, load_student, regressor_for, save_student, unmasked_scorer,
-)
-from distributed_scoring.engine.masking import Sentence
-from distributed_scoring.engine.model_files import STUDENT_FILE, ModelLoadError, read_student_info
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.masking import Sentence
+from distributed_scoring.engine.maskless import (
+    MasklessEngine,
+    load_student,
+    regressor_for,
+    save_student,
+    unmasked_scorer,
+)
+from distributed_scoring.engine.model_files import STUDENT_FILE, ModelLoadError, read_student_info
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import tiny
 from reference import maskless_prediction, unmasked_logprobs
 
 BUDGETS = (20, 100, 10**5)  # 20: below one sentence, each goes alone
@@ -52,8 +57,9 @@ def test_sentence_predictions_equal_the_reference_under_any_budget(family, tiny_
     student = load_student(ModelSpec(str(tmp_path)))
     head = regressor.head
     sentences = sentences_of(mlm)
-    expected = [maskless_prediction(mlm.encoder, head.weight, head.bias, -50.0, 20.0, s.input_ids.tolist())
-                for s in sentences]
+    expected = [
+        maskless_prediction(mlm.encoder, head.weight, head.bias, -50.0, 20.0, s.input_ids.tolist()) for s in sentences
+    ]
     assert np.std(expected) > 0.5, "predictions too alike for the comparison to mean anything"
     for budget in BUDGETS:
         got = [p.pll for p in MasklessEngine(student, budget).predict(sentences)]

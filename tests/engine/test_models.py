@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import tiny
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.model_files import ModelLoadError
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.model_files import ModelLoadError
+
+import tiny
 
 
 def test_folder_without_mlm_head_is_refused(tmp_path):

@@ -8,15 +8,16 @@ import numpy as np
 import pytest
 import torch
 
-import rescoring_helpers as H
-import tiny
-from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm
-from distributed_scoring.workloads.causal import score_texts
-from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm
+from distributed_scoring.engine.conditionals import ConditionalsEngine, Pair
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.packing import OutOfMemory, Piece, TokenBudget, pack, rows_of, run_fitting
+from distributed_scoring.workloads.causal import score_texts
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import rescoring_helpers as H
+import tiny
 
 
 class FakeOutOfMemory(Exception):
@@ -95,7 +96,9 @@ def test_out_of_memory_halves_the_budget_and_retries_in_parts(caplog):
             for part, rows in run_fitting(batch, lengths, budget, forward, FAKE):
                 assert rows == [(p.group, r) for p in part for r in range(p.start, p.end)]
                 done += rows
-    assert done == [(p.group, r) for b in pack(lengths, counts, TokenBudget(400)) for p in b for r in range(p.start, p.end)]
+    assert done == [
+        (p.group, r) for b in pack(lengths, counts, TokenBudget(400)) for p in b for r in range(p.start, p.end)
+    ]
     assert max(calls) > 90 and budget.tokens <= 90
     assert "token budget halved" in caplog.text
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import tiny
 from distributed_scoring.config import VARIANTS, ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
+
+import tiny
 from pll_helpers import TEXTS, sentences_of
 from reference import NaiveScorer
 

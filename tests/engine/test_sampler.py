@@ -21,6 +21,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, Step, sequence_positions
 from distributed_scoring.engine.sampler_settings import SamplerSettings
+
 from reference import NaiveEnergy, total_variation
 
 TEXT = "the lazy dog"
@@ -117,8 +118,9 @@ def test_energies_in_float32_equal_the_float64_reference(tiny_model_dir, naive):
 # --- single proposals -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("sampler,block,start",
-                         [("mh", 1, "random"), ("block-mh", 2, "random"), ("block-mh", 3, "warm")])
+@pytest.mark.parametrize(
+    "sampler,block,start", [("mh", 1, "random"), ("block-mh", 2, "random"), ("block-mh", 3, "warm")]
+)
 def test_every_acceptance_equals_the_naive_reference(mlm, naive, sampler, block, start):
     """Shaped proposals (tau = 0.7, top-p = 0.8 over 10 tokens, so some random start tokens fall outside
     the nucleus and moves away from them get log a = -inf), an annealed target temperature: every traced
@@ -127,12 +129,23 @@ def test_every_acceptance_equals_the_naive_reference(mlm, naive, sampler, block,
     3-block chains start warm.)"""
     ids, sample, scored = problem(mlm)
     tokens = ordinary(mlm, 10)
-    settings = SamplerSettings(sampler=sampler, energy="raw" if block == 2 else "norm", epochs=2, burn_in=1,
-                               block=block, proposal_temperature=0.7, top_p=0.8, target_temperature=1.5,
-                               anneal=0.4, order="random", start=start)
+    settings = SamplerSettings(
+        sampler=sampler,
+        energy="raw" if block == 2 else "norm",
+        epochs=2,
+        burn_in=1,
+        block=block,
+        proposal_temperature=0.7,
+        top_p=0.8,
+        target_temperature=1.5,
+        anneal=0.4,
+        order="random",
+        start=start,
+    )
     steps: list[Step] = []
-    Sampler(mlm, allowed_of(mlm, tokens), 64).run([Chain(ids, sample, scored, s) for s in range(8)], settings,
-                                                   steps.append)
+    Sampler(mlm, allowed_of(mlm, tokens), 64).run(
+        [Chain(ids, sample, scored, s) for s in range(8)], settings, steps.append
+    )
     assert len(steps) == 8 * 3 * -(-3 // block)
     assert sorted({s.target_temperature for s in steps}, reverse=True) == pytest.approx([1.5, 1.1, 0.7])
     changed = 0
@@ -146,8 +159,17 @@ def test_every_acceptance_equals_the_naive_reference(mlm, naive, sampler, block,
         assert s.log_q_reverse == pytest.approx(log_rev, abs=1e-6) or s.log_q_reverse == log_rev == -np.inf
         np.testing.assert_allclose(s.energy_current, naive.energies(s.current.tolist(), scored.tolist()), atol=1e-8)
         np.testing.assert_allclose(s.energy_proposed, naive.energies(s.proposed.tolist(), scored.tolist()), atol=1e-8)
-        want = naive.log_acceptance(s.current.tolist(), s.proposed.tolist(), block_, scored.tolist(), tokens,
-                                    settings.energy, s.target_temperature, 0.7, 0.8)
+        want = naive.log_acceptance(
+            s.current.tolist(),
+            s.proposed.tolist(),
+            block_,
+            scored.tolist(),
+            tokens,
+            settings.energy,
+            s.target_temperature,
+            0.7,
+            0.8,
+        )
         assert s.log_acceptance == pytest.approx(want, abs=1e-6) or s.log_acceptance == want == -np.inf
         changed += not np.array_equal(s.current, s.proposed)
     assert changed > len(steps) // 3
@@ -175,13 +197,15 @@ CHAINS = 3000
 def targets(mlm, naive):
     ids, sample, scored = problem(mlm)
     tokens = ordinary(mlm, 4)
-    return {(e, t): naive.target(ids.tolist(), sample.tolist(), scored.tolist(), tokens, e, t)
-            for e in ("raw", "norm") for t in (1.0, 0.5)}
+    return {
+        (e, t): naive.target(ids.tolist(), sample.tolist(), scored.tolist(), tokens, e, t)
+        for e in ("raw", "norm")
+        for t in (1.0, 0.5)
+    }
 
 
 @pytest.mark.parametrize("sampler,block,energy,temperature,order", CONFIGS)
-def test_final_states_of_independent_chains_follow_the_target(mlm, targets, sampler, block, energy, temperature,
-                                                              order):
+def test_final_states_of_independent_chains_follow_the_target(mlm, targets, sampler, block, energy, temperature, order):
     """3,000 independent chains from uniform random starts, 8 epochs each (7 burn-in), final states only
     (independent draws from the chains' 8-epoch law, no autocorrelation). The TV to the exact target
     must stay below `tv_bound` at delta = 1e-3 (0.088 at T = 1, 0.062 at T = 0.5; the 8-epoch law's own
@@ -191,8 +215,16 @@ def test_final_states_of_independent_chains_follow_the_target(mlm, targets, samp
     ids, sample, scored = problem(mlm)
     target = targets[(energy, temperature)]
     assert len(target) == 64
-    settings = SamplerSettings(sampler=sampler, block=block, energy=energy, target_temperature=temperature,
-                               epochs=1, burn_in=7, order=order, start="random")
+    settings = SamplerSettings(
+        sampler=sampler,
+        block=block,
+        energy=energy,
+        target_temperature=temperature,
+        epochs=1,
+        burn_in=7,
+        order=order,
+        start="random",
+    )
     chains = [Chain(ids, sample, scored, seed) for seed in range(CHAINS)]
     records = Sampler(mlm, allowed_of(mlm, ordinary(mlm, 4)), 1 << 14).run(chains, settings)
     tv, bound = total_variation(empirical(records, sample), target), tv_bound(target, CHAINS)
@@ -253,11 +285,16 @@ def test_results_do_not_depend_on_batching(mlm):
     ids, sample, scored = problem(mlm)
     other = np.array(mlm.tokenizer("she sells seashells")["input_ids"], dtype=np.int64)
     other_scored = sequence_positions(mlm, other)
-    chains = [Chain(ids, sample, scored, 1), Chain(other, other_scored[1:4], other_scored, 2),
-              Chain(ids, sample[:2], scored, 3)]
+    chains = [
+        Chain(ids, sample, scored, 1),
+        Chain(other, other_scored[1:4], other_scored, 2),
+        Chain(ids, sample[:2], scored, 3),
+    ]
     allowed = allowed_of(mlm, ordinary(mlm, 30))
-    for settings in (SamplerSettings("mh", "norm", epochs=3, order="random", start="random", proposal_temperature=2),
-                     SamplerSettings("block-mh", "raw", epochs=2, block=2, start="warm", top_p=0.9)):
+    for settings in (
+        SamplerSettings("mh", "norm", epochs=3, order="random", start="random", proposal_temperature=2),
+        SamplerSettings("block-mh", "raw", epochs=2, block=2, start="warm", top_p=0.9),
+    ):
         together = Sampler(mlm, allowed, 1 << 14).run(chains, settings)
         alone = [Sampler(mlm, allowed, 10, cache_states=0).run([c], settings)[0] for c in chains]
         for a, b in zip(together, alone):
@@ -277,10 +314,12 @@ def test_special_tokens_are_never_proposed(mlm):
     allowed = allowed_of(mlm, [t for t in range(len(mlm.tokenizer)) if t not in specials])
     for sampler, start in (("gibbs", "random"), ("mh", "warm"), ("block-mh", "random")):
         steps: list[Step] = []
-        settings = SamplerSettings(sampler, epochs=2, block=1 if sampler == "mh" else 3, start=start,
-                                   proposal_temperature=5.0)
-        records = Sampler(mlm, allowed).run([Chain(ids, scored[1:4], scored, s) for s in range(3)], settings,
-                                            steps.append)
+        settings = SamplerSettings(
+            sampler, epochs=2, block=1 if sampler == "mh" else 3, start=start, proposal_temperature=5.0
+        )
+        records = Sampler(mlm, allowed).run(
+            [Chain(ids, scored[1:4], scored, s) for s in range(3)], settings, steps.append
+        )
         assert len(steps) >= 6
         for s in steps:
             assert not specials & set(s.proposed[scored[1:4]].tolist())
@@ -294,8 +333,9 @@ def test_warm_start_is_the_greedy_fill_of_the_masked_positions(mlm, naive):
     ids, sample, scored = problem(mlm)
     tokens = ordinary(mlm, 12)
     steps: list[Step] = []
-    Sampler(mlm, allowed_of(mlm, tokens)).run([Chain(ids, sample, scored)], SamplerSettings(epochs=1, start="warm"),
-                                              steps.append)
+    Sampler(mlm, allowed_of(mlm, tokens)).run(
+        [Chain(ids, sample, scored)], SamplerSettings(epochs=1, start="warm"), steps.append
+    )
     logits = naive.logits(naive.masked(ids.tolist(), sample.tolist()))
     greedy = [tokens[int(np.argmax(logits[p][tokens]))] for p in sample]
     assert steps[0].current[sample].tolist() == greedy
@@ -303,14 +343,26 @@ def test_warm_start_is_the_greedy_fill_of_the_masked_positions(mlm, naive):
 
 def test_records_count_proposals_and_follow_the_schedules(mlm):
     ids, sample, scored = problem(mlm)
-    settings = SamplerSettings("block-mh", epochs=5, burn_in=2, record_every=2, block=3, block_decay=1,
-                               target_temperature=1.0, anneal=0.3, min_target_temperature=0.05, start="random")
-    assert [settings.target_temperature_at(e) for e in range(1, 8)] == pytest.approx([1.0, 0.7, 0.4, 0.1, 0.05,
-                                                                                      0.05, 0.05])
+    settings = SamplerSettings(
+        "block-mh",
+        epochs=5,
+        burn_in=2,
+        record_every=2,
+        block=3,
+        block_decay=1,
+        target_temperature=1.0,
+        anneal=0.3,
+        min_target_temperature=0.05,
+        start="random",
+    )
+    assert [settings.target_temperature_at(e) for e in range(1, 8)] == pytest.approx(
+        [1.0, 0.7, 0.4, 0.1, 0.05, 0.05, 0.05]
+    )
     assert [settings.block_at(e) for e in range(1, 5)] == [3, 2, 1, 1]
     steps: list[Step] = []
-    records = Sampler(mlm, allowed_of(mlm, ordinary(mlm, 6))).run([Chain(ids, sample, scored, 5)], settings,
-                                                                  steps.append)[0]
+    records = Sampler(mlm, allowed_of(mlm, ordinary(mlm, 6))).run(
+        [Chain(ids, sample, scored, 5)], settings, steps.append
+    )[0]
     assert [r.epoch for r in records] == [4, 6, 7]  # every 2nd epoch after burn-in, and the last
     assert [r.target_temperature for r in records] == pytest.approx([0.1, 0.05, 0.05])
     assert [len(s.block) for s in steps][:6] == [3, 2, 1, 1, 1, 1]  # 1 block, then 2, then 3 per epoch
@@ -319,10 +371,10 @@ def test_records_count_proposals_and_follow_the_schedules(mlm):
     for r in records:
         assert 0 <= r.novel <= r.accepted <= r.proposals
     assert sum(r.accepted for r in records) == sum(s.accepted for s in steps)
-    assert sum(r.novel for r in records) == sum(s.accepted and not np.array_equal(s.current, s.proposed)
-                                                for s in steps)
-    gibbs = Sampler(mlm, allowed_of(mlm, ordinary(mlm, 6))).run([Chain(ids, sample, scored, 5)],
-                                                                SamplerSettings("gibbs", epochs=2, start="random"))[0]
+    assert sum(r.novel for r in records) == sum(s.accepted and not np.array_equal(s.current, s.proposed) for s in steps)
+    gibbs = Sampler(mlm, allowed_of(mlm, ordinary(mlm, 6))).run(
+        [Chain(ids, sample, scored, 5)], SamplerSettings("gibbs", epochs=2, start="random")
+    )[0]
     assert all(r.accepted == r.proposals == 3 for r in gibbs)
     with pytest.raises(ValueError):
         SamplerSettings("mh", block=2)
@@ -356,6 +408,7 @@ def test_progress_is_reported_after_every_step(mlm):
     reports: list[tuple[int, int]] = []
     settings = SamplerSettings("mh", "norm", epochs=2, burn_in=1, start="random")
     Sampler(mlm, allowed_of(mlm, ordinary(mlm, 30)), 1 << 14).run(
-        [Chain(ids, sample, scored, 1)], settings, report=lambda done, total: reports.append((done, total)))
+        [Chain(ids, sample, scored, 1)], settings, report=lambda done, total: reports.append((done, total))
+    )
     steps = len(sample)  # mh: one position per step, every sampled position once per epoch
     assert reports == [(k, 3 * steps) for k in range(1, 3 * steps + 1)]

@@ -10,16 +10,25 @@ import numpy as np
 import pytest
 import torch
 
-import tiny
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.maskless import MasklessEngine, Student, regressor_for
-from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.masking import Sentence
+from distributed_scoring.engine.maskless import MasklessEngine, Student, regressor_for
 from distributed_scoring.engine.training import (
-    Example, PMLMObjective, Schedule, SentenceObjective, TokenObjective, TrainState, batch_rows, fit, freeze_lower,
+    Example,
+    PMLMObjective,
+    Schedule,
+    SentenceObjective,
+    TokenObjective,
+    TrainState,
+    batch_rows,
+    fit,
+    freeze_lower,
     upmlm_positions,
 )
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import tiny
 from reference import distillation_loss, maskless_prediction, upmlm_loss
 
 
@@ -35,8 +44,14 @@ def one_thread():
 def examples_of(mlm) -> list[Example]:
     """The tiny corpus as training examples; targets like PLLs: about -3 nats a token, plus a wiggle."""
     prepared = PLLPreparer(mlm.tokenizer, mlm.max_length).prepare_texts(tiny.CORPUS)
-    return [Example(np.asarray(p.input_ids, dtype=np.int64), np.asarray(p.targets, dtype=np.int64),
-                    -3.0 * len(p.targets) + 4 * np.sin(i)) for i, p in enumerate(prepared)]
+    return [
+        Example(
+            np.asarray(p.input_ids, dtype=np.int64),
+            np.asarray(p.targets, dtype=np.int64),
+            -3.0 * len(p.targets) + 4 * np.sin(i),
+        )
+        for i, p in enumerate(prepared)
+    ]
 
 
 def test_upmlm_masks_a_uniform_number_of_scorable_positions():
@@ -61,8 +76,9 @@ def test_batches_cover_each_epoch_once_whatever_the_number_of_workers():
         epoch = [np.concatenate([batch_rows(step, 10, schedule, r, world) for r in range(world)]) for step in (0, 1)]
         assert all(len(b) == 4 for b in epoch)
         assert len(set(np.concatenate(epoch))) == 8  # whole batches only: 2 of the 10 sit the epoch out
-        assert sorted(np.concatenate(epoch)) == sorted(np.concatenate(
-            [batch_rows(step, 10, schedule, 0, 1) for step in (0, 1)]))
+        assert sorted(np.concatenate(epoch)) == sorted(
+            np.concatenate([batch_rows(step, 10, schedule, 0, 1) for step in (0, 1)])
+        )
     assert not np.array_equal(batch_rows(0, 10, schedule, 0, 1), batch_rows(2, 10, schedule, 0, 1))
 
 
@@ -85,8 +101,9 @@ def test_sentence_loss_is_the_squared_error_of_the_prediction_over_std(tiny_mode
     torch.nn.init.normal_(regressor.head.weight, std=0.5, generator=torch.Generator().manual_seed(0))  # seeded
     got = SentenceObjective(regressor, mlm).loss(regressor, examples, torch.Generator())
     head = regressor.head
-    predicted = [maskless_prediction(mlm.encoder, head.weight, head.bias, -40.0, 12.0, e.input_ids.tolist())
-                 for e in examples]
+    predicted = [
+        maskless_prediction(mlm.encoder, head.weight, head.bias, -40.0, 12.0, e.input_ids.tolist()) for e in examples
+    ]
     expected = np.mean([((p - e.target) / 12.0) ** 2 for p, e in zip(predicted, examples)])
     assert abs(float(got.detach()) - expected) < 1e-5 * max(1.0, expected)  # fp32 against float64
 
@@ -98,8 +115,11 @@ def test_a_few_steps_lower_the_loss(objective, drop, tiny_model_dir):
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
     examples = examples_of(mlm)
     targets = np.array([e.target for e in examples])
-    trained = (SentenceObjective(regressor_for(mlm, targets.mean(), targets.std()), mlm) if objective == "maskless"
-               else PMLMObjective(mlm))
+    trained = (
+        SentenceObjective(regressor_for(mlm, targets.mean(), targets.std()), mlm)
+        if objective == "maskless"
+        else PMLMObjective(mlm)
+    )
     losses = []
     steps = fit(trained, examples, Schedule(60, 4, 1e-3, 0, 1000), lambda step, m, save: losses.append(m["loss"]))
     assert steps == 60 and len(losses) == 60
@@ -131,7 +151,9 @@ def test_a_run_resumed_from_its_state_ends_where_the_uninterrupted_run_does(obje
     for name, value in straight.items():
         torch.testing.assert_close(resumed[name], value, rtol=0, atol=1e-6, msg=name)
     fresh = load_masked_lm(ModelSpec(str(tiny_model_dir("bert")))).model.state_dict()
-    assert any(not torch.equal(fresh[k.removeprefix("model.")], v) for k, v in straight.items() if k.startswith("model."))
+    assert any(
+        not torch.equal(fresh[k.removeprefix("model.")], v) for k, v in straight.items() if k.startswith("model.")
+    )
 
 
 def shifted(mlm, seed: int) -> torch.nn.Module:
@@ -175,10 +197,16 @@ def test_per_token_losses_equal_the_naive_reference(weights, k, tiny_model_dir):
     examples = distilled(mlm, shifted(mlm, 3), k)[:5]
     objective = TokenObjective(mlm, *weights)
     got = float(objective.loss(objective.module.eval(), examples, torch.Generator()).detach())
-    expected = distillation_loss(mlm.model, [e.input_ids.tolist() for e in examples],
-                                 [e.positions.tolist() for e in examples], [e.token_targets.tolist() for e in examples],
-                                 [e.cond_ids for e in examples], [e.cond_logprobs.tolist() for e in examples],
-                                 [e.cond_rest.tolist() for e in examples], *weights)
+    expected = distillation_loss(
+        mlm.model,
+        [e.input_ids.tolist() for e in examples],
+        [e.positions.tolist() for e in examples],
+        [e.token_targets.tolist() for e in examples],
+        [e.cond_ids for e in examples],
+        [e.cond_logprobs.tolist() for e in examples],
+        [e.cond_rest.tolist() for e in examples],
+        *weights,
+    )
     assert expected > 0.05
     assert abs(got - expected) < 1e-5 * max(1.0, expected)
 

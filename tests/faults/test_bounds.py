@@ -12,8 +12,9 @@ import logging
 
 import pytest
 
-from cli_helpers import refusal
 from distributed_scoring.cli import main
+
+from cli_helpers import refusal
 
 # (command and its arguments before the flag, flag, absurd value, the bounds the line must give)
 SCORE = ["score", "IN"]
@@ -83,16 +84,23 @@ GROWING = [  # (arguments, what the refusal says the memory is for, the flags it
     (["sample", "IN", "--epochs", "1000000000"], "x 1,000,000,000 recorded epochs", "lower --epochs"),
     (["sample", "IN", "--chains", "100000000"], "x 100,000,000 chains", "--chains or --shard-rows"),
     (["infill", "IN", "--beam", "1000000000"], "x 1,000,000,000 beams", "lower --beam or --shard-rows"),
-    (["generate", "--length", "5", "--num-sequences", "1000000000"], "the 1,000,000,000 prompts of --length 5",
-     "lower --num-sequences"),
-    (["score", "IN", "--method", "chain", "--order", "random", "--orders", "1000000000"], "x 1,000,000,000 orders",
-     "lower --orders or --shard-rows"),
+    (
+        ["generate", "--length", "5", "--num-sequences", "1000000000"],
+        "the 1,000,000,000 prompts of --length 5",
+        "lower --num-sequences",
+    ),
+    (
+        ["score", "IN", "--method", "chain", "--order", "random", "--orders", "1000000000"],
+        "x 1,000,000,000 orders",
+        "lower --orders or --shard-rows",
+    ),
 ]
 
 
 @pytest.mark.parametrize("args, what, flags", GROWING, ids=[" ".join(a[:1] + a[2:]) for a, _, _ in GROWING])
-def test_work_too_big_for_this_machine_is_refused_at_once_naming_the_flags(tmp_path, tiny_model_dir, capsys, caplog,
-                                                                         args, what, flags):
+def test_work_too_big_for_this_machine_is_refused_at_once_naming_the_flags(
+    tmp_path, tiny_model_dir, capsys, caplog, args, what, flags
+):
     caplog.set_level(logging.INFO, "distributed_scoring.pipeline.memory")
     corpus = tmp_path / "in.txt"
     corpus.write_text("the [MASK] fox\n")
@@ -105,8 +113,9 @@ def test_work_too_big_for_this_machine_is_refused_at_once_naming_the_flags(tmp_p
     assert not out.exists()
 
 
-def test_the_estimate_is_printed_and_checked_against_the_free_memory(tmp_path, tiny_model_dir, capsys, caplog,
-                                                                    monkeypatch):
+def test_the_estimate_is_printed_and_checked_against_the_free_memory(
+    tmp_path, tiny_model_dir, capsys, caplog, monkeypatch
+):
     """A default sampling run needs a few MiB: it is refused only on a machine with less free than that."""
     from distributed_scoring.pipeline import memory
 
@@ -120,4 +129,6 @@ def test_the_estimate_is_printed_and_checked_against_the_free_memory(tmp_path, t
     monkeypatch.undo()
     capsys.readouterr()
     assert main(args) == 0
-    assert "memory: dscore sample needs about" in caplog.text and "MiB for one shard of 50 rows x 1 chains" in caplog.text
+    assert (
+        "memory: dscore sample needs about" in caplog.text and "MiB for one shard of 50 rows x 1 chains" in caplog.text
+    )

@@ -27,10 +27,13 @@ def refusal(capsys, args: list[str]) -> str:
     return err
 
 
-@pytest.mark.parametrize("name, words, wrong", [
-    ("binary.dat", "binary.dat is not a text file", "CR-only"),
-    ("utf16_bom.txt", "utf16_bom.txt is UTF-16 text", "not valid UTF-8"),
-])
+@pytest.mark.parametrize(
+    "name, words, wrong",
+    [
+        ("binary.dat", "binary.dat is not a text file", "CR-only"),
+        ("utf16_bom.txt", "utf16_bom.txt is UTF-16 text", "not valid UTF-8"),
+    ],
+)
 def test_a_file_that_is_not_utf8_text_is_named_for_what_it_is(tmp_path, tiny_model_dir, capsys, name, words, wrong):
     out = tmp_path / "out"
     err = refusal(capsys, ["score", str(BAD / name), "--model", str(tiny_model_dir("bert")), "--output", str(out)])
@@ -43,7 +46,8 @@ def remote_code_model(tmp_path: Path, tiny_model_dir) -> Path:
     folder = tmp_path / "custom-model"
     shutil.copytree(tiny_model_dir("bert"), folder)
     (folder / "custom.py").write_text(
-        "from transformers import BertConfig\n\n\nclass CustomConfig(BertConfig):\n    model_type = 'custom-bert'\n")
+        "from transformers import BertConfig\n\n\nclass CustomConfig(BertConfig):\n    model_type = 'custom-bert'\n"
+    )
     config = json.loads((folder / "config.json").read_text())
     config.update(model_type="custom-bert", auto_map={"AutoConfig": "custom.CustomConfig"})
     (folder / "config.json").write_text(json.dumps(config))
@@ -60,8 +64,19 @@ def test_a_model_that_needs_its_own_code_names_the_flag_in_one_line(tmp_path, ti
     else:
         nbest = tmp_path / "n.jsonl"
         nbest.write_text(json.dumps({"utt_id": "u", "hyp_id": 1, "text": "a b", "score": -1.0, "ref": "a b"}) + "\n")
-        args = ["rescore", "--dev", str(nbest), "--test", str(nbest), "--model", str(tiny_model_dir("bert")),
-                "--causal-model", str(model), "--output", str(tmp_path / "out")]
+        args = [
+            "rescore",
+            "--dev",
+            str(nbest),
+            "--test",
+            str(nbest),
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--causal-model",
+            str(model),
+            "--output",
+            str(tmp_path / "out"),
+        ]
     err = refusal(capsys, args)
     assert "needs Python code shipped with it" in err and "pass --trust-remote-code" in err
     assert "hf.co" not in err and "trust_remote_code=True" not in err

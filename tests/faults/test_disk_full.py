@@ -19,9 +19,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-import tiny
 from distributed_scoring.cli import main
 from distributed_scoring.io import output
+
+import tiny
 
 LINES = 10
 SHARD_ROWS = 2  # five shards
@@ -50,8 +51,11 @@ def full_disk_at(kind: str, n: int):
 
     def wanted(path: str) -> bool:
         name = Path(path).name
-        return {"shard": name.startswith(".part-"), "marker": "/_done/" in path,
-                "run file": name.startswith("._run.json")}[kind]
+        return {
+            "shard": name.startswith(".part-"),
+            "marker": "/_done/" in path,
+            "run file": name.startswith("._run.json"),
+        }[kind]
 
     class FullDisk(pafs.LocalFileSystem):
         written = 0
@@ -97,11 +101,20 @@ def each_row_once(out: Path) -> None:
 
 
 @pytest.mark.parametrize("kind", ["shard", "marker"])
-def test_a_full_disk_while_writing_is_one_incomplete_line_and_the_rerun_completes(tmp_path, tiny_model_dir, capsys,
-                                                                                  monkeypatch, kind):
+def test_a_full_disk_while_writing_is_one_incomplete_line_and_the_rerun_completes(
+    tmp_path, tiny_model_dir, capsys, monkeypatch, kind
+):
     out = tmp_path / "out"
-    args = ["score", corpus(tmp_path), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-            "--shard-rows", str(SHARD_ROWS)]
+    args = [
+        "score",
+        corpus(tmp_path),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(out),
+        "--shard-rows",
+        str(SHARD_ROWS),
+    ]
     disk = full_disk_at(kind, 3)
     monkeypatch.setattr(output, "filesystem", lambda uri: (disk, str(Path(uri).resolve())))
     rc, err = run(args, capsys)
@@ -128,11 +141,27 @@ def test_a_full_disk_before_any_work_is_an_error_line(tmp_path, tiny_model_dir, 
 
 
 @pytest.mark.ray
-def test_on_ray_a_failed_write_is_one_incomplete_line_and_the_rerun_completes(tmp_path, tiny_model_dir, capsys,
-                                                                              ray_local):
+def test_on_ray_a_failed_write_is_one_incomplete_line_and_the_rerun_completes(
+    tmp_path, tiny_model_dir, capsys, ray_local
+):
     out = tmp_path / "out"
-    args = ["score", corpus(tmp_path), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-            "--shard-rows", str(SHARD_ROWS), "--ray", "--num-actors", "1", "--cpus-per-actor", "1", "--stall-timeout", "600"]
+    args = [
+        "score",
+        corpus(tmp_path),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(out),
+        "--shard-rows",
+        str(SHARD_ROWS),
+        "--ray",
+        "--num-actors",
+        "1",
+        "--cpus-per-actor",
+        "1",
+        "--stall-timeout",
+        "600",
+    ]
     # (1 CPU: the failed run's actor lives on while pytest's log capture holds its error, and the rerun's
     # actor must fit beside it in the shared Ray)
     assert run(args[:-7], capsys)[0] == 0  # a finished run in this process, whose last shard is then undone

@@ -18,11 +18,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cli_helpers import refusal
 from distributed_scoring.cli import main
 
-JSONL_RECORDS = [{"id": 1, "text": "the [MASK] fox"}, {"id": "2", "text": "a [MASK] dog"},
-                 {"id": "1", "text": "the [MASK] cat"}, {"id": 7, "text": "x [MASK]"}, {"id": 7, "text": "y [MASK]"}]
+from cli_helpers import refusal
+
+JSONL_RECORDS = [
+    {"id": 1, "text": "the [MASK] fox"},
+    {"id": "2", "text": "a [MASK] dog"},
+    {"id": "1", "text": "the [MASK] cat"},
+    {"id": 7, "text": "x [MASK]"},
+    {"id": 7, "text": "y [MASK]"},
+]
 JSONL_REFUSAL = (
     "2 ids of --id-column 'id' repeat: '1' at in.jsonl line 1 and in.jsonl line 3; "
     "'7' at in.jsonl line 4 and in.jsonl line 5."
@@ -34,44 +40,88 @@ def write_inputs(folder: Path) -> dict[str, Path]:
     jsonl = folder / "in.jsonl"
     jsonl.write_text("".join(json.dumps(r) + "\n" for r in JSONL_RECORDS))
     parquet = folder / "in.parquet"
-    pq.write_table(pa.table({"id": [1, 2, 2, None], "text": ["the [MASK] fox", "a [MASK]", "b [MASK]", "c [MASK]"]}),
-                   parquet, row_group_size=2)
+    pq.write_table(
+        pa.table({"id": [1, 2, 2, None], "text": ["the [MASK] fox", "a [MASK]", "b [MASK]", "c [MASK]"]}),
+        parquet,
+        row_group_size=2,
+    )
     return {"jsonl": jsonl, "parquet": parquet}
 
 
 @pytest.mark.parametrize("command", ["score", "audit", "infill", "sample", "generate", "score --method chain"])
 @pytest.mark.parametrize("kind", ["jsonl", "parquet"])
-def test_repeated_ids_are_refused_before_any_work_naming_them_and_their_lines(tmp_path, tiny_model_dir, capsys,
-                                                                              command, kind):
+def test_repeated_ids_are_refused_before_any_work_naming_them_and_their_lines(
+    tmp_path, tiny_model_dir, capsys, command, kind
+):
     source = write_inputs(tmp_path)[kind]
     out = tmp_path / "out"
-    line = refusal(capsys, [*command.split(), str(source), "--id-column", "id", "--model", str(tiny_model_dir("bert")),
-                            "--output", str(out)])
+    line = refusal(
+        capsys,
+        [
+            *command.split(),
+            str(source),
+            "--id-column",
+            "id",
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--output",
+            str(out),
+        ],
+    )
     assert (JSONL_REFUSAL if kind == "jsonl" else PARQUET_REFUSAL) in line
     assert "--allow-duplicate-ids" in line and not out.exists()
 
 
 def test_train_pmlm_refuses_repeated_ids_in_its_data(tmp_path, capsys):
     source = write_inputs(tmp_path)["jsonl"]
-    line = refusal(capsys, ["train", "pmlm", "--data", str(source), "--id-column", "id", "--model", "unused",
-                            "--output", str(tmp_path / "out")])
+    line = refusal(
+        capsys,
+        [
+            "train",
+            "pmlm",
+            "--data",
+            str(source),
+            "--id-column",
+            "id",
+            "--model",
+            "unused",
+            "--output",
+            str(tmp_path / "out"),
+        ],
+    )
     assert JSONL_REFUSAL in line and not (tmp_path / "out").exists()
 
 
 def test_joints_refuses_given_pairs_whose_ids_repeat(tmp_path, tiny_model_dir, capsys):
     given = tmp_path / "pairs.jsonl"
-    given.write_text("".join(json.dumps({"id": i, "text": "the quick brown fox", "positions": [0, 1]}) + "\n"
-                             for i in ("a", "b", "a")))
-    line = refusal(capsys, ["joints", str(given), "--model", str(tiny_model_dir("bert")),
-                            "--output", str(tmp_path / "out")])
+    given.write_text(
+        "".join(
+            json.dumps({"id": i, "text": "the quick brown fox", "positions": [0, 1]}) + "\n" for i in ("a", "b", "a")
+        )
+    )
+    line = refusal(
+        capsys, ["joints", str(given), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "out")]
+    )
     assert "1 id of the given pairs' `id` field repeats: 'a' at pairs.jsonl line 1 and pairs.jsonl line 3" in line
 
 
 def test_allowed_repeated_ids_are_kept_keyed_by_id_and_line(tmp_path, tiny_model_dir, capsys):
     inputs = write_inputs(tmp_path)
     out = tmp_path / "out"
-    args = ["score", str(inputs["jsonl"]), str(inputs["parquet"]), "--id-column", "id", "--allow-duplicate-ids",
-            "--model", str(tiny_model_dir("bert")), "--output", str(out), "--shard-rows", "2"]
+    args = [
+        "score",
+        str(inputs["jsonl"]),
+        str(inputs["parquet"]),
+        "--id-column",
+        "id",
+        "--allow-duplicate-ids",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(out),
+        "--shard-rows",
+        "2",
+    ]
     capsys.readouterr()
     assert main(args) == 0
     summary = json.loads(capsys.readouterr().out)
@@ -79,7 +129,9 @@ def test_allowed_repeated_ids_are_kept_keyed_by_id_and_line(tmp_path, tiny_model
     assert summary["rows"] == len(rows) == 9  # rows in == rows out
     keys = Counter((r["id"], r["line"]) for r in rows)
     assert set(keys.values()) == {1} and Counter(r["id"] for r in rows)["1"] == 3  # 1, "1" and Parquet's 1
-    assert {r["line"] for r in rows} == {f"in.jsonl:{i}" for i in range(1, 6)} | {f"in.parquet:{i}" for i in range(1, 5)}
+    assert {r["line"] for r in rows} == {f"in.jsonl:{i}" for i in range(1, 6)} | {
+        f"in.parquet:{i}" for i in range(1, 5)
+    }
     by_line = {r["line"]: r for r in rows}
     assert by_line["in.jsonl:3"]["text"] == "the [MASK] cat" and by_line["in.parquet:4"]["id"] == "in.parquet:4"
     assert json.loads((out / "_run.json").read_text())["allow_duplicate_ids"] is True
@@ -94,15 +146,38 @@ def test_allowed_repeated_ids_are_kept_keyed_by_id_and_line(tmp_path, tiny_model
 def test_infill_and_sample_keep_every_row_of_a_repeated_id(tmp_path, tiny_model_dir, capsys):
     """With the flag, each row is filled or sampled on its own (also the null text beside a good row)."""
     source = tmp_path / "in.jsonl"
-    source.write_text("".join(json.dumps(r) + "\n" for r in [
-        {"id": "a", "text": "the [MASK] fox"}, {"id": "a", "text": None}, {"id": "a", "text": "a [MASK] dog"}]))
+    source.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in [
+                {"id": "a", "text": "the [MASK] fox"},
+                {"id": "a", "text": None},
+                {"id": "a", "text": "a [MASK] dog"},
+            ]
+        )
+    )
     model = str(tiny_model_dir("bert"))
     for command, per_row in (("infill", 1), ("sample", 2 * 3)):
         out = tmp_path / command
         extra = ["--chains", "2", "--epochs", "3"] if command == "sample" else []
         capsys.readouterr()
-        assert main([command, str(source), "--id-column", "id", "--allow-duplicate-ids", "--model", model,
-                     "--output", str(out), *extra]) == 0
+        assert (
+            main(
+                [
+                    command,
+                    str(source),
+                    "--id-column",
+                    "id",
+                    "--allow-duplicate-ids",
+                    "--model",
+                    model,
+                    "--output",
+                    str(out),
+                    *extra,
+                ]
+            )
+            == 0
+        )
         rows = pq.read_table(out / "rows").to_pylist()
         assert Counter(r["line"] for r in rows) == {f"in.jsonl:{i}": per_row for i in (1, 2, 3)}
         assert {r["status"] for r in rows if r["line"] == "in.jsonl:2"} == {"error"}
@@ -129,8 +204,9 @@ def test_the_refusal_names_what_a_naive_count_finds(tmp_path):
         counts = Counter(ids)
         first = next(i for i in ids if counts[i] > 1)
         places = [p for p, i in enumerate(ids) if i == first][:2]
-        named = " and ".join(f"t{trial}.jsonl line {p + 1}" if p < 120 else f"t{trial}.parquet row {p - 119}"
-                             for p in places)
+        named = " and ".join(
+            f"t{trial}.jsonl line {p + 1}" if p < 120 else f"t{trial}.parquet row {p - 119}" for p in places
+        )
         with pytest.raises(UserError) as caught:
             check_unique_ids(plan_shards(spec), spec)
         message = str(caught.value)

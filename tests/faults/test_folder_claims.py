@@ -22,28 +22,41 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import rescoring_helpers as H
-import tiny
 from distributed_scoring.cli import main
 from distributed_scoring.io import schema as S
 from distributed_scoring.io.lock import current_pid_namespace
+
+import rescoring_helpers as H
+import tiny
 
 SHARD_ROWS = 4
 
 
 def snapshot(folder: Path) -> dict[str, str]:
     """Every file under `folder` (relative path -> SHA-256 of its bytes)."""
-    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(folder.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
 
 
 def hold(folder: Path) -> None:
     """The lock a live run on another machine holds on `folder`."""
     folder.mkdir(parents=True, exist_ok=True)
     now = time.time()
-    (folder / "_lock.json").write_text(json.dumps({
-        "host": "gpu-node-7", "pid": 4242, "pid_namespace": current_pid_namespace(), "started": now - 60,
-        "heartbeat": now, "token": "run-a"}))
+    (folder / "_lock.json").write_text(
+        json.dumps(
+            {
+                "host": "gpu-node-7",
+                "pid": 4242,
+                "pid_namespace": current_pid_namespace(),
+                "started": now - 60,
+                "heartbeat": now,
+                "token": "run-a",
+            }
+        )
+    )
 
 
 def one_error_line(capsys) -> str:
@@ -89,8 +102,21 @@ def nbest(tmp_path) -> dict[str, str]:
 
 
 def rescore(nbest: dict[str, str], run: str, output: Path, model: str) -> int:
-    return main(["rescore", "--dev", nbest[f"{run}_dev"], "--test", nbest[f"{run}_test"], "--model", model,
-                 "--output", str(output), "--shard-rows", "5"])
+    return main(
+        [
+            "rescore",
+            "--dev",
+            nbest[f"{run}_dev"],
+            "--test",
+            nbest[f"{run}_test"],
+            "--model",
+            model,
+            "--output",
+            str(output),
+            "--shard-rows",
+            "5",
+        ]
+    )
 
 
 def test_a_second_rescore_into_a_held_folder_changes_no_byte(tmp_path, nbest, bert, capsys):

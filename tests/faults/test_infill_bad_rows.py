@@ -28,8 +28,15 @@ ROWS = [  # (id, text): ids repeat on purpose
 def read_table(rows: list[tuple[str, str | None]]) -> pa.Table:
     """Rows as the read stage gives them: a null text is already an error row."""
     return pa.Table.from_pylist(
-        [{S.ID: i, S.TEXT: t, S.STATUS: "ok" if t is not None else "error",
-          S.ERROR: None if t is not None else "text is missing (null)"} for i, t in rows],
+        [
+            {
+                S.ID: i,
+                S.TEXT: t,
+                S.STATUS: "ok" if t is not None else "error",
+                S.ERROR: None if t is not None else "text is missing (null)",
+            }
+            for i, t in rows
+        ],
         schema=S.read_schema(extra=("answer",)),
     )
 
@@ -39,7 +46,13 @@ def test_repeated_ids_with_bad_rows_give_error_rows_and_each_good_row_its_own_fi
     options = InfillOptions(beam=2)
     scored = InfillScorer(model, options)(InfillPreparer(model, options)(read_table(ROWS))).to_pylist()
     assert [(r["id"], r["status"]) for r in scored] == [
-        ("a", "ok"), ("a", "error"), ("b", "ok"), ("b", "error"), ("c", "ok"), ("c", "ok")]
+        ("a", "ok"),
+        ("a", "error"),
+        ("b", "ok"),
+        ("b", "error"),
+        ("c", "ok"),
+        ("c", "ok"),
+    ]
     assert scored[1]["error"] == "text is missing (null)" and "no mask token" in scored[3]["error"]
     assert all(r["beams"] is None and r["n_masks"] == 0 for r in scored if r["status"] == "error")
     # Each filled row's fills are its own: its text with the masks replaced, as filled alone.

@@ -17,10 +17,11 @@ import psutil
 import pyarrow.parquet as pq
 import pytest
 
-import tiny
-from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig
+from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.score import score
+
+import tiny
 from local_cluster import REPO, local_cluster, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
@@ -55,8 +56,22 @@ def wait_for_markers(out: Path, at_least: int, proc: subprocess.Popen, limit_s: 
 
 
 def cli(corpus: str, model: str, out: Path) -> list[str]:
-    return [sys.executable, "-m", "distributed_scoring.cli", "score", corpus, "--model", model, "--output", str(out),
-            "--ray", "--shard-rows", "2", "--stall-timeout", str(STALL_S)]
+    return [
+        sys.executable,
+        "-m",
+        "distributed_scoring.cli",
+        "score",
+        corpus,
+        "--model",
+        model,
+        "--output",
+        str(out),
+        "--ray",
+        "--shard-rows",
+        "2",
+        "--stall-timeout",
+        str(STALL_S),
+    ]
 
 
 def why(stderr: str) -> str:

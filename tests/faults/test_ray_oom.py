@@ -28,10 +28,13 @@ from distributed_scoring.pipeline.stage import Stage
 from distributed_scoring.pipeline.workload import Workload
 
 OOM = "Task was killed due to the node running low on memory."
-RAYLET = (b"\x1b[33m(raylet)\x1b[0m Task MapWorker(MapBatches(ScoreStage)).submit failed: " + OOM.encode()
-          + b" It will be retried (2 of 15 retries).\n")
+RAYLET = (
+    b"\x1b[33m(raylet)\x1b[0m Task MapWorker(MapBatches(ScoreStage)).submit failed: "
+    + OOM.encode()
+    + b" It will be retried (2 of 15 retries).\n"
+)
 RAYLET_PLAIN = b"(raylet, ip=10.0.0.2) Task was killed due to the node running low on memory. Retrying.\n"
-SERVICES = (b"2026-11-24 22:44:27,107\tERROR services.py:1353 -- Failed to start the dashboard, return code -9\n")
+SERVICES = b"2026-11-24 22:44:27,107\tERROR services.py:1353 -- Failed to start the dashboard, return code -9\n"
 OURS = b"2026-11-24 22:44:26,427 INFO distributed_scoring.pipeline.on_ray: running 3 shards of pll on Ray\n"
 BAR = b"\r 40%|####      | 400/1000 [00:10<00:15, 40.0rows/s]"
 EXIT = b"dscore: incomplete: Ray's out-of-memory killer stopped a worker of this run\n"
@@ -115,8 +118,9 @@ def run_on_ray(config: RunConfig) -> None:
     beside it in the shared Ray's CPUs."""
     workload = killed_workload()
     with claimed(config, workload) as (plan, out, todo):
-        execute(workload, config, todo, out, RayOptions(num_actors=1, cpus_per_actor=1, stall_timeout_s=600),
-                progress=False)
+        execute(
+            workload, config, todo, out, RayOptions(num_actors=1, cpus_per_actor=1, stall_timeout_s=600), progress=False
+        )
 
 
 @pytest.mark.ray

@@ -11,8 +11,9 @@ import json
 
 import pytest
 
-import rescoring_helpers as H
 from distributed_scoring.cli import main
+
+import rescoring_helpers as H
 
 
 def write_jsonl(path, records: list[dict]) -> str:
@@ -32,13 +33,25 @@ def one_line_refusal(capsys, args: list[str]) -> str:
 @pytest.mark.parametrize("empty", [("--dev",), ("--test",), ("--dev", "--test")])
 def test_an_empty_nbest_list_is_refused_in_one_line_before_any_scoring(tmp_path, tiny_model_dir, capsys, empty):
     records, _ = H.synthetic_nbest(3, 2, seed=1, prefix="d")
-    files = {"--dev": write_jsonl(tmp_path / "dev.jsonl", records), "--test": write_jsonl(tmp_path / "test.jsonl", records)}
+    files = {
+        "--dev": write_jsonl(tmp_path / "dev.jsonl", records),
+        "--test": write_jsonl(tmp_path / "test.jsonl", records),
+    }
     for flag in empty:
         files[flag] = str(tmp_path / f"empty{flag[1:]}.jsonl")
         (tmp_path / f"empty{flag[1:]}.jsonl").write_text("")
     out = tmp_path / "out"
-    err = one_line_refusal(capsys, ["rescore", *[x for kv in files.items() for x in kv], "--model",
-                                    str(tiny_model_dir("bert")), "--output", str(out)])
+    err = one_line_refusal(
+        capsys,
+        [
+            "rescore",
+            *[x for kv in files.items() for x in kv],
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--output",
+            str(out),
+        ],
+    )
     for flag in ("--dev", "--test"):
         assert (f"{flag} {files[flag]}" in err) == (flag in empty)
     assert "no hypotheses" in err and "texts.parquet" not in err
@@ -50,6 +63,18 @@ def test_a_hyp_id_that_is_not_a_rank_from_1_is_refused(tmp_path, tiny_model_dir,
     records, _ = H.synthetic_nbest(3, 2, seed=1, prefix="d")
     records[1]["hyp_id"] = rank
     path = write_jsonl(tmp_path / "n.jsonl", records)
-    err = one_line_refusal(capsys, ["rescore", "--dev", path, "--test", path, "--model", str(tiny_model_dir("bert")),
-                                    "--output", str(tmp_path / "out")])
+    err = one_line_refusal(
+        capsys,
+        [
+            "rescore",
+            "--dev",
+            path,
+            "--test",
+            path,
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--output",
+            str(tmp_path / "out"),
+        ],
+    )
     assert f"`hyp_id` {rank} is not a rank: ranks count from 1" in err and "line 2" in err

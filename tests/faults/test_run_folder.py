@@ -17,15 +17,16 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-import tiny
-from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.workflows import score as score_workflow
+from distributed_scoring.io import schema as S
 from distributed_scoring.io.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
 from distributed_scoring.io.output import BOOKKEEPING, OutputDir, OutputError
 from distributed_scoring.io.provenance import InputChangedError
+from distributed_scoring.workflows import score as score_workflow
 from distributed_scoring.workflows.score import score
+
+import tiny
 
 SHARD_ROWS = 4
 
@@ -34,8 +35,11 @@ SHARD_ROWS = 4
 def run(tmp_path, tiny_model_dir):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=SHARD_ROWS), ModelSpec(str(tiny_model_dir("bert"))),
-                       output=str(tmp_path / "out"))
+    config = RunConfig(
+        InputSpec((str(corpus),), shard_rows=SHARD_ROWS),
+        ModelSpec(str(tiny_model_dir("bert"))),
+        output=str(tmp_path / "out"),
+    )
     score(config)
     return config, tmp_path / "out"
 
@@ -51,7 +55,7 @@ def damage(out: Path, how: str) -> None:
     if how == "empty marker":
         marker.write_text("")
     elif how == "garbage marker":
-        marker.write_text("{\"rows\": 4, \"sig")
+        marker.write_text('{"rows": 4, "sig')
     elif how == "marker without rows":
         marker.write_text("{}")
     elif how == "truncated shard":
@@ -63,8 +67,17 @@ def damage(out: Path, how: str) -> None:
         pq.write_table(table.slice(0, 1), part)
 
 
-@pytest.mark.parametrize("how", ["empty marker", "garbage marker", "marker without rows", "truncated shard",
-                                 "deleted shard", "shard of other length"])
+@pytest.mark.parametrize(
+    "how",
+    [
+        "empty marker",
+        "garbage marker",
+        "marker without rows",
+        "truncated shard",
+        "deleted shard",
+        "shard of other length",
+    ],
+)
 def test_a_damaged_shard_is_scored_again_on_resume(run, how, caplog):
     config, out = run
     damage(out, how)
@@ -75,7 +88,7 @@ def test_a_damaged_shard_is_scored_again_on_resume(run, how, caplog):
 
 def test_a_damaged_run_file_is_refused_with_what_to_do(run):
     config, out = run
-    (out / "_run.json").write_text("{\"inputs\": [")
+    (out / "_run.json").write_text('{"inputs": [')
     with pytest.raises(OutputError, match="_run.json is damaged.*--overwrite"):
         score(config)
     check_whole(out, score(config, overwrite=True))
@@ -156,8 +169,14 @@ def test_markers_record_the_input_and_file_digests(run):
 
 
 def write_lock(out: Path, host: str, pid: int, heartbeat: float) -> None:
-    lock = {"host": host, "pid": pid, "pid_namespace": current_pid_namespace(), "started": heartbeat - 60,
-            "heartbeat": heartbeat, "token": "other"}
+    lock = {
+        "host": host,
+        "pid": pid,
+        "pid_namespace": current_pid_namespace(),
+        "started": heartbeat - 60,
+        "heartbeat": heartbeat,
+        "token": "other",
+    }
     (out / "_lock.json").write_text(json.dumps(lock))
 
 
@@ -235,8 +254,16 @@ def test_the_heartbeat_refreshes_the_lock(tmp_path):
 def test_the_cli_refuses_a_locked_folder_in_one_line(run, capsys):
     config, out = run
     write_lock(out, "gpu-node-7", 4242, time.time())
-    argv = ["score", *config.inputs.paths, "--model", config.model.name, "--output", str(out),
-            "--shard-rows", str(SHARD_ROWS)]
+    argv = [
+        "score",
+        *config.inputs.paths,
+        "--model",
+        config.model.name,
+        "--output",
+        str(out),
+        "--shard-rows",
+        str(SHARD_ROWS),
+    ]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("dscore: error: ") and "pid 4242 on gpu-node-7" in err and len(err.splitlines()) == 1
@@ -244,9 +271,23 @@ def test_the_cli_refuses_a_locked_folder_in_one_line(run, capsys):
 
 # The fingerprint: the workload's name and options, the model, the input's identity.
 
-PLL_RUN_KEYS = {"workload", "inputs", "text_column", "id_column", "shard_rows", "partition_column",
-                "partition_by_file", "model", "revision", "dtype", "variant", "per_token", "word_scores", "plan",
-                "input_files"}
+PLL_RUN_KEYS = {
+    "workload",
+    "inputs",
+    "text_column",
+    "id_column",
+    "shard_rows",
+    "partition_column",
+    "partition_by_file",
+    "model",
+    "revision",
+    "dtype",
+    "variant",
+    "per_token",
+    "word_scores",
+    "plan",
+    "input_files",
+}
 
 
 def test_a_pll_folder_records_what_earlier_versions_did(run):
@@ -270,10 +311,10 @@ def test_a_folder_written_before_the_bookkeeping_keys_resumes_and_records_them(r
 
 def test_each_workload_fingerprints_its_own_options_only(tmp_path):
     from distributed_scoring.engine.joint_stats import JointOptions
-    from distributed_scoring.workloads.joints import joints_workload
     from distributed_scoring.io.output import fingerprint
     from distributed_scoring.io.sources import plan_shards
     from distributed_scoring.workloads.causal import causal_workload
+    from distributed_scoring.workloads.joints import joints_workload
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("a b\n")
@@ -284,8 +325,14 @@ def test_each_workload_fingerprints_its_own_options_only(tmp_path):
     common = PLL_RUN_KEYS - {"variant", "per_token", "word_scores", "input_files"}
     assert set(fingerprint(causal.name, causal.options, config, plan)) == common
     recorded = fingerprint(joints.name, joints.options, config, plan)
-    assert recorded == {**recorded, "workload": "joints-random", "seed": 3, "hcb_pivot": "gold", "top_k": 8,
-                        "ag_iterations": 50}
+    assert recorded == {
+        **recorded,
+        "workload": "joints-random",
+        "seed": 3,
+        "hcb_pivot": "gold",
+        "top_k": 8,
+        "ag_iterations": 50,
+    }
     assert set(recorded) == common | {"seed", "hcb_pivot", "top_k", "ag_iterations"}
 
 

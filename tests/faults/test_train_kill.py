@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from distributed_scoring.cli import main
+
 from local_cluster import running
 from test_kills import embedded_env, make_corpus
 
@@ -24,8 +25,11 @@ STEPS, EVERY = 200, 20
 
 
 def checkpoints(out: Path) -> list[int]:
-    return sorted(int(p.name.removeprefix("step-")) for p in (out / "checkpoints").glob("step-*")) \
-        if (out / "checkpoints").exists() else []
+    return (
+        sorted(int(p.name.removeprefix("step-")) for p in (out / "checkpoints").glob("step-*"))
+        if (out / "checkpoints").exists()
+        else []
+    )
 
 
 def registered(out: Path) -> bool:
@@ -37,12 +41,46 @@ def registered(out: Path) -> bool:
 
 def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, tiny_model_dir):
     corpus, model = make_corpus(tmp_path / "in", 40), str(tiny_model_dir("bert"))
-    assert main(["score", corpus, "--model", model, "--per-token", "--conditionals", "1000", "--output",
-                 str(tmp_path / "teacher")]) == 0  # what the default student (distribution) is fitted to
+    assert (
+        main(
+            [
+                "score",
+                corpus,
+                "--model",
+                model,
+                "--per-token",
+                "--conditionals",
+                "1000",
+                "--output",
+                str(tmp_path / "teacher"),
+            ]
+        )
+        == 0
+    )  # what the default student (distribution) is fitted to
     out = tmp_path / "student"
-    command = [sys.executable, "-m", "distributed_scoring.cli", "train", "maskless", "--teacher",
-               str(tmp_path / "teacher"), "--model", model, "--output", str(out), "--steps", str(STEPS),
-               "--checkpoint-every", str(EVERY), "--batch-size", "4", "--cpus-per-worker", "1", "--heldout", "0.2"]
+    command = [
+        sys.executable,
+        "-m",
+        "distributed_scoring.cli",
+        "train",
+        "maskless",
+        "--teacher",
+        str(tmp_path / "teacher"),
+        "--model",
+        model,
+        "--output",
+        str(out),
+        "--steps",
+        str(STEPS),
+        "--checkpoint-every",
+        str(EVERY),
+        "--batch-size",
+        "4",
+        "--cpus-per-worker",
+        "1",
+        "--heldout",
+        "0.2",
+    ]
     log = (tmp_path / "first.log").open("w")
     driver = subprocess.Popen(command, start_new_session=True, env=embedded_env(), stdout=log, stderr=log)
     family: list[psutil.Process] = []
@@ -64,8 +102,9 @@ def test_a_killed_training_run_continues_from_its_latest_checkpoint(tmp_path, ti
 
     rerun = subprocess.run(command, env=embedded_env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    resumed_from = [int(line.rsplit("step-", 1)[1]) for line in rerun.stderr.splitlines()
-                    if "continuing from checkpoint" in line]
+    resumed_from = [
+        int(line.rsplit("step-", 1)[1]) for line in rerun.stderr.splitlines() if "continuing from checkpoint" in line
+    ]
     # the latest checkpoint Ray Train had registered: the newest folder may have been cut off mid-copy
     assert resumed_from and resumed_from[0] in saved and resumed_from[0] >= EVERY, rerun.stderr[-3000:]
     # the workers' lines reach the driver's terminal although Ray keeps its workers' output off it

@@ -13,14 +13,15 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import tiny
-from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline.runner import run
 from distributed_scoring.pipeline.stage import Stage
 from distributed_scoring.pipeline.workload import Workload
 from distributed_scoring.workflows.score import score
+
+import tiny
 
 
 def write_corpus(folder: Path) -> Path:
@@ -32,8 +33,11 @@ def write_corpus(folder: Path) -> Path:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory, tiny_model_dir) -> Path:
     root = tmp_path_factory.mktemp("verify")
-    config = RunConfig(InputSpec((str(write_corpus(root)),), shard_rows=4), ModelSpec(str(tiny_model_dir("bert"))),
-                       output=str(root / "out"))
+    config = RunConfig(
+        InputSpec((str(write_corpus(root)),), shard_rows=4),
+        ModelSpec(str(tiny_model_dir("bert"))),
+        output=str(root / "out"),
+    )
     score(config)
     return root / "out"
 
@@ -80,10 +84,14 @@ DAMAGE = {
     "marker mismatch": (marker_mismatch, "holds 4 rows, its marker says 3"),
     "file not the one written": (other_bytes, "bytes differ"),
     "stray temporary file": (lambda out: (out / "rows" / ".part-x.parquet.1.tmp").write_text("x"), "temporary file"),
-    "file without a marker": (lambda out: shutil.copy(parts(out)[0], out / "rows" / "part-99999.parquet"),
-                              "without a completion marker"),
-    "summary of other rows": (lambda out: (out / "summary.json").write_text(json.dumps({"rows": 99})),
-                              "counts 99 rows, the files hold 14"),
+    "file without a marker": (
+        lambda out: shutil.copy(parts(out)[0], out / "rows" / "part-99999.parquet"),
+        "without a completion marker",
+    ),
+    "summary of other rows": (
+        lambda out: (out / "summary.json").write_text(json.dumps({"rows": 99})),
+        "counts 99 rows, the files hold 14",
+    ),
     "left-over lock": (lambda out: (out / "_lock.json").write_text("{}"), "_lock.json is present"),
 }
 
@@ -126,7 +134,9 @@ INCOMPLETE = {
     "last shard and summary deleted": lambda out: (drop_shards(out, slice(-1, None)), (out / "summary.json").unlink()),
     "summary deleted": lambda out: (out / "summary.json").unlink(),
     "killed between a shard's file and its marker": lambda out: (
-        sorted((out / "_done").glob("*.json"))[-1].unlink(), (out / "summary.json").unlink()),
+        sorted((out / "_done").glob("*.json"))[-1].unlink(),
+        (out / "summary.json").unlink(),
+    ),
 }
 
 
@@ -170,8 +180,23 @@ def test_an_older_folder_is_verified_as_well_as_it_can_be(out, capsys):
 @pytest.fixture
 def joints_folder(tmp_path, tiny_model_dir) -> Path:
     out = tmp_path / "joints"
-    assert main(["joints", str(write_corpus(tmp_path)), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-                 "--examples", "4", "--shard-rows", "2"]) == 0
+    assert (
+        main(
+            [
+                "joints",
+                str(write_corpus(tmp_path)),
+                "--model",
+                str(tiny_model_dir("bert")),
+                "--output",
+                str(out),
+                "--examples",
+                "4",
+                "--shard-rows",
+                "2",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -201,13 +226,22 @@ class Copies(Stage):
     """Writes each row `copies` times, told apart by `copy`: a key column no table in verify names."""
 
     reads = {S.ID: "kept", S.STATUS: "kept", S.ERROR: "kept"}
-    writes = pa.schema([pa.field(S.ID, pa.string()), pa.field("copy", pa.int32()), pa.field(S.STATUS, pa.string()),
-                        pa.field(S.ERROR, pa.string())])
+    writes = pa.schema(
+        [
+            pa.field(S.ID, pa.string()),
+            pa.field("copy", pa.int32()),
+            pa.field(S.STATUS, pa.string()),
+            pa.field(S.ERROR, pa.string()),
+        ]
+    )
     signature = {"model": "copies"}
 
     def process(self, rows):
-        return [{**S.key(row), "copy": c, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
-                for row in rows for c in range(CopiesOptions().copies)]
+        return [
+            {**S.key(row), "copy": c, S.STATUS: row[S.STATUS], S.ERROR: row[S.ERROR]}
+            for row in rows
+            for c in range(CopiesOptions().copies)
+        ]
 
 
 def unchanged(table: pa.Table) -> pa.Table:
@@ -220,8 +254,9 @@ def make_unchanged():
 
 @pytest.fixture
 def copies(tmp_path) -> Path:
-    config = RunConfig(InputSpec((str(write_corpus(tmp_path)),), shard_rows=4), ModelSpec("copies"),
-                       output=str(tmp_path / "out"))
+    config = RunConfig(
+        InputSpec((str(write_corpus(tmp_path)),), shard_rows=4), ModelSpec("copies"), output=str(tmp_path / "out")
+    )
     run(config, Workload("copies", CopiesOptions(), make_unchanged, Copies, "cpu", rows_per_input=2, row_key=("copy",)))
     return tmp_path / "out"
 
@@ -232,8 +267,11 @@ def test_the_row_key_a_workload_declares_is_recorded_and_verified(copies, capsys
     assert capsys.readouterr().out.strip() == f"OK: {copies}: 4 shards, {2 * len(tiny.CORPUS)} rows"
     part = parts(copies)[1]
     table = pq.read_table(part)
-    rewrite(copies, part, table.set_column(table.schema.get_field_index("copy"), "copy",
-                                           pa.array([0] * table.num_rows, pa.int32())))
+    rewrite(
+        copies,
+        part,
+        table.set_column(table.schema.get_field_index("copy"), "copy", pa.array([0] * table.num_rows, pa.int32())),
+    )
     assert main(["verify", str(copies)]) == 1
     assert "4 id(s) appear more than once" in capsys.readouterr().out
 

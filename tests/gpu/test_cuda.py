@@ -9,8 +9,9 @@ import torch
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
-from reference import NaiveScorer
+
 from pll_helpers import TEXTS, sentences_of
+from reference import NaiveScorer
 
 pytestmark = [
     pytest.mark.gpu,

@@ -16,32 +16,41 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.io import schema as S
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec
 from distributed_scoring.errors import UserError
+from distributed_scoring.io import schema as S
 from distributed_scoring.io.sources import plan_shards, read_unit, read_units
 from distributed_scoring.io.sources.lines import _OpenQuote, _records
+
 from test_sources import read_all
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 
 # file, spec options, expected (id, status, words in the error) per record
 ROWS = [
-    ("lone_surrogate.jsonl", {"id_column": "id"}, [
-        ("a", "ok", None),
-        ("b", "error", "lone surrogate escape \\ud800"),
-        ("c", "ok", None),  # a surrogate pair is one real character
-        ("lone_surrogate.jsonl:4", "error", "id holds a lone surrogate"),
-        ("e", "ok", None),
-    ]),
-    ("stray_quote.csv", {"id_column": "id"}, [
-        ("1", "ok", None),
-        ("stray_quote.csv:2", "error", "malformed CSV quoting"),  # "closed early" then more
-        ("3", "ok", None),  # a quote inside an unquoted field is a literal, as the csv module reads it
-        ("4", "ok", None),
-        ("5", "ok", None),
-    ]),
+    (
+        "lone_surrogate.jsonl",
+        {"id_column": "id"},
+        [
+            ("a", "ok", None),
+            ("b", "error", "lone surrogate escape \\ud800"),
+            ("c", "ok", None),  # a surrogate pair is one real character
+            ("lone_surrogate.jsonl:4", "error", "id holds a lone surrogate"),
+            ("e", "ok", None),
+        ],
+    ),
+    (
+        "stray_quote.csv",
+        {"id_column": "id"},
+        [
+            ("1", "ok", None),
+            ("stray_quote.csv:2", "error", "malformed CSV quoting"),  # "closed early" then more
+            ("3", "ok", None),  # a quote inside an unquoted field is a literal, as the csv module reads it
+            ("4", "ok", None),
+            ("5", "ok", None),
+        ],
+    ),
 ]
 
 # file, spec options, words the one-line refusal must hold
@@ -108,10 +117,11 @@ def test_a_file_damaged_after_planning_is_a_clear_error_when_read(tmp_path):
 
 @pytest.mark.parametrize("name", ["lone_surrogate.jsonl", "stray_quote.csv"])
 def test_the_cli_scores_the_good_rows_and_keeps_the_bad_as_error_rows(name, tmp_path, tiny_model_dir, capsys):
-    (_, _, expected), = [r for r in ROWS if r[0] == name]
+    ((_, _, expected),) = [r for r in ROWS if r[0] == name]
     out = tmp_path / "out"
-    rc = main(["score", str(BAD / name), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-               "--id-column", "id"])
+    rc = main(
+        ["score", str(BAD / name), "--model", str(tiny_model_dir("bert")), "--output", str(out), "--id-column", "id"]
+    )
     summary = json.loads(capsys.readouterr().out)
     assert rc == 0 and summary["rows"] == len(expected)
     assert summary["errors"] == sum(status == "error" for _, status, _ in expected)

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.io import nbest
 from distributed_scoring.errors import UserError
+from distributed_scoring.io import nbest
 from distributed_scoring.io.nbest import NBestError, read_nbest, read_references
 
 ESPNET = {
@@ -97,7 +97,12 @@ def test_jsonl_with_references_on_one_row_and_from_a_tsv(tmp_path):
     ]
     path = write_jsonl(tmp_path / "n.jsonl", records)
     table = read_nbest(path)
-    assert [(r[0], r[1], r[4]) for r in rows(table)] == [("b", 1, None), ("b", 2, None), ("a", 1, "p q"), ("a", 2, "p q")]
+    assert [(r[0], r[1], r[4]) for r in rows(table)] == [
+        ("b", 1, None),
+        ("b", 2, None),
+        ("a", 1, "p q"),
+        ("a", 2, "p q"),
+    ]
     assert table.column("seq_len").to_pylist() == [3, None, None, None]
     tsv = tmp_path / "refs.tsv"
     tsv.write_text("utt_id\tref\nb\tx  z \na\tp q\nc\tunused\n")
@@ -147,8 +152,14 @@ def test_bad_json_line_names_its_line(tmp_path):
 
 def test_parquet_round_trip_and_integer_ids(tmp_path):
     table = pa.table(
-        {"utt_id": [7, 7, 3], "hyp_id": [2, 1, 1], "text": ["a b", "a c", "d"], "score": [-2.0, -1.0, -0.5],
-         "ref": ["a c", None, "d"], "extra": [1, 2, 3]}
+        {
+            "utt_id": [7, 7, 3],
+            "hyp_id": [2, 1, 1],
+            "text": ["a b", "a c", "d"],
+            "score": [-2.0, -1.0, -0.5],
+            "ref": ["a c", None, "d"],
+            "extra": [1, 2, 3],
+        }
     )
     path = tmp_path / "n.parquet"
     pq.write_table(table, path)

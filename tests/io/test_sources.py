@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec
+from distributed_scoring.io import schema as S
 from distributed_scoring.io.inputs import InputError, detect_format, find_inputs
 from distributed_scoring.io.sources import Shard, plan_shards, read_unit, read_units
 
@@ -65,7 +65,10 @@ def test_folder_glob_and_file_uri_names(tmp_path):
     rows = read_all(InputSpec((uri,)))
     assert [r[S.ID] for r in rows] == ["a.txt:1", "a.txt:2"]
     assert [r[S.ID] for r in read_all(InputSpec((f"file://{corpus}",)))] == [
-        "corpus/a.txt:1", "corpus/a.txt:2", "corpus/sub/b.txt:1"]
+        "corpus/a.txt:1",
+        "corpus/a.txt:2",
+        "corpus/sub/b.txt:1",
+    ]
 
 
 def test_missing_inputs_and_name_collisions_are_clear_errors(tmp_path):
@@ -82,8 +85,9 @@ def test_missing_inputs_and_name_collisions_are_clear_errors(tmp_path):
 
 
 def test_formats_by_suffix():
-    assert [detect_format(p) for p in ["a.txt", "a.en", "a.jsonl.gz", "a.ndjson", "a.csv.zst", "a.tsv", "a.parquet"]] == [
-        "text", "text", "jsonl", "jsonl", "csv", "tsv", "parquet"]
+    assert [
+        detect_format(p) for p in ["a.txt", "a.en", "a.jsonl.gz", "a.ndjson", "a.csv.zst", "a.tsv", "a.parquet"]
+    ] == ["text", "text", "jsonl", "jsonl", "csv", "tsv", "parquet"]
 
 
 @pytest.mark.parametrize("shard_rows", [1, 2, 10])
@@ -92,7 +96,12 @@ def test_csv_with_quoted_newlines_and_tsv(tmp_path, shard_rows):
     csv_path.write_text('key,text\nk1,"a sentence, with a comma"\nk2,"spans\ntwo lines"\n\nk3,plain\nk4,a,b\n')
     rows = read_all(InputSpec((str(csv_path),), id_column="key", shard_rows=shard_rows))
     assert [(r[S.ID], r[S.STATUS]) for r in rows] == [
-        ("k1", "ok"), ("k2", "ok"), ("t.csv:3", "error"), ("k3", "ok"), ("t.csv:5", "error")]
+        ("k1", "ok"),
+        ("k2", "ok"),
+        ("t.csv:3", "error"),
+        ("k3", "ok"),
+        ("t.csv:5", "error"),
+    ]
     assert rows[1][S.TEXT] == "spans\ntwo lines"
     assert "fields" in rows[4][S.ERROR]
     tsv = tmp_path / "t.tsv"
@@ -112,13 +121,18 @@ def test_parquet_row_ranges_span_row_groups(tmp_path):
 
 def test_datasets_folder_saved_to_disk(tmp_path):
     import datasets
+
     single = tmp_path / "single"
     datasets.Dataset.from_dict({"text": ["x", "y", "z"], "n": [1, 2, 3]}).save_to_disk(str(single))
     assert [(r[S.ID], r[S.TEXT]) for r in read_all(InputSpec((str(single),), shard_rows=2))] == [
-        ("single:1", "x"), ("single:2", "y"), ("single:3", "z")]
+        ("single:1", "x"),
+        ("single:2", "y"),
+        ("single:3", "z"),
+    ]
     dd = tmp_path / "dd"
-    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"text": ["t"]}),
-                          "test": datasets.Dataset.from_dict({"text": ["u", "v"]})}).save_to_disk(str(dd))
+    datasets.DatasetDict(
+        {"train": datasets.Dataset.from_dict({"text": ["t"]}), "test": datasets.Dataset.from_dict({"text": ["u", "v"]})}
+    ).save_to_disk(str(dd))
     assert sorted(r[S.ID] for r in read_all(InputSpec((str(dd),)))) == ["dd/test:1", "dd/test:2", "dd/train:1"]
 
 

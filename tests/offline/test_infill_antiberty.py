@@ -9,6 +9,7 @@ from distributed_scoring.engine.infill import InfillEngine, InfillExample, Infil
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workloads.infill import allowed_tokens
+
 from reference import NaiveInfill
 
 AMINO_ACIDS = tuple("ACDEFGHIKLMNPQRSTVWY")
@@ -35,8 +36,11 @@ def test_antiberty_refills_germline_residues_and_a_full_beam_is_exact(offline_mo
     # two masked residues, all 400 fills: the search equals brute force on real weights (float32 engine)
     example, _ = masked(mlm, chains[0], 30, 2)
     ids = [int(i) for i in np.flatnonzero(allowed)]
-    want = sorted(NaiveInfill(mlm.model, mlm.mask_token_id).fills(example.input_ids.tolist(), example.masks.tolist(),
-                                                                   ids, "l2r"), key=lambda f: f[1], reverse=True)
+    want = sorted(
+        NaiveInfill(mlm.model, mlm.mask_token_id).fills(example.input_ids.tolist(), example.masks.tolist(), ids, "l2r"),
+        key=lambda f: f[1],
+        reverse=True,
+    )
     got = engine.search([example], InfillSettings("standard", "l2r", beam=400))[0]
     assert [tuple(f.tokens.tolist()) for f in got[:20]] == [w[0] for w in want[:20]]
     np.testing.assert_allclose([f.chain for f in got], [w[1] for w in want], atol=1e-5)

@@ -19,17 +19,16 @@ import numpy as np
 import pytest
 import torch
 
-from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.pll import PLLEngine
+from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.workloads.prepare import PLLPreparer
+
 from reference import NaiveScorer
 
-TRASTUZUMAB_VH = (
-    "EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS"  # noqa: E501
-)
+TRASTUZUMAB_VH = "EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS"  # noqa: E501
 REACTIONS = [
     "CC(C)S.CN(C)C=O.Fc1cccnc1F.O=C([O-])[O-].[K+].[K+]>>CC(C)Sc1ncccc1F",
     "CCOC(=O)c1ccc(N)cc1.O=C(Cl)c1ccccc1>>CCOC(=O)c1ccc(NC(=O)c2ccccc2)cc1",

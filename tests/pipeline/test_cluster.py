@@ -18,14 +18,15 @@ import time
 import pyarrow.parquet as pq
 import pytest
 
+from distributed_scoring.cli import main
+from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.io import schema as S
+from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
+from distributed_scoring.workflows.score import score
+
 import rescoring_helpers as H
 import tiny
 from local_cluster import REPO, SCRIPT, local_cluster, running
-from distributed_scoring.io import schema as S
-from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
-from distributed_scoring.cli import main
-from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
-from distributed_scoring.workflows.score import score
 
 pytestmark = pytest.mark.ray
 
@@ -46,13 +47,23 @@ def cluster(started):
 
 def dscore_submit(env: dict, *entrypoint: str) -> subprocess.CompletedProcess:
     """`dscore submit --working-dir REPO -- ENTRYPOINT` against the cluster that `env` points at."""
-    return subprocess.run([sys.executable, "-m", "distributed_scoring.cli", "submit", "--working-dir", str(REPO), "--",
-                           *entrypoint], env={**env, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400)
+    return subprocess.run(
+        [sys.executable, "-m", "distributed_scoring.cli", "submit", "--working-dir", str(REPO), "--", *entrypoint],
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
 
 
 def submit(env: dict, job: str, *args: str) -> subprocess.CompletedProcess:
-    done = subprocess.run(["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", f"jobs/{job}", *args],
-                          env=env, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        ["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", f"jobs/{job}", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "succeeded" in done.stdout + done.stderr
     return done
@@ -62,7 +73,9 @@ def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tin
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n\n")
     model, out = str(tiny_model_dir("roberta")), tmp_path / "job-out"
-    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--output", str(out), "--shard-rows", "4")
+    submit(
+        cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--output", str(out), "--shard-rows", "4"
+    )
     local = tmp_path / "local"
     score(RunConfig(InputSpec((str(corpus),), shard_rows=4), ModelSpec(model), output=str(local)))
     job = {r[S.ID]: r for r in pq.read_table(out / "rows").to_pylist()}
@@ -77,9 +90,28 @@ def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tin
 def test_a_relative_output_is_refused_in_a_job(cluster, tmp_path, tiny_model_dir):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    done = subprocess.run(["ray", "job", "submit", "--working-dir", str(REPO), "--", "python", "jobs/score_corpus.py",
-                           "--input", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", "out/relative"],
-                          env=cluster, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [
+            "ray",
+            "job",
+            "submit",
+            "--working-dir",
+            str(REPO),
+            "--",
+            "python",
+            "jobs/score_corpus.py",
+            "--input",
+            str(corpus),
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--output",
+            "out/relative",
+        ],
+        env=cluster,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode != 0 and "is relative" in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 
@@ -90,9 +122,26 @@ def test_a_driver_joins_the_cluster_after_eval_env(cluster, tmp_path, tiny_model
     assert cluster["RAY_ADDRESS"].startswith("http://") and cluster["DSCORE_RAY_ADDRESS"].startswith("127.0.0.1:")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
-    done = subprocess.run([sys.executable, "-m", "distributed_scoring.cli", "score", str(corpus), "--model",
-                           str(tiny_model_dir("bert")), "--output", str(tmp_path / "out"), "--ray", "--shard-rows", "5"],
-                          env={**cluster, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=400)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "distributed_scoring.cli",
+            "score",
+            str(corpus),
+            "--model",
+            str(tiny_model_dir("bert")),
+            "--output",
+            str(tmp_path / "out"),
+            "--ray",
+            "--shard-rows",
+            "5",
+        ],
+        env={**cluster, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["rows"] == len(tiny.CORPUS)
     assert "scoring actors x 2 CPU (" in done.stderr  # planned for 2-CPU nodes
@@ -103,8 +152,18 @@ def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):
     for split, seed in (("dev", 1), ("test", 2)):
         records, _ = H.synthetic_nbest(5, 4, seed=seed, prefix=split)
         (tmp_path / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    submit(cluster, "rescore_nbest.py", "--dev", str(tmp_path / "dev.jsonl"), "--test", str(tmp_path / "test.jsonl"),
-           "--model", model, "--output", str(tmp_path / "rescored"))
+    submit(
+        cluster,
+        "rescore_nbest.py",
+        "--dev",
+        str(tmp_path / "dev.jsonl"),
+        "--test",
+        str(tmp_path / "test.jsonl"),
+        "--model",
+        model,
+        "--output",
+        str(tmp_path / "rescored"),
+    )
     report = json.loads((tmp_path / "rescored" / "report.json").read_text())
     assert {"baseline", "rescored", "oracle"} <= set(report["test"])
 
@@ -115,8 +174,20 @@ def test_rescore_audit_and_joints_jobs(cluster, tmp_path, tiny_model_dir):
     assert audit["overall"]["rows"] == len(tiny.CORPUS) and set(audit["partitions"]) == {"news.txt"}
     assert (tmp_path / "audit" / "report.html").exists()
 
-    submit(cluster, "pairwise_joints.py", "--input", str(corpus), "--model", model, "--output", str(tmp_path / "joints"),
-           "--examples", "3", "--scheme", "contiguous")
+    submit(
+        cluster,
+        "pairwise_joints.py",
+        "--input",
+        str(corpus),
+        "--model",
+        model,
+        "--output",
+        str(tmp_path / "joints"),
+        "--examples",
+        "3",
+        "--scheme",
+        "contiguous",
+    )
     report = json.loads((tmp_path / "joints" / "report.json").read_text())
     assert set(report) == {"contiguous"} and set(report["contiguous"]) == {"MLM", "MRF", "MRF-L", "HCB", "AG"}
 
@@ -126,31 +197,106 @@ def test_infill_sample_generate_and_train_jobs(cluster, tmp_path, tiny_model_dir
     trained on the cluster's Ray Train workers (one per worker node) from a teacher scored in a job."""
     model = str(tiny_model_dir("bert"))
     masked = tmp_path / "masked.jsonl"
-    masked.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in
-                              (("a", "the quick [MASK] fox [MASK] over the lazy dog"), ("b", "she sells [MASK] by the sea"))))
-    submit(cluster, "infill.py", "--input", str(masked), "--id-column", "id", "--model", model, "--beam", "2",
-           "--output", str(tmp_path / "infill"))
-    assert {r[S.ID]: r[S.STATUS] for r in pq.read_table(tmp_path / "infill" / "rows").to_pylist()} == \
-        {"a": "ok", "b": "ok"}
-    submit(cluster, "sample.py", "--input", str(masked), "--id-column", "id", "--model", model, "--epochs", "2",
-           "--chains", "2", "--output", str(tmp_path / "sample"))
+    masked.write_text(
+        "".join(
+            json.dumps({"id": i, "text": t}) + "\n"
+            for i, t in (("a", "the quick [MASK] fox [MASK] over the lazy dog"), ("b", "she sells [MASK] by the sea"))
+        )
+    )
+    submit(
+        cluster,
+        "infill.py",
+        "--input",
+        str(masked),
+        "--id-column",
+        "id",
+        "--model",
+        model,
+        "--beam",
+        "2",
+        "--output",
+        str(tmp_path / "infill"),
+    )
+    assert {r[S.ID]: r[S.STATUS] for r in pq.read_table(tmp_path / "infill" / "rows").to_pylist()} == {
+        "a": "ok",
+        "b": "ok",
+    }
+    submit(
+        cluster,
+        "sample.py",
+        "--input",
+        str(masked),
+        "--id-column",
+        "id",
+        "--model",
+        model,
+        "--epochs",
+        "2",
+        "--chains",
+        "2",
+        "--output",
+        str(tmp_path / "sample"),
+    )
     assert pq.read_table(tmp_path / "sample" / "rows").num_rows == 2 * 2 * 2  # rows x chains x epochs
-    submit(cluster, "generate.py", "--model", model, "--length", "5", "--num-sequences", "3",
-           "--output", str(tmp_path / "generate"))
+    submit(
+        cluster,
+        "generate.py",
+        "--model",
+        model,
+        "--length",
+        "5",
+        "--num-sequences",
+        "3",
+        "--output",
+        str(tmp_path / "generate"),
+    )
     generated = pq.read_table(tmp_path / "generate" / "rows").to_pylist()
     assert len(generated) == 3 and all(r[S.STATUS] == "ok" and r["n_tokens"] == 5 for r in generated)
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS * 3) + "\n")
-    submit(cluster, "score_corpus.py", "--input", str(corpus), "--model", model, "--per-token", "--conditionals", "1000",
-           "--output", str(tmp_path / "teacher"))  # the default student (distribution) needs the conditionals
-    done = submit(cluster, "train.py", "maskless", "--teacher", str(tmp_path / "teacher"), "--model", model,
-                  "--output", str(tmp_path / "student"), "--steps", "6", "--checkpoint-every", "3", "--batch-size", "4",
-                  "--num-workers", "2", "--cpus-per-worker", "1", "--heldout", "0.25")
+    submit(
+        cluster,
+        "score_corpus.py",
+        "--input",
+        str(corpus),
+        "--model",
+        model,
+        "--per-token",
+        "--conditionals",
+        "1000",
+        "--output",
+        str(tmp_path / "teacher"),
+    )  # the default student (distribution) needs the conditionals
+    done = submit(
+        cluster,
+        "train.py",
+        "maskless",
+        "--teacher",
+        str(tmp_path / "teacher"),
+        "--model",
+        model,
+        "--output",
+        str(tmp_path / "student"),
+        "--steps",
+        "6",
+        "--checkpoint-every",
+        "3",
+        "--batch-size",
+        "4",
+        "--num-workers",
+        "2",
+        "--cpus-per-worker",
+        "1",
+        "--heldout",
+        "0.25",
+    )
     report = json.loads((tmp_path / "student" / "report.json").read_text())
     assert report["training"]["steps"] == 6 and "maskless step 6/6" in done.stdout + done.stderr
-    assert sorted(p.name for p in (tmp_path / "student" / "checkpoints").glob("step-*")) == \
-        ["step-00000003", "step-00000006"]
+    assert sorted(p.name for p in (tmp_path / "student" / "checkpoints").glob("step-*")) == [
+        "step-00000003",
+        "step-00000006",
+    ]
 
 
 def test_dscore_submit_exits_with_the_audits_regression_code(cluster, tmp_path, tiny_model_dir):
@@ -162,8 +308,19 @@ def test_dscore_submit_exits_with_the_audits_regression_code(cluster, tmp_path, 
         path.parent.mkdir()
         path.write_text("\n".join(lines) + "\n")
     assert main(["audit", str(day1), "--model", model, "--output", str(tmp_path / "audit1")]) == EXIT_OK
-    done = dscore_submit(cluster, "python", "jobs/pppl_audit.py", "--input", str(day2), "--model", model,
-                         "--output", str(tmp_path / "audit2"), "--baseline", str(tmp_path / "audit1"))
+    done = dscore_submit(
+        cluster,
+        "python",
+        "jobs/pppl_audit.py",
+        "--input",
+        str(day2),
+        "--model",
+        model,
+        "--output",
+        str(tmp_path / "audit2"),
+        "--baseline",
+        str(tmp_path / "audit1"),
+    )
     assert done.returncode == EXIT_REGRESSION, done.stdout[-3000:] + done.stderr[-3000:]
     audit = json.loads((tmp_path / "audit2" / "audit.json").read_text())
     assert audit["baseline"]["overall"]["status"] == "regression"
@@ -172,8 +329,18 @@ def test_dscore_submit_exits_with_the_audits_regression_code(cluster, tmp_path, 
 
 
 def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):
-    done = dscore_submit(cluster, "python", "jobs/pppl_audit.py", "--input", str(tmp_path / "x.txt"), "--model", "m",
-                         "--output", str(tmp_path / "out"), "--no-such-option")
+    done = dscore_submit(
+        cluster,
+        "python",
+        "jobs/pppl_audit.py",
+        "--input",
+        str(tmp_path / "x.txt"),
+        "--model",
+        "m",
+        "--output",
+        str(tmp_path / "out"),
+        "--no-such-option",
+    )
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "unrecognized arguments: --no-such-option" in done.stdout
 
@@ -186,13 +353,33 @@ def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_start
     env, state = started
     subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert "Ray runtime started" in (state / "head.log").read_text()  # what used to pass the start-up check
-    start = [*SCRIPT, "start", "--dir", str(state), "--workers", "2", "--cpus", "2",
-             "--port", (state / "port").read_text().strip(), "--dashboard-port", (state / "dashboard_port").read_text().strip()]
-    done = subprocess.run(["script", "-qec", shlex.join(start), "/dev/null"], env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=300)
+    start = [
+        *SCRIPT,
+        "start",
+        "--dir",
+        str(state),
+        "--workers",
+        "2",
+        "--cpus",
+        "2",
+        "--port",
+        (state / "port").read_text().strip(),
+        "--dashboard-port",
+        (state / "dashboard_port").read_text().strip(),
+    ]
+    done = subprocess.run(
+        ["script", "-qec", shlex.join(start), "/dev/null"],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "local Ray cluster up: 1 head + 2 workers" in done.stdout, done.stdout[-3000:]
     time.sleep(5)
     pids = [int(p) for p in (state / "pids").read_text().split()]
     assert len(pids) == 3 and all(running(pid) for pid in pids)
-    status = subprocess.run([*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120)
+    status = subprocess.run(
+        [*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120
+    )
     assert status.returncode == 0 and status.stdout.strip() == "3 of 3 Ray nodes alive", status.stdout + status.stderr

@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.io import schema as S
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.errors import UserError
+from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline.on_ray import StallError, cluster_address, consume
 from distributed_scoring.pipeline.resources import node_cpus, plan_resources
 from distributed_scoring.workflows.score import score
@@ -27,13 +27,19 @@ def rows(out) -> dict[str, dict]:
 def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_model_dir):
     data = tmp_path / "data"
     data.mkdir()
-    (data / "plain.txt").write_bytes("Hello there.\n\n  \nNaïve café ☃\n".encode() + b"\xff bad\n" + b"x " * 120 + b"\n")
+    (data / "plain.txt").write_bytes(
+        "Hello there.\n\n  \nNaïve café ☃\n".encode() + b"\xff bad\n" + b"x " * 120 + b"\n"
+    )
     with gzip.open(data / "packed.jsonl.gz", "wt") as f:
         f.write('{"text": "Compressed JSON lines."}\nnot json\n{"text": null}\n{"text": "Another one."}\n')
     pq.write_table(pa.table({"text": ["From Parquet.", "Second row."]}), data / "table.parquet")
     inputs = (f"file://{data}/plain.txt", str(data / "packed.jsonl.gz"), str(data / "table.parquet"))
-    config = RunConfig(InputSpec(inputs, shard_rows=2), ModelSpec(str(tiny_model_dir("bert"))),
-                       ScoringOptions(variant="word_l2r", per_token=True), str(tmp_path / "local"))
+    config = RunConfig(
+        InputSpec(inputs, shard_rows=2),
+        ModelSpec(str(tiny_model_dir("bert"))),
+        ScoringOptions(variant="word_l2r", per_token=True),
+        str(tmp_path / "local"),
+    )
     local = score(config)
     ray_config = RunConfig(config.inputs, config.model, config.scoring, str(tmp_path / "ray"))
     distributed = score(ray_config, RAY)
@@ -45,7 +51,13 @@ def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_mo
             assert a[key][S.PLL] == pytest.approx(b[key][S.PLL], abs=1e-5)
             assert a[key][S.TOKENS] == b[key][S.TOKENS]
     assert {k for k, v in b.items() if v[S.STATUS] == "error"} == {
-        "plain.txt:2", "plain.txt:3", "plain.txt:5", "plain.txt:6", "packed.jsonl.gz:2", "packed.jsonl.gz:3"}
+        "plain.txt:2",
+        "plain.txt:3",
+        "plain.txt:5",
+        "plain.txt:6",
+        "packed.jsonl.gz:2",
+        "packed.jsonl.gz:3",
+    }
     for key in ("rows", "ok", "errors", "n_tokens", "n_words"):
         assert local[key] == distributed[key]
     assert distributed["sum_pll"] == pytest.approx(local["sum_pll"], abs=1e-4)
@@ -54,8 +66,10 @@ def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_mo
 
 def nodes(*cpus: float, gpus: float = 0) -> list[dict]:
     """`ray.nodes()` entries of alive nodes with these CPUs (GPUs on the first)."""
-    return [{"Alive": True, "Resources": {"CPU": c, **({"GPU": gpus} if gpus and i == 0 else {})}}
-            for i, c in enumerate(cpus)] + [{"Alive": False, "Resources": {"CPU": 64.0}}]  # a dead node never counts
+    return [
+        {"Alive": True, "Resources": {"CPU": c, **({"GPU": gpus} if gpus and i == 0 else {})}}
+        for i, c in enumerate(cpus)
+    ] + [{"Alive": False, "Resources": {"CPU": 64.0}}]  # a dead node never counts
 
 
 @pytest.mark.parametrize(
@@ -106,12 +120,15 @@ def test_resource_requests_that_cannot_work_are_refused():
         plan_resources(nodes(8, gpus=2), RayOptions(num_actors=4), "auto")
 
 
-@pytest.mark.parametrize("given, env, expected", [
-    ("10.0.0.1:6379", {}, "10.0.0.1:6379"),
-    (None, {"DSCORE_RAY_ADDRESS": "127.0.0.1:6390", "RAY_ADDRESS": "http://127.0.0.1:8275"}, "127.0.0.1:6390"),
-    (None, {"RAY_ADDRESS": "auto"}, "auto"),
-    (None, {}, None),
-])
+@pytest.mark.parametrize(
+    "given, env, expected",
+    [
+        ("10.0.0.1:6379", {}, "10.0.0.1:6379"),
+        (None, {"DSCORE_RAY_ADDRESS": "127.0.0.1:6390", "RAY_ADDRESS": "http://127.0.0.1:8275"}, "127.0.0.1:6390"),
+        (None, {"RAY_ADDRESS": "auto"}, "auto"),
+        (None, {}, None),
+    ],
+)
 def test_the_cluster_address_a_driver_joins(monkeypatch, given, env, expected):
     for name in ("DSCORE_RAY_ADDRESS", "RAY_ADDRESS"):
         monkeypatch.delenv(name, raising=False)

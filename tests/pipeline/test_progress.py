@@ -14,10 +14,18 @@ import pytest
 
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.io import schema as S
-from distributed_scoring.pipeline import on_ray, progress, runner
-from distributed_scoring.pipeline.progress import (BASELINE_PASSES, RECENT_PASSES, WARM_PASSES, Pace, Progress, count,
-                                                   part, rows_done)
 from distributed_scoring.io.sources import plan_shards, read_unit, read_units
+from distributed_scoring.pipeline import on_ray, progress, runner
+from distributed_scoring.pipeline.progress import (
+    BASELINE_PASSES,
+    RECENT_PASSES,
+    WARM_PASSES,
+    Pace,
+    Progress,
+    count,
+    part,
+    rows_done,
+)
 from distributed_scoring.pipeline.runner import claimed, execute
 from distributed_scoring.pipeline.stage import Stage
 from distributed_scoring.pipeline.workload import Workload
@@ -140,8 +148,12 @@ def moved_before_written(events: list[tuple[str, str, int]], rows: int) -> set[s
 def test_in_process_the_pll_stage_moves_the_display_within_a_shard(tmp_path, tiny_model_dir, recording):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(["The quick brown fox jumps over the lazy dog."] * 12) + "\n")
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=6), ModelSpec(str(tiny_model_dir("bert"))),
-                       ScoringOptions(batch_tokens=64), str(tmp_path / "out"))
+    config = RunConfig(
+        InputSpec((str(corpus),), shard_rows=6),
+        ModelSpec(str(tiny_model_dir("bert"))),
+        ScoringOptions(batch_tokens=64),
+        str(tmp_path / "out"),
+    )
     assert score(config, progress=False)["rows"] == 12
     [display] = recording
     keys = {s.key for s in plan_shards(config.inputs)}
@@ -160,8 +172,14 @@ class SlowStage(Stage):
     """Passes rows through, reporting STEPS times along the way."""
 
     reads = {S.ID: "kept", S.TEXT: "kept", S.STATUS: "kept", S.ERROR: "kept"}
-    writes = pa.schema([pa.field(S.ID, pa.string()), pa.field(S.TEXT, pa.string()),
-                        pa.field(S.STATUS, pa.string()), pa.field(S.ERROR, pa.string())])
+    writes = pa.schema(
+        [
+            pa.field(S.ID, pa.string()),
+            pa.field(S.TEXT, pa.string()),
+            pa.field(S.STATUS, pa.string()),
+            pa.field(S.ERROR, pa.string()),
+        ]
+    )
     signature = {"model": "slow"}
 
     def process(self, rows):
@@ -190,8 +208,9 @@ def test_on_ray_the_driver_sees_a_shard_move_before_it_is_written(ray_local, tmp
     caplog.set_level(logging.INFO, "distributed_scoring.pipeline")  # on_ray and the sizing in resources
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"sentence {i}\n" for i in range(20)))
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=10), ModelSpec("unused"), ScoringOptions(),
-                       str(tmp_path / "out"))
+    config = RunConfig(
+        InputSpec((str(corpus),), shard_rows=10), ModelSpec("unused"), ScoringOptions(), str(tmp_path / "out")
+    )
     workload = Workload("slow", SlowOptions(), make_unchanged, SlowStage, "cpu")
     with claimed(config, workload) as (plan, out, todo):
         execute(workload, config, todo, out, RayOptions(num_actors=2), progress=False)
@@ -283,8 +302,9 @@ def test_in_process_a_run_whose_passes_collapse_says_so_once_with_what_to_do(tmp
     caplog.set_level(logging.INFO, "distributed_scoring.pipeline")
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"fast {i}\n" for i in range(5)) + "".join(f"slow {i}\n" for i in range(10)))
-    config = RunConfig(InputSpec((str(corpus),), shard_rows=5), ModelSpec("unused"), ScoringOptions(),
-                       str(tmp_path / "out"))
+    config = RunConfig(
+        InputSpec((str(corpus),), shard_rows=5), ModelSpec("unused"), ScoringOptions(), str(tmp_path / "out")
+    )
     workload = Workload("paced", SlowOptions(), make_unchanged, PacedStage, "cpu")
     with claimed(config, workload) as (plan, out, todo):
         execute(workload, config, todo, out, progress=False)
@@ -295,8 +315,7 @@ def test_in_process_a_run_whose_passes_collapse_says_so_once_with_what_to_do(tmp
     assert warning.endswith(runner.FEWER_THREADS) and "OMP_NUM_THREADS=1" in warning
 
 
-def test_in_process_torch_runs_on_the_usable_cpus_unless_omp_num_threads_is_set(tmp_path, tiny_model_dir,
-                                                                               monkeypatch):
+def test_in_process_torch_runs_on_the_usable_cpus_unless_omp_num_threads_is_set(tmp_path, tiny_model_dir, monkeypatch):
     import torch
 
     from distributed_scoring import cpus

@@ -10,8 +10,10 @@ import pytest
 
 from distributed_scoring.pipeline.ray_log import RunLog, ray_output_to, split_core_lines
 
-CORE = (b"[2026-11-24 22:44:27,107 E 10320 10589] core_worker.cc:2465: Actor with class name: 'MapWorker("
-        b"MapBatches(PrepareStage))' has constructor arguments in the object store and max_restarts > 0.\n")
+CORE = (
+    b"[2026-11-24 22:44:27,107 E 10320 10589] core_worker.cc:2465: Actor with class name: 'MapWorker("
+    b"MapBatches(PrepareStage))' has constructor arguments in the object store and max_restarts > 0.\n"
+)
 ABSL = b"E1124 22:44:27.107000   10320 chttp2_transport.cc:1234] ping timed out\n"
 OURS = b"2026-11-24 22:44:26,427 INFO distributed_scoring.pipeline.on_ray: running 3 shards of pll on Ray\n"
 BAR = b"\r 40%|####      | 400/1000 [00:10<00:15, 40.0rows/s]\r 50%|#####     | 500/1000 [00:12<00:12, 40.0rows/s]"
@@ -88,8 +90,10 @@ def test_rays_python_warnings_go_to_the_run_log_and_others_are_shown(tmp_path):
     """Ray Data's advice on an actor pool with fewer inputs than actors is a UserWarning raised in Ray's code."""
     from ray.data._internal.execution.operators import actor_pool_map_operator
 
-    advice = ("The minimum number of concurrent actors for 'MapBatches(ScoreStage)' is set to 2, but the operator "
-              "only received 1 input(s).")
+    advice = (
+        "The minimum number of concurrent actors for 'MapBatches(ScoreStage)' is set to 2, but the operator "
+        "only received 1 input(s)."
+    )
     log = RunLog()
     with pytest.warns(UserWarning) as shown:
         shown_before = warnings.showwarning

@@ -12,7 +12,7 @@ from distributed_scoring.engine.model_files import load_tokenizer
 from distributed_scoring.io import schema as S
 from distributed_scoring.pipeline.stage import ColumnError, Row, Stage
 from distributed_scoring.workloads.causal import CausalScorer
-from distributed_scoring.workloads.joints import A, B, EXAMPLES_SCHEMA, JointsScorer, PairPreparer
+from distributed_scoring.workloads.joints import EXAMPLES_SCHEMA, A, B, JointsScorer, PairPreparer
 from distributed_scoring.workloads.pll import PLLScorer
 from distributed_scoring.workloads.prepare import PLLPreparer
 
@@ -45,9 +45,16 @@ class Tagged(Shout):
 
 
 def read_rows(texts: list[str | None], partition: bool = False) -> pa.Table:
-    rows = [{S.ID: f"r{i}", S.TEXT: t, S.STATUS: S.STATUS_OK if t is not None else S.STATUS_ERROR,
-             S.ERROR: None if t is not None else "no text", **({S.PARTITION: "p"} if partition else {})}
-            for i, t in enumerate(texts)]
+    rows = [
+        {
+            S.ID: f"r{i}",
+            S.TEXT: t,
+            S.STATUS: S.STATUS_OK if t is not None else S.STATUS_ERROR,
+            S.ERROR: None if t is not None else "no text",
+            **({S.PARTITION: "p"} if partition else {}),
+        }
+        for i, t in enumerate(texts)
+    ]
     return pa.Table.from_pylist(rows, schema=S.read_schema(partition))
 
 
@@ -107,8 +114,9 @@ def preparer(tiny_model_dir) -> PLLPreparer:
 def test_the_preparer_declares_the_read_columns_and_refuses_a_table_without_them(preparer):
     assert set(PLLPreparer.reads) == {S.ID, S.TEXT, S.STATUS, S.ERROR}
     assert all(PLLPreparer.reads.values())
-    with pytest.raises(ColumnError,
-                       match=r"stage PLLPreparer reads .*'status'.*'error'.*the table has \['id', 'text'\]"):
+    with pytest.raises(
+        ColumnError, match=r"stage PLLPreparer reads .*'status'.*'error'.*the table has \['id', 'text'\]"
+    ):
         preparer(pa.table({S.ID: ["a"], S.TEXT: ["the fox"]}))
 
 
@@ -128,13 +136,22 @@ def test_each_stage_reads_only_columns_that_the_stage_before_it_writes(preparer,
     read = S.read_schema().names
     prepared = preparer.output_schema(read).names
     examples = tmp_path / "examples.parquet"
-    pq.write_table(pa.Table.from_pylist([{S.ID: "r0", S.TEXT: "the quick fox", A: None, B: None, S.ERROR: None}],
-                                        schema=EXAMPLES_SCHEMA), examples)
+    pq.write_table(
+        pa.Table.from_pylist(
+            [{S.ID: "r0", S.TEXT: "the quick fox", A: None, B: None, S.ERROR: None}], schema=EXAMPLES_SCHEMA
+        ),
+        examples,
+    )
     pairs = PairPreparer(ModelSpec(str(tiny_model_dir("bert"))), str(examples), "random", 0)
     paired = pairs(read_rows(["the quick fox"]))
     assert paired.column_names == pairs.output_schema(read).names
-    for stage, given in ((PLLPreparer, read), (CausalScorer, read), (PLLScorer, prepared), (PairPreparer, read),
-                         (JointsScorer, paired.column_names)):
+    for stage, given in (
+        (PLLPreparer, read),
+        (CausalScorer, read),
+        (PLLScorer, prepared),
+        (PairPreparer, read),
+        (JointsScorer, paired.column_names),
+    ):
         assert issubclass(stage, Stage)
         assert set(stage.reads) <= set(given), stage.__name__
         assert all(isinstance(d, str) and d for d in stage.reads.values()), stage.__name__

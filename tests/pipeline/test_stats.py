@@ -8,14 +8,12 @@ import pyarrow as pa
 import pytest
 
 from distributed_scoring.io import schema as S
-from distributed_scoring.pipeline.stats import CorpusStats
 from distributed_scoring.measures import pppl
+from distributed_scoring.pipeline.stats import CorpusStats
 
 
 def table(rows):
-    return pa.Table.from_pylist(
-        [{S.STATUS: s, S.PLL: p, S.N_TOKENS: n, S.N_WORDS: w} for s, p, n, w in rows]
-    )
+    return pa.Table.from_pylist([{S.STATUS: s, S.PLL: p, S.N_TOKENS: n, S.N_WORDS: w} for s, p, n, w in rows])
 
 
 def test_pppl_is_corpus_level():

@@ -17,6 +17,7 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
 from distributed_scoring.workloads.chain import CHAIN_FIELDS
 from distributed_scoring.workloads.infill import example_seed
+
 from reference import NaiveChain, scored_positions
 
 TEXTS = ["the quick brown fox", "she sells seashells", "", "colourless green ideas sleep"]
@@ -53,12 +54,25 @@ def corpus(tmp_path):
 @pytest.mark.parametrize("order", ["l2r", "r2l"])
 def test_rows_are_the_naive_chain_in_the_pll_schema(order, corpus, tmp_path, model, naive, capsys):
     chain, tokenizer = naive
-    code, summary, _ = run(capsys, corpus, "--model", model, "--output", tmp_path / "o", "--method", "chain",
-                           "--order", order, "--dtype", "float64")
+    code, summary, _ = run(
+        capsys,
+        corpus,
+        "--model",
+        model,
+        "--output",
+        tmp_path / "o",
+        "--method",
+        "chain",
+        "--order",
+        order,
+        "--dtype",
+        "float64",
+    )
     assert code == 0
     rows = rows_of(tmp_path / "o")
-    assert list(pq.read_schema(next((tmp_path / "o" / "rows").glob("*.parquet"))).names)[-len(CHAIN_FIELDS):] == \
-        [f.name for f in CHAIN_FIELDS]
+    assert list(pq.read_schema(next((tmp_path / "o" / "rows").glob("*.parquet"))).names)[-len(CHAIN_FIELDS) :] == [
+        f.name for f in CHAIN_FIELDS
+    ]
     total, tokens = 0.0, 0
     for line, text in enumerate(TEXTS, start=1):
         row = rows[f"in.txt:{line}"]
@@ -70,8 +84,13 @@ def test_rows_are_the_naive_chain_in_the_pll_schema(order, corpus, tmp_path, mod
         want = chain.log_likelihood(ids, positions if order == "l2r" else positions[::-1])
         assert row["log_likelihood"] == pytest.approx(want, abs=1e-9)
         assert row["log_likelihoods"] == [row["log_likelihood"]] and row["log_likelihood_std"] == 0.0
-        assert (row["pll"], row["pppl_token"], row["method"], row["order"], row["variant"]) == \
-            (None, None, "chain", order, "chain")
+        assert (row["pll"], row["pppl_token"], row["method"], row["order"], row["variant"]) == (
+            None,
+            None,
+            "chain",
+            order,
+            "chain",
+        )
         assert row["n_tokens"] == len(positions) and row["status"] == "ok"
         total, tokens = total + want, tokens + len(positions)
     assert (summary["rows"], summary["ok"], summary["errors"], summary["method"]) == (4, 3, 1, "chain")
@@ -88,8 +107,20 @@ def test_random_orders_are_seeded_and_averaged_in_probability_space(corpus, tmp_
     """Each row's K orders are the ones its id and the seed draw; its log_likelihood is log mean p over
     them; the summary's by_order holds the corpus PPL of each order index."""
     chain, tokenizer = naive
-    common = ["--model", model, "--method", "chain", "--order", "random", "--orders", "3", "--seed", "5",
-              "--dtype", "float64"]
+    common = [
+        "--model",
+        model,
+        "--method",
+        "chain",
+        "--order",
+        "random",
+        "--orders",
+        "3",
+        "--seed",
+        "5",
+        "--dtype",
+        "float64",
+    ]
     code, summary, _ = run(capsys, corpus, "--output", tmp_path / "a", *common)
     assert code == 0 and summary["orders"] == 3 and summary["seed"] == 5
     rows = rows_of(tmp_path / "a")
@@ -99,8 +130,9 @@ def test_random_orders_are_seeded_and_averaged_in_probability_space(corpus, tmp_
             continue
         row_id = f"in.txt:{line}"
         ids = tokenizer(text)["input_ids"]
-        orders = orders_for(np.array(scored_positions(tokenizer, ids)), "random", 3,
-                            np.random.default_rng(example_seed(5, row_id)))
+        orders = orders_for(
+            np.array(scored_positions(tokenizer, ids)), "random", 3, np.random.default_rng(example_seed(5, row_id))
+        )
         want = np.array([chain.log_likelihood(ids, o.tolist()) for o in orders])
         row = rows[row_id]
         np.testing.assert_allclose(row["log_likelihoods"], want, rtol=0, atol=1e-9)
@@ -123,13 +155,19 @@ def test_the_default_method_is_the_pll_unchanged(corpus, tmp_path, model, capsys
     assert "log_likelihood" not in names and "method" not in names
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--order", "r2l"], "--order, --orders and --seed belong to --method chain"),
-    (["--method", "chain", "--orders", "2"], "only --order random has more than one order"),
-    (["--method", "chain", "--order", "random", "--orders", "0"], "--orders 0 is out of bounds: it must be at least 1"),
-    (["--method", "chain", "--per-token"], "options of --method pll"),
-    (["--method", "chain", "--variant", "word_l2r"], "options of --method pll"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--order", "r2l"], "--order, --orders and --seed belong to --method chain"),
+        (["--method", "chain", "--orders", "2"], "only --order random has more than one order"),
+        (
+            ["--method", "chain", "--order", "random", "--orders", "0"],
+            "--orders 0 is out of bounds: it must be at least 1",
+        ),
+        (["--method", "chain", "--per-token"], "options of --method pll"),
+        (["--method", "chain", "--variant", "word_l2r"], "options of --method pll"),
+    ],
+)
 def test_bad_flags_stop_before_work_with_one_line(extra, message, corpus, tmp_path, model, capsys):
     code, _, err = run(capsys, corpus, "--model", model, "--output", tmp_path / "o", *extra)
     lines = err.strip().splitlines()
@@ -139,8 +177,20 @@ def test_bad_flags_stop_before_work_with_one_line(extra, message, corpus, tmp_pa
 
 def test_an_unknown_order_is_an_argparse_error(corpus, tmp_path, model, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["score", str(corpus), "--model", str(model), "--output", str(tmp_path / "o"), "--method", "chain",
-              "--order", "sideways"])
+        main(
+            [
+                "score",
+                str(corpus),
+                "--model",
+                str(model),
+                "--output",
+                str(tmp_path / "o"),
+                "--method",
+                "chain",
+                "--order",
+                "sideways",
+            ]
+        )
     assert exit_.value.code == 2 and "--order" in capsys.readouterr().err
 
 

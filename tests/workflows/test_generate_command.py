@@ -12,6 +12,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
+
 from reference import NaiveChain
 
 PROMPTS = [
@@ -58,10 +59,23 @@ def allowed_ids(mlm) -> list[int]:
     return [t for t in range(len(mlm.tokenizer)) if t not in specials]
 
 
-def test_greedy_in_the_given_order_is_the_naive_algorithm_and_keeps_the_prompt(prompts, tmp_path, model, mlm,
-                                                                                capsys):
-    code, summary, _ = run(capsys, prompts, "--model", model, "--output", tmp_path / "o", "--id-column", "id",
-                           "--order", "given", "--temperature", "0", "--dtype", "float64")
+def test_greedy_in_the_given_order_is_the_naive_algorithm_and_keeps_the_prompt(prompts, tmp_path, model, mlm, capsys):
+    code, summary, _ = run(
+        capsys,
+        prompts,
+        "--model",
+        model,
+        "--output",
+        tmp_path / "o",
+        "--id-column",
+        "id",
+        "--order",
+        "given",
+        "--temperature",
+        "0",
+        "--dtype",
+        "float64",
+    )
     assert code == 0 and (summary["rows"], summary["ok"]) == (3, 3)
     naive = NaiveChain(mlm.model, mlm.mask_token_id)
     for row, prompt in zip(rows_of(tmp_path / "o"), sorted(PROMPTS, key=lambda p: p["id"])):
@@ -72,8 +86,12 @@ def test_greedy_in_the_given_order_is_the_naive_algorithm_and_keeps_the_prompt(p
         assert row["fill_order"] == order and row["log_likelihood"] == pytest.approx(score, abs=1e-9)
         fixed = prompt["text"].split()
         assert [w for w, f in zip(row["text"].split(), fixed) if f != "[MASK]"] == [f for f in fixed if f != "[MASK]"]
-        assert (row["prompt"], row["n_tokens"], row["order"], row["status"]) == (prompt["text"], len(masks), "given",
-                                                                                 "ok")
+        assert (row["prompt"], row["n_tokens"], row["order"], row["status"]) == (
+            prompt["text"],
+            len(masks),
+            "given",
+            "ok",
+        )
     assert summary["ppl_token"] > 1
 
 
@@ -84,7 +102,9 @@ def test_sampling_is_seeded_and_each_sample_carries_its_chain(prompts, tmp_path,
     code, summary, _ = run(capsys, prompts, "--output", tmp_path / "a", *common)
     assert code == 0 and summary["rows"] == 9
     rows = rows_of(tmp_path / "a")
-    assert [(r[S.ID], r["sequence"]) for r in rows] == [(p, n) for p in ("middle", "prefix", "suffix") for n in range(3)]
+    assert [(r[S.ID], r["sequence"]) for r in rows] == [
+        (p, n) for p in ("middle", "prefix", "suffix") for n in range(3)
+    ]
     code, _, _ = run(capsys, prompts, "--output", tmp_path / "b", *common)
     assert rows_of(tmp_path / "b") == rows
     code, _, _ = run(capsys, prompts, "--output", tmp_path / "c", *common[:-1], "5")
@@ -110,8 +130,21 @@ def test_temperature_towards_zero_is_greedy(prompts, tmp_path, model, capsys):
 
 
 def test_length_writes_its_prompts_and_resumes(tmp_path, model, mlm, capsys):
-    common = ["--model", model, "--output", tmp_path / "o", "--length", "6", "--num-sequences", "5", "--top-k", "20",
-              "--shard-rows", "2", "--overwrite"]
+    common = [
+        "--model",
+        model,
+        "--output",
+        tmp_path / "o",
+        "--length",
+        "6",
+        "--num-sequences",
+        "5",
+        "--top-k",
+        "20",
+        "--shard-rows",
+        "2",
+        "--overwrite",
+    ]
     code, summary, _ = run(capsys, *common)
     assert code == 0 and (summary["rows"], summary["ok"], summary["n_tokens"]) == (5, 5, 30)
     rows = rows_of(tmp_path / "o")
@@ -126,15 +159,29 @@ def test_length_writes_its_prompts_and_resumes(tmp_path, model, mlm, capsys):
 
 def test_prompts_that_cannot_be_generated_are_error_rows(tmp_path, model, capsys):
     path = tmp_path / "in.jsonl"
-    records = [{"id": "none", "text": "no mask here", "fill_order": []},
-               {"id": "missing", "text": "the [MASK] fox"},
-               {"id": "short", "text": "the [MASK] [MASK] fox", "fill_order": [1]},
-               {"id": "words", "text": "the [MASK] fox", "fill_order": "first"},
-               {"id": "null", "text": None},
-               {"id": "good", "text": "the [MASK] fox", "fill_order": [0]}]
+    records = [
+        {"id": "none", "text": "no mask here", "fill_order": []},
+        {"id": "missing", "text": "the [MASK] fox"},
+        {"id": "short", "text": "the [MASK] [MASK] fox", "fill_order": [1]},
+        {"id": "words", "text": "the [MASK] fox", "fill_order": "first"},
+        {"id": "null", "text": None},
+        {"id": "good", "text": "the [MASK] fox", "fill_order": [0]},
+    ]
     path.write_text("".join(json.dumps(r) + "\n" for r in records))
-    code, summary, _ = run(capsys, path, "--model", model, "--output", tmp_path / "o", "--id-column", "id",
-                           "--order", "given", "--num-sequences", "2")
+    code, summary, _ = run(
+        capsys,
+        path,
+        "--model",
+        model,
+        "--output",
+        tmp_path / "o",
+        "--id-column",
+        "id",
+        "--order",
+        "given",
+        "--num-sequences",
+        "2",
+    )
     assert code == 0 and (summary["rows"], summary["ok"], summary["errors"]) == (12, 2, 10)
     errors = {r[S.ID]: r["error"] for r in rows_of(tmp_path / "o") if r["sequence"] == 0}
     assert "no mask token '[MASK]'" in errors["none"]
@@ -144,17 +191,20 @@ def test_prompts_that_cannot_be_generated_are_error_rows(tmp_path, model, capsys
     assert errors["null"] == "text is missing (null)" and errors["good"] is None
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--length", "4", "PROMPTS"], "not both or neither"),
-    ([], "not both or neither"),
-    (["--length", "4", "--order", "given"], "--length has no inputs"),
-    (["PROMPTS", "--temperature", "-1"], "--temperature -1 is out of bounds: it must be at least 0"),
-    (["PROMPTS", "--top-p", "0"], "--top-p 0 is out of bounds: it must be in (0, 1]"),
-    (["PROMPTS", "--top-k", "-2"], "--top-k -2 is out of bounds: it must be at least 0"),
-    (["--length", "0"], "--length 0 is out of bounds: it must be at least 1"),
-    (["--length", "95"], "over the model's maximum of 96 tokens"),
-    (["PROMPTS", "--vocab-restrict", "zzzq"], "not in the model's vocabulary: zzzq"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--length", "4", "PROMPTS"], "not both or neither"),
+        ([], "not both or neither"),
+        (["--length", "4", "--order", "given"], "--length has no inputs"),
+        (["PROMPTS", "--temperature", "-1"], "--temperature -1 is out of bounds: it must be at least 0"),
+        (["PROMPTS", "--top-p", "0"], "--top-p 0 is out of bounds: it must be in (0, 1]"),
+        (["PROMPTS", "--top-k", "-2"], "--top-k -2 is out of bounds: it must be at least 0"),
+        (["--length", "0"], "--length 0 is out of bounds: it must be at least 1"),
+        (["--length", "95"], "over the model's maximum of 96 tokens"),
+        (["PROMPTS", "--vocab-restrict", "zzzq"], "not in the model's vocabulary: zzzq"),
+    ],
+)
 def test_bad_flags_stop_before_work_with_one_line(extra, message, prompts, tmp_path, model, capsys):
     args = [str(prompts) if a == "PROMPTS" else a for a in extra]
     code, _, err = run(capsys, *args, "--model", model, "--output", tmp_path / "o")

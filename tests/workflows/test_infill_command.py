@@ -12,6 +12,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.infill import InfillOptions, InfillPreparer, allowed_tokens
+
 from reference import NaiveInfill
 
 WORDS = ("the", "com", "and", "rec", "cor", "over")  # whole-word tokens of the tiny WordPiece vocabulary
@@ -71,8 +72,20 @@ def test_bad_rows_become_error_rows_with_reasons(tmp_path, tiny_model_dir):
         {"id": "good", "text": "the [MASK] fox", "answer": "the"},
     ]
     corpus.write_text("".join(json.dumps(r) + "\n" for r in lines))
-    code, summary = run("infill", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "o"),
-                        "--id-column", "id", "--max-masks", "3", "--vocab-restrict", " ".join(WORDS))
+    code, summary = run(
+        "infill",
+        str(corpus),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(tmp_path / "o"),
+        "--id-column",
+        "id",
+        "--max-masks",
+        "3",
+        "--vocab-restrict",
+        " ".join(WORDS),
+    )
     assert code == 0 and summary["rows"] == 7 and summary["ok"] == 1 and summary["errors"] == 6
     rows = rows_of(tmp_path / "o")
     assert "no mask token '[MASK]'" in rows["none"]["error"]
@@ -90,14 +103,31 @@ def test_ranks_accuracies_and_bleu_follow_the_answers(tmp_path, tiny_model_dir):
     third best, the third's is no fill of the restricted vocabulary, so top-1 = 1/3 and top-3 = 2/3."""
     model = tiny_model_dir("bert")
     a, b = exact_fills(model, TEXTS["a"]), exact_fills(model, TEXTS["b"])
-    records = [{"id": "a", "text": TEXTS["a"], "answer": " ".join(a[0])},
-               {"id": "b", "text": TEXTS["b"], "answer": " ".join(b[2])},
-               {"id": "c", "text": TEXTS["c"], "answer": "zzz zzz"}]
+    records = [
+        {"id": "a", "text": TEXTS["a"], "answer": " ".join(a[0])},
+        {"id": "b", "text": TEXTS["b"], "answer": " ".join(b[2])},
+        {"id": "c", "text": TEXTS["c"], "answer": "zzz zzz"},
+    ]
     corpus = tmp_path / "in.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
-    code, summary = run("infill", str(corpus), "--model", str(model), "--output", str(tmp_path / "o"), "--id-column",
-                        "id", "--decoder", "exact", "--top", "3", "--vocab-restrict", " ".join(WORDS),
-                        "--dtype", "float64")
+    code, summary = run(
+        "infill",
+        str(corpus),
+        "--model",
+        str(model),
+        "--output",
+        str(tmp_path / "o"),
+        "--id-column",
+        "id",
+        "--decoder",
+        "exact",
+        "--top",
+        "3",
+        "--vocab-restrict",
+        " ".join(WORDS),
+        "--dtype",
+        "float64",
+    )
     assert code == 0
     rows = rows_of(tmp_path / "o")
     assert [tuple(beam["tokens"]) for beam in rows["a"]["beams"]] == a[:3]
@@ -112,8 +142,20 @@ def test_ranks_accuracies_and_bleu_follow_the_answers(tmp_path, tiny_model_dir):
 def test_filled_text_reads_like_the_input(tmp_path, tiny_model_dir):
     corpus = tmp_path / "in.txt"
     corpus.write_text("the [MASK] fox, [MASK].\n")
-    code, _ = run("infill", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "o"),
-                  "--vocab-restrict", "the rec", "--beam", "2", "--top", "2")
+    code, _ = run(
+        "infill",
+        str(corpus),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(tmp_path / "o"),
+        "--vocab-restrict",
+        "the rec",
+        "--beam",
+        "2",
+        "--top",
+        "2",
+    )
     row = next(iter(rows_of(tmp_path / "o").values()))
     for beam in row["beams"]:
         assert beam["text"] == f"the {beam['tokens'][0]} fox, {beam['tokens'][1]}."
@@ -124,9 +166,11 @@ def test_options_and_vocabulary_errors_stop_before_work(tmp_path, tiny_model_dir
     corpus = tmp_path / "in.txt"
     corpus.write_text("the [MASK] fox\n")
     model = str(tiny_model_dir("bert"))
-    for extra, message in ((["--vocab-restrict", "zzzq"], "not in the model's vocabulary: zzzq"),
-                           (["--top", "9"], "--top 9 is more than --beam 5"),
-                           (["--pivot", "zzzq"], "--pivot 'zzzq' is not a token")):
+    for extra, message in (
+        (["--vocab-restrict", "zzzq"], "not in the model's vocabulary: zzzq"),
+        (["--top", "9"], "--top 9 is more than --beam 5"),
+        (["--pivot", "zzzq"], "--pivot 'zzzq' is not a token"),
+    ):
         code, _ = run("infill", str(corpus), "--model", model, "--output", str(tmp_path / "o"), *extra)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and err[-1].startswith("dscore: error:") and message in err[-1] and "Traceback" not in err[-1]
@@ -140,8 +184,21 @@ def test_rescore_pll_gives_each_written_fill_its_pll(tmp_path, tiny_model_dir):
     corpus = tmp_path / "in.txt"
     corpus.write_text("the [MASK] fox [MASK] over\n")
     model = tiny_model_dir("bert")
-    code, _ = run("infill", str(corpus), "--model", str(model), "--output", str(tmp_path / "o"), "--beam", "3",
-                  "--top", "2", "--rescore-pll", "--vocab-restrict", " ".join(WORDS))
+    code, _ = run(
+        "infill",
+        str(corpus),
+        "--model",
+        str(model),
+        "--output",
+        str(tmp_path / "o"),
+        "--beam",
+        "3",
+        "--top",
+        "2",
+        "--rescore-pll",
+        "--vocab-restrict",
+        " ".join(WORDS),
+    )
     row = next(iter(rows_of(tmp_path / "o").values()))
     mlm = load_masked_lm(ModelSpec(str(model)))
     engine = PLLEngine(mlm)
@@ -159,8 +216,14 @@ def test_rescore_pll_reports_progress_through_both_passes(tiny_model_dir):
 
     options = InfillOptions(beam=2, rescore_pll=True, vocab_restrict=WORDS)
     workload = infill_workload(ModelSpec(str(tiny_model_dir("bert"))), options)
-    read = pa.table({"id": list(TEXTS), "text": list(TEXTS.values()), "status": ["ok"] * len(TEXTS),
-                     "error": pa.array([None] * len(TEXTS), pa.string())})  # as the read stage writes them
+    read = pa.table(
+        {
+            "id": list(TEXTS),
+            "text": list(TEXTS.values()),
+            "status": ["ok"] * len(TEXTS),
+            "error": pa.array([None] * len(TEXTS), pa.string()),
+        }
+    )  # as the read stage writes them
     prepared = workload.make_preparer()(read)
     reports: list[float] = []
     rows = workload.make_scorer()(prepared, lambda done, total: reports.append(done / total)).to_pylist()
@@ -200,7 +263,7 @@ def test_special_tokens_are_never_allowed(tiny_model_dir):
 
     tokenizer = AutoTokenizer.from_pretrained(str(tiny_model_dir("bert")))
     allowed = allowed_tokens(tokenizer, len(tokenizer) + 6, None)
-    assert not allowed[tokenizer.all_special_ids].any() and not allowed[len(tokenizer):].any()
+    assert not allowed[tokenizer.all_special_ids].any() and not allowed[len(tokenizer) :].any()
     assert allowed.sum() == len(tokenizer) - len(set(tokenizer.all_special_ids))
 
 

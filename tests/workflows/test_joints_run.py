@@ -9,11 +9,12 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
-import tiny
-from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.cli import main
 from distributed_scoring.engine.joints import CONSTRUCTIONS
+from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workloads.joints import draw_pair
+
+import tiny
 
 METRICS = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 
@@ -36,9 +37,14 @@ def test_draw_pair_schemes():
 def test_given_pairs_error_rows_and_resumable_determinism(tmp_path, tiny_model_dir, capsys):
     model = tiny_model_dir("bert")
     given = tmp_path / "pairs.jsonl"
-    given.write_text(json.dumps({"id": "ok", "text": "The quick brown fox.", "positions": [0, 2]}) + "\n"
-                     + json.dumps({"text": "Hi", "positions": [0, 5]}) + "\n"
-                     + json.dumps({"text": "Same index twice", "positions": [1, 1]}) + "\n")
+    given.write_text(
+        json.dumps({"id": "ok", "text": "The quick brown fox.", "positions": [0, 2]})
+        + "\n"
+        + json.dumps({"text": "Hi", "positions": [0, 5]})
+        + "\n"
+        + json.dumps({"text": "Same index twice", "positions": [1, 1]})
+        + "\n"
+    )
     summary = run(capsys, given, "--model", model, "--output", tmp_path / "given")
     assert set(summary["report"]) == {"given"} and (summary["scored"], summary["errors"]) == (1, 2)
     assert json.loads((tmp_path / "given" / "report.json").read_text()) == summary["report"]
@@ -51,18 +57,51 @@ def test_given_pairs_error_rows_and_resumable_determinism(tmp_path, tiny_model_d
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
     one = run(capsys, corpus, "--model", model, "--output", tmp_path / "a", "--examples", "5", "--seed", "3")
-    two = run(capsys, corpus, "--model", model, "--output", tmp_path / "b", "--examples", "5", "--seed", "3",
-              "--shard-rows", "2", "--batch-tokens", "200")
-    pairs = [{(r["id"], r["a"], r["b"]) for r in pq.read_table(tmp_path / d / "scores" / "rows").to_pylist()} for d in "ab"]
+    two = run(
+        capsys,
+        corpus,
+        "--model",
+        model,
+        "--output",
+        tmp_path / "b",
+        "--examples",
+        "5",
+        "--seed",
+        "3",
+        "--shard-rows",
+        "2",
+        "--batch-tokens",
+        "200",
+    )
+    pairs = [
+        {(r["id"], r["a"], r["b"]) for r in pq.read_table(tmp_path / d / "scores" / "rows").to_pylist()} for d in "ab"
+    ]
     assert pairs[0] == pairs[1] and len(pairs[0]) == 5
     for construction in CONSTRUCTIONS:
         for metric in METRICS:
             assert one["report"]["random"][construction][metric] == pytest.approx(
-                two["report"]["random"][construction][metric], rel=1e-5, abs=1e-5)  # batching moves fp32
-    assert main(["joints", str(corpus), "--model", str(model), "--output", str(tmp_path / "a"), "--examples", "5",
-                 "--seed", "3", "--ag-iterations", "7"]) == 2  # other options: not silently resumed
+                two["report"]["random"][construction][metric], rel=1e-5, abs=1e-5
+            )  # batching moves fp32
+    assert (
+        main(
+            [
+                "joints",
+                str(corpus),
+                "--model",
+                str(model),
+                "--output",
+                str(tmp_path / "a"),
+                "--examples",
+                "5",
+                "--seed",
+                "3",
+                "--ag-iterations",
+                "7",
+            ]
+        )
+        == 2
+    )  # other options: not silently resumed
     assert "different run" in capsys.readouterr().err
-
 
 
 def test_examples_are_drawn_only_from_sentences_with_a_pair_of_tokens(tmp_path, tiny_model_dir, capsys):
@@ -82,8 +121,21 @@ def test_antiberty_joints_through_ray_report_every_metric(ray_local, tmp_path, o
     chains = [spaced(g[:30]) for g in random.Random(0).sample(sorted(v_genes("human").values()), 12)]
     corpus = tmp_path / "chains.txt"
     corpus.write_text("\n".join(chains) + "\n")
-    summary = run(capsys, corpus, "--model", offline_model_dir("antiberty"), "--output", tmp_path / "out",
-                  "--scheme", scheme, "--examples", "6", "--ray", "--shard-rows", "3")
+    summary = run(
+        capsys,
+        corpus,
+        "--model",
+        offline_model_dir("antiberty"),
+        "--output",
+        tmp_path / "out",
+        "--scheme",
+        scheme,
+        "--examples",
+        "6",
+        "--ray",
+        "--shard-rows",
+        "3",
+    )
     report = summary["report"][scheme]
     assert summary["scored"] == 6 and summary["errors"] == 0
     for construction in CONSTRUCTIONS:

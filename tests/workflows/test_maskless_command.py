@@ -17,17 +17,18 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-import rescoring_helpers as H
-import tiny
 from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.maskless import regressor_for, save_student
 from distributed_scoring.engine.model_files import load_tokenizer
-from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
 from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
 from distributed_scoring.workloads.prepare import PLLPreparer
+
+import rescoring_helpers as H
+import tiny
 from reference import unmasked_logprobs
 
 
@@ -70,8 +71,12 @@ def write_family_corpus(path: Path, parents: int = 12, mutants: int = 2, seed: i
 
 def make_student(mlm, folder: Path, target: str, span: tuple[float, float] = (-50.0, 0.0)) -> Path:
     """A student folder as `dscore train maskless` writes it, without the training."""
-    info = {"target": target, "teacher": "teacher/", "range": {"pll_per_token": list(span)},
-            "heldout": {"rows": 5, "pearson": 0.9, "rmse": 3.0}}
+    info = {
+        "target": target,
+        "teacher": "teacher/",
+        "range": {"pll_per_token": list(span)},
+        "heldout": {"rows": 5, "pearson": 0.9, "rmse": 3.0},
+    }
     regressor = None
     if target == "sentence":
         regressor = regressor_for(mlm, mean=-40.0, std=10.0)
@@ -84,8 +89,9 @@ def test_unmasked_scores_in_the_pll_schema_and_equal_the_reference(tmp_path, tin
     model = str(tiny_model_dir("roberta"))
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(tiny.CORPUS[:6]) + "\n")
-    code, summary = run("score", str(corpus), "--model", model, "--method", "unmasked", "--per-token",
-                        "--output", str(tmp_path / "u"))
+    code, summary = run(
+        "score", str(corpus), "--model", model, "--method", "unmasked", "--per-token", "--output", str(tmp_path / "u")
+    )
     assert code == 0 and summary["method"] == summary["variant"] == "unmasked" and summary["ok"] == 6
     code, _ = run("score", str(corpus), "--model", model, "--per-token", "--output", str(tmp_path / "pll"))
     rows, pll_rows = pq.read_table(tmp_path / "u" / "rows"), pq.read_table(tmp_path / "pll" / "rows")
@@ -140,8 +146,19 @@ def test_rescoring_with_the_unmasked_masked_lm(tmp_path, tiny_model_dir):
         records, _ = H.synthetic_nbest(4, 3, seed=seed, prefix=split[0])
         paths[split] = tmp_path / f"{split}.jsonl"
         paths[split].write_text("".join(json.dumps(r) + "\n" for r in records))
-    code, printed = run("rescore", "--dev", str(paths["dev"]), "--test", str(paths["test"]), "--model",
-                        str(tiny_model_dir("bert")), "--method", "unmasked", "--output", str(tmp_path / "r"))
+    code, printed = run(
+        "rescore",
+        "--dev",
+        str(paths["dev"]),
+        "--test",
+        str(paths["test"]),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--method",
+        "unmasked",
+        "--output",
+        str(tmp_path / "r"),
+    )
     assert code == 0 and {"baseline", "rescored", "oracle"} <= set(printed["test"])
     assert set(pq.read_table(tmp_path / "r" / "unmasked" / "rows")[S.VARIANT].to_pylist()) == {"unmasked"}
     assert not (tmp_path / "r" / "mlm").exists()
@@ -172,13 +189,25 @@ def test_the_per_token_targets_are_the_teachers_and_mutants_stay_with_their_pare
     per-token scores; with --parent-separator every family falls on one side of the split."""
     model = str(tiny_model_dir("bert"))
     corpus = write_family_corpus(tmp_path / "c.jsonl", parents=20)
-    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--conditionals", "4",
-                  "--output", str(tmp_path / "teacher"))
+    code, _ = run(
+        "score",
+        str(corpus),
+        "--id-column",
+        "id",
+        "--model",
+        model,
+        "--per-token",
+        "--conditionals",
+        "4",
+        "--output",
+        str(tmp_path / "teacher"),
+    )
     assert code == 0
     teacher = read_teacher(str(tmp_path / "teacher"))
     tokenizer, longest = load_tokenizer(ModelSpec(model))
-    train, heldout, _ = _split(teacher, PLLPreparer(tokenizer, longest), TrainOptions(heldout=0.3),
-                               StudentOptions("distribution", "~"))
+    train, heldout, _ = _split(
+        teacher, PLLPreparer(tokenizer, longest), TrainOptions(heldout=0.3), StudentOptions("distribution", "~")
+    )
     scored = {r[S.ID]: r for r in pq.read_table(tmp_path / "teacher" / "rows").to_pylist()}
     assert train.num_rows + heldout.num_rows == len(scored) == 60 and heldout.num_rows >= 6
     for row in train.to_pylist():
@@ -198,18 +227,24 @@ def test_teachers_without_what_a_target_needs_and_other_tokenizers_are_refused(t
     corpus = write_family_corpus(tmp_path / "c.jsonl", parents=4)
     code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--output", str(tmp_path / "plain"))
     assert code == 0
-    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--output",
-                  str(tmp_path / "tokens"))
+    code, _ = run(
+        "score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--output", str(tmp_path / "tokens")
+    )
     assert code == 0
     out = tmp_path / "student"
     for teacher, args, message in [
         ("plain", ["--target", "token"], "score it with `dscore score --per-token`"),
         ("tokens", ["--target", "distribution"], "--conditionals K"),
-        ("tokens", ["--target", "token", "--model", str(tiny_model_dir("roberta"))], "must use its teacher's tokenizer"),
+        (
+            "tokens",
+            ["--target", "token", "--model", str(tiny_model_dir("roberta"))],
+            "must use its teacher's tokenizer",
+        ),
         ("plain", ["--target", "sentence", "--nbest-dev", str(corpus)], "go together"),
         ("plain", ["--target", "sentence", "--freeze-layers", "-1"], "--freeze-layers"),
     ]:
-        code, _ = run("train", "maskless", "--teacher", str(tmp_path / teacher), "--model", model, "--output", str(out),
-                      *args)
+        code, _ = run(
+            "train", "maskless", "--teacher", str(tmp_path / teacher), "--model", model, "--output", str(out), *args
+        )
         assert code == 2 and message in error_line(capsys), args
         assert not out.exists()

@@ -56,16 +56,28 @@ def test_an_empty_entrypoint_or_a_missing_working_dir_is_refused(tmp_path, capsy
 
 # Job statuses as the job server writes them (ray.job_submission.JobStatus values; Ray is not imported at
 # collection: importing it then hands pytest's collection-time log handlers to Ray's loggers).
-@pytest.mark.parametrize("status, code, expected", [
-    ("SUCCEEDED", 0, 0), ("FAILED", 3, 3), ("FAILED", 2, 2), ("FAILED", 5, 5), ("FAILED", 1, 1),
-])
+@pytest.mark.parametrize(
+    "status, code, expected",
+    [
+        ("SUCCEEDED", 0, 0),
+        ("FAILED", 3, 3),
+        ("FAILED", 2, 2),
+        ("FAILED", 5, 5),
+        ("FAILED", 1, 1),
+    ],
+)
 def test_the_entrypoints_exit_code_is_the_commands(status, code, expected):
     assert exit_code("raysubmit_1", SimpleNamespace(status=status, driver_exit_code=code, message="")) == expected
 
 
-@pytest.mark.parametrize("status, code, says", [
-    ("STOPPED", None, "is STOPPED"), ("FAILED", None, "is FAILED"), ("FAILED", -9, "ended by signal 9"),
-])
+@pytest.mark.parametrize(
+    "status, code, says",
+    [
+        ("STOPPED", None, "is STOPPED"),
+        ("FAILED", None, "is FAILED"),
+        ("FAILED", -9, "ended by signal 9"),
+    ],
+)
 def test_a_job_without_an_exit_code_of_its_own_is_incomplete(status, code, says):
     details = SimpleNamespace(status=status, driver_exit_code=code, message="Job was intentionally stopped.\nmore")
     with pytest.raises(DataLossError, match=says) as raised:

@@ -16,10 +16,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import rescoring_helpers as H
-import tiny
 from distributed_scoring.cli import main
 from distributed_scoring.io import schema as S
+
+import rescoring_helpers as H
+import tiny
 from test_maskless_command import write_family_corpus
 
 # One local-Ray worker of one CPU: a second torch thread on a shared 2-core machine only waits.
@@ -55,10 +56,18 @@ def test_bad_teacher_folders_are_refused_in_one_line(tmp_path, tiny_model_dir, c
         "missing": (None, "does not exist"),
         "empty": ({}, "holds no scored rows"),
         "no pll": ({"rows/part-0.parquet": pa.table(ok_rows)}, "have no pll column(s)"),
-        "all errors": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: pa.array([None, None], pa.float64()),
-                                                         S.STATUS: ["error", "error"]})}, "are error rows"),
-        "another workload": ({"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: [-1.0, -2.0]}),
-                              "_run.json": {"workload": "causal"}}, "must be a PLL run"),
+        "all errors": (
+            {
+                "rows/part-0.parquet": pa.table(
+                    {**ok_rows, S.PLL: pa.array([None, None], pa.float64()), S.STATUS: ["error", "error"]}
+                )
+            },
+            "are error rows",
+        ),
+        "another workload": (
+            {"rows/part-0.parquet": pa.table({**ok_rows, S.PLL: [-1.0, -2.0]}), "_run.json": {"workload": "causal"}},
+            "must be a PLL run",
+        ),
     }
     for name, (files, message) in cases.items():
         teacher = tmp_path / name
@@ -120,14 +129,44 @@ def student(ray_local, tiny_model_dir, tmp_path_factory):
     folder = tmp_path_factory.mktemp("maskless")
     corpus = write_family_corpus(folder / "corpus.jsonl", parents=16)
     model = str(tiny_model_dir("bert"))
-    code, _ = run("score", str(corpus), "--id-column", "id", "--model", model, "--per-token", "--conditionals", "1000",
-                  "--output", str(folder / "teacher"))
+    code, _ = run(
+        "score",
+        str(corpus),
+        "--id-column",
+        "id",
+        "--model",
+        model,
+        "--per-token",
+        "--conditionals",
+        "1000",
+        "--output",
+        str(folder / "teacher"),
+    )
     assert code == 0
     nbest = write_nbest(folder)
-    code, report = run("train", "maskless", "--teacher", str(folder / "teacher"), "--model", model, "--output",
-                       str(folder / "student"), "--steps", "24", "--checkpoint-every", "10", "--heldout", "0.25",
-                       "--parent-separator", "~", "--nbest-dev", str(nbest["dev"]), "--nbest-test", str(nbest["test"]),
-                       *FAST)
+    code, report = run(
+        "train",
+        "maskless",
+        "--teacher",
+        str(folder / "teacher"),
+        "--model",
+        model,
+        "--output",
+        str(folder / "student"),
+        "--steps",
+        "24",
+        "--checkpoint-every",
+        "10",
+        "--heldout",
+        "0.25",
+        "--parent-separator",
+        "~",
+        "--nbest-dev",
+        str(nbest["dev"]),
+        "--nbest-test",
+        str(nbest["test"]),
+        *FAST,
+    )
     assert code == 0
     return corpus, folder / "teacher", folder / "student", report
 
@@ -154,14 +193,21 @@ def test_a_maskless_student_trains_reports_and_checkpoints(student):
         assert (out / "rescore" / who / "report.json").exists()
     assert report["speed"]["student_sentences_per_s"] > 0 and report["speed"]["pll_sentences_per_s"] > 0
     assert report["speed"]["speedup"] == pytest.approx(
-        report["speed"]["student_sentences_per_s"] / report["speed"]["pll_sentences_per_s"])
+        report["speed"]["student_sentences_per_s"] / report["speed"]["pll_sentences_per_s"]
+    )
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == list(range(1, 25))
     assert sorted(p.name for p in (out / "checkpoints").glob("step-*")) == ["step-00000020", "step-00000024"]
     predictions = pq.read_table(out / "heldout_predictions.parquet")
     assert predictions.num_rows == heldout["rows"]
-    assert predictions.column_names == [S.ID, S.PLL, "predicted", "unmasked", "predicted_token_logprobs",
-                                        "unmasked_token_logprobs"]
+    assert predictions.column_names == [
+        S.ID,
+        S.PLL,
+        "predicted",
+        "unmasked",
+        "predicted_token_logprobs",
+        "unmasked_token_logprobs",
+    ]
     info = json.loads((out / "maskless.json").read_text())
     assert info["target"] == "distribution" and info["heldout"]["pearson"] == heldout["student"]["pearson"]
     low, high = info["range"]["pll_per_token"]
@@ -173,8 +219,23 @@ def test_a_sentence_student_trains_and_predicts_below_zero(ray_local, tiny_model
     """The paper's target: a head over the first token; no per-token columns, every prediction below 0."""
     corpus, model = write_corpus(tmp_path / "c.txt", 30), str(tiny_model_dir("bert"))
     assert run("score", str(corpus), "--model", model, "--output", str(tmp_path / "teacher"))[0] == 0
-    code, report = run("train", "maskless", "--teacher", str(tmp_path / "teacher"), "--model", model, "--output",
-                       str(tmp_path / "student"), "--target", "sentence", "--steps", "8", "--heldout", "0.2", *FAST)
+    code, report = run(
+        "train",
+        "maskless",
+        "--teacher",
+        str(tmp_path / "teacher"),
+        "--model",
+        model,
+        "--output",
+        str(tmp_path / "student"),
+        "--target",
+        "sentence",
+        "--steps",
+        "8",
+        "--heldout",
+        "0.2",
+        *FAST,
+    )
     assert code == 0 and report["target"] == "sentence" and "token_terms" not in report["heldout"]["student"]
     assert report["heldout"]["student"]["above_zero"] == 0 and report["rescoring"] is None
     code, summary = run("score", str(corpus), "--maskless", str(tmp_path / "student"), "--output", str(tmp_path / "s"))
@@ -186,13 +247,24 @@ def test_a_sentence_student_trains_and_predicts_below_zero(ray_local, tiny_model
 @pytest.mark.ray
 def test_the_student_scores_in_the_teachers_schema_and_loads_as_a_masked_lm(student, tmp_path):
     corpus, teacher, out, _ = student
-    code, summary = run("score", str(corpus), "--id-column", "id", "--maskless", str(out), "--per-token", "--output",
-                        str(tmp_path / "s"))
+    code, summary = run(
+        "score",
+        str(corpus),
+        "--id-column",
+        "id",
+        "--maskless",
+        str(out),
+        "--per-token",
+        "--output",
+        str(tmp_path / "s"),
+    )
     assert code == 0 and summary["rows"] == summary["ok"] == 48 and summary["variant"] == "maskless"
     assert json.loads((tmp_path / "s" / "summary.json").read_text())["variant"] == "maskless"
     rows, teacher_rows = pq.read_table(tmp_path / "s" / "rows"), pq.read_table(teacher / "rows")
     pll_columns = [c for c in teacher_rows.column_names if not c.startswith("cond_")]
-    assert rows.select(pll_columns).schema.remove_metadata() == teacher_rows.select(pll_columns).schema.remove_metadata()
+    assert (
+        rows.select(pll_columns).schema.remove_metadata() == teacher_rows.select(pll_columns).schema.remove_metadata()
+    )
     assert rows.column_names == pll_columns[:12] + [S.OUT_OF_RANGE] + pll_columns[12:]
     assert set(rows[S.VARIANT].to_pylist()) == {"maskless"}
     assert rows[S.N_TOKENS].to_pylist() == teacher_rows[S.N_TOKENS].to_pylist()  # the tokens a PLL would score
@@ -206,8 +278,17 @@ def test_the_student_scores_in_the_teachers_schema_and_loads_as_a_masked_lm(stud
 def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
     _, _, out, _ = student
     paths = write_nbest(tmp_path)
-    code, printed = run("rescore", "--dev", str(paths["dev"]), "--test", str(paths["test"]), "--maskless", str(out),
-                        "--output", str(tmp_path / "r"))
+    code, printed = run(
+        "rescore",
+        "--dev",
+        str(paths["dev"]),
+        "--test",
+        str(paths["test"]),
+        "--maskless",
+        str(out),
+        "--output",
+        str(tmp_path / "r"),
+    )
     assert code == 0 and {"baseline", "rescored", "oracle"} <= set(printed["test"])
     assert set(pq.read_table(tmp_path / "r" / "maskless" / "rows")[S.VARIANT].to_pylist()) == {"maskless"}
     assert not (tmp_path / "r" / "mlm").exists()
@@ -216,15 +297,37 @@ def test_rescoring_with_the_student_instead_of_the_masked_lm(student, tmp_path):
 @pytest.mark.ray
 def test_another_command_in_a_training_folder_is_refused_unless_overwritten(student, tiny_model_dir, capsys):
     _, teacher, out, _ = student
-    args = ["train", "maskless", "--teacher", str(teacher), "--model", str(tiny_model_dir("bert")), "--output",
-            str(out), "--steps", "25", "--checkpoint-every", "10", "--heldout", "0.25", "--parent-separator", "~",
-            "--nbest-dev", str(teacher.parent / "dev.jsonl"), "--nbest-test", str(teacher.parent / "test.jsonl"), *FAST]
+    args = [
+        "train",
+        "maskless",
+        "--teacher",
+        str(teacher),
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--output",
+        str(out),
+        "--steps",
+        "25",
+        "--checkpoint-every",
+        "10",
+        "--heldout",
+        "0.25",
+        "--parent-separator",
+        "~",
+        "--nbest-dev",
+        str(teacher.parent / "dev.jsonl"),
+        "--nbest-test",
+        str(teacher.parent / "test.jsonl"),
+        *FAST,
+    ]
     code, _ = run(*args)
     assert code == 2 and "holds results of a different run (it differs in: steps)" in error_line(capsys)
     code, _ = run("score", str(teacher / "rows"), "--model", str(tiny_model_dir("bert")), "--output", str(out))
     assert code == 2 and "different run" in error_line(capsys)
-    for command in ([*args[:4], "--model", str(out), "--output", str(out), *args[8:]],
-                    ["score", str(teacher / "rows"), "--model", str(out), "--output", str(out), "--overwrite"]):
+    for command in (
+        [*args[:4], "--model", str(out), "--output", str(out), *args[8:]],
+        ["score", str(teacher / "rows"), "--model", str(out), "--output", str(out), "--overwrite"],
+    ):
         code, _ = run(*command)  # the student's own folder as the model: --overwrite would delete it
         assert code == 2 and "is the model's folder" in error_line(capsys)
     assert not (out / "rows").exists() and not (out / "_done").exists()  # refused before it wrote anything
@@ -233,8 +336,23 @@ def test_another_command_in_a_training_folder_is_refused_unless_overwritten(stud
 @pytest.mark.ray
 def test_pmlm_trains_and_reports_random_order_perplexity_before_and_after(ray_local, tiny_model_dir, tmp_path):
     corpus, out = write_corpus(tmp_path / "c.txt", 40), tmp_path / "pmlm"
-    code, report = run("train", "pmlm", "--model", str(tiny_model_dir("bert")), "--data", str(corpus), "--output",
-                       str(out), "--steps", "16", "--orders", "2", "--heldout", "0.2", *FAST)
+    code, report = run(
+        "train",
+        "pmlm",
+        "--model",
+        str(tiny_model_dir("bert")),
+        "--data",
+        str(corpus),
+        "--output",
+        str(out),
+        "--steps",
+        "16",
+        "--orders",
+        "2",
+        "--heldout",
+        "0.2",
+        *FAST,
+    )
     assert code == 0
     before, after = report["heldout"]["before"], report["heldout"]["after"]
     for figures in (before, after):

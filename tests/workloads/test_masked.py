@@ -12,13 +12,22 @@ from distributed_scoring.workloads.generate import GenerateOptions, GeneratePrep
 from distributed_scoring.workloads.infill import InfillOptions, InfillPreparer
 from distributed_scoring.workloads.sample import SampleOptions, SamplePreparer
 
-PREPARERS = {"infill": (InfillPreparer, InfillOptions()), "generate": (GeneratePreparer, GenerateOptions()),
-             "sample": (SamplePreparer, SampleOptions())}
+PREPARERS = {
+    "infill": (InfillPreparer, InfillOptions()),
+    "generate": (GeneratePreparer, GenerateOptions()),
+    "sample": (SamplePreparer, SampleOptions()),
+}
 
 
 def rows(*texts: str, status: str = S.STATUS_OK, error: str | None = None) -> pa.Table:
-    return pa.table({S.ID: [f"r{i}" for i in range(len(texts))], S.TEXT: list(texts),
-                     S.STATUS: [status] * len(texts), S.ERROR: [error] * len(texts)})
+    return pa.table(
+        {
+            S.ID: [f"r{i}" for i in range(len(texts))],
+            S.TEXT: list(texts),
+            S.STATUS: [status] * len(texts),
+            S.ERROR: [error] * len(texts),
+        }
+    )
 
 
 @pytest.fixture(scope="module", params=sorted(PREPARERS))

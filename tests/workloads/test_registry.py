@@ -24,8 +24,11 @@ def test_every_module_that_builds_a_workload_declares_itself():
     """A module with a factory of `Workload`s is registered; one without (a shared stage) is not."""
     for module in pkgutil.iter_modules(workloads.__path__):
         found = importlib.import_module(f"{workloads.__name__}.{module.name}")
-        factories = [name for name, f in inspect.getmembers(found, inspect.isfunction) if f.__module__ == found.__name__
-                     and inspect.signature(f).return_annotation in (Workload, "Workload")]
+        factories = [
+            name
+            for name, f in inspect.getmembers(found, inspect.isfunction)
+            if f.__module__ == found.__name__ and inspect.signature(f).return_annotation in (Workload, "Workload")
+        ]
         declared = getattr(found, "DECLARED", None)
         assert bool(factories) == isinstance(declared, Declaration), (module.name, factories, declared)
         if declared is not None:

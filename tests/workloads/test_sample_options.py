@@ -22,21 +22,41 @@ def test_every_engine_setting_is_an_option_with_the_engine_default():
 
 
 def test_the_settings_carry_every_option_by_name():
-    options = SampleOptions("raw", "block-mh", 7, 2, 3, 9, False, 4, 1, 0.5, 2.0, 0.25, 0.8, 2, "random", "auto",
-                            None, "answer", 1)
+    options = SampleOptions(
+        "raw", "block-mh", 7, 2, 3, 9, False, 4, 1, 0.5, 2.0, 0.25, 0.8, 2, "random", "auto", None, "answer", 1
+    )
     settings = options.settings("warm")
-    expected = SamplerSettings(sampler="block-mh", energy="raw", epochs=7, burn_in=2, block=4, block_decay=1,
-                               proposal_temperature=0.5, top_p=0.8, target_temperature=2.0, anneal=0.25,
-                               order="random", start="warm", record_every=2, forced_accept=1)
+    expected = SamplerSettings(
+        sampler="block-mh",
+        energy="raw",
+        epochs=7,
+        burn_in=2,
+        block=4,
+        block_decay=1,
+        proposal_temperature=0.5,
+        top_p=0.8,
+        target_temperature=2.0,
+        anneal=0.25,
+        order="random",
+        start="warm",
+        record_every=2,
+        forced_accept=1,
+    )
     assert settings == expected
 
 
-@pytest.mark.parametrize("bad, message", [
-    (dict(sampler="mh", block=2), "--sampler mh proposes one position at a time: use --sampler block-mh with --block"),
-    (dict(epochs=0), "--epochs 0 is out of bounds: it must be at least 1"),
-    (dict(top_p=1.5), "--top-p 1.5 is out of bounds: it must be in (0, 1]"),
-    (dict(energy="cold"), "--energy 'cold' is not one of raw, norm"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (
+            dict(sampler="mh", block=2),
+            "--sampler mh proposes one position at a time: use --sampler block-mh with --block",
+        ),
+        (dict(epochs=0), "--epochs 0 is out of bounds: it must be at least 1"),
+        (dict(top_p=1.5), "--top-p 1.5 is out of bounds: it must be in (0, 1]"),
+        (dict(energy="cold"), "--energy 'cold' is not one of raw, norm"),
+    ],
+)
 def test_one_validation_for_the_engine_and_the_command(bad, message):
     """The engine refuses a bad setting with the line the command prints for its flag."""
     for build in (SamplerSettings, SampleOptions):

@@ -19,36 +19,64 @@ def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
 
     d, r = TrainOptions(), TrainResources()
     p.add_argument("--model", required=True, help="the masked LM to start from (local folder or Hub id)")
-    p.add_argument("--output", required=True,
-                   help="training folder (local or shared path): checkpoints, metrics.jsonl, report.json, the model")
+    p.add_argument(
+        "--output",
+        required=True,
+        help="training folder (local or shared path): checkpoints, metrics.jsonl, report.json, the model",
+    )
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over the training split (default {d.epochs})")
     p.add_argument("--steps", type=int, default=None, help="optimiser steps instead of --epochs")
-    p.add_argument("--lr", type=float, default=lr,
-                   help=f"peak AdamW learning rate, warmed up and decayed linearly (default {lr:g})")
-    p.add_argument("--batch-size", type=int, default=d.batch_size,
-                   help=f"sequences per step over all workers (default {d.batch_size})")
+    p.add_argument(
+        "--lr",
+        type=float,
+        default=lr,
+        help=f"peak AdamW learning rate, warmed up and decayed linearly (default {lr:g})",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=d.batch_size,
+        help=f"sequences per step over all workers (default {d.batch_size})",
+    )
     p.add_argument("--seed", type=int, default=d.seed, help="seed of the split, the batches and the masks")
-    p.add_argument("--max-length", type=int, default=d.max_length,
-                   help="training sequences longer than this (tokens, specials included) are left out (default "
-                   f"{d.max_length})")
-    p.add_argument("--heldout", type=float, default=d.heldout,
-                   help=f"share of the rows kept out of training for the report (default {d.heldout})")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=d.max_length,
+        help=f"training sequences longer than this (tokens, specials included) are left out (default {d.max_length})",
+    )
+    p.add_argument(
+        "--heldout",
+        type=float,
+        default=d.heldout,
+        help=f"share of the rows kept out of training for the report (default {d.heldout})",
+    )
     p.add_argument("--batch-tokens", type=int, default=None, help="token budget of the evaluation's forward passes")
     add_revision(p)
     p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
-    p.add_argument("--overwrite", action="store_true",
-                   help="start again in a folder that holds a different training run")
-    ray = p.add_argument_group("Ray Train",
-                               "training runs on Ray Train: an embedded local Ray unless a cluster is given")
-    ray.add_argument("--ray", action="store_true",
-                     help="accepted as in the scoring commands: training always runs on Ray")
+    p.add_argument(
+        "--overwrite", action="store_true", help="start again in a folder that holds a different training run"
+    )
+    ray = p.add_argument_group(
+        "Ray Train", "training runs on Ray Train: an embedded local Ray unless a cluster is given"
+    )
+    ray.add_argument(
+        "--ray", action="store_true", help="accepted as in the scoring commands: training always runs on Ray"
+    )
     ray.add_argument("--num-workers", type=int, default=r.num_workers, help="data-parallel workers (default 1)")
     ray.add_argument("--use-gpu", action="store_true", help="one GPU per worker")
-    ray.add_argument("--cpus-per-worker", type=float, default=r.cpus_per_worker,
-                     help=f"CPUs of each worker (default {r.cpus_per_worker:g})")
-    ray.add_argument("--checkpoint-every", type=int, default=r.checkpoint_every,
-                     help=f"steps between checkpoints (default {r.checkpoint_every}); a rerun continues from the "
-                     "latest")
+    ray.add_argument(
+        "--cpus-per-worker",
+        type=float,
+        default=r.cpus_per_worker,
+        help=f"CPUs of each worker (default {r.cpus_per_worker:g})",
+    )
+    ray.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=r.checkpoint_every,
+        help=f"steps between checkpoints (default {r.checkpoint_every}); a rerun continues from the latest",
+    )
     add_address(ray)
 
 
@@ -57,6 +85,7 @@ def train_options(args: argparse.Namespace) -> tuple[TrainOptions, TrainResource
     from ...workflows.train.run import TrainOptions, TrainResources
 
     options = TrainOptions(args.epochs, args.steps, args.lr, args.batch_size, args.seed, args.max_length, args.heldout)
-    resources = TrainResources(args.num_workers, args.use_gpu, args.cpus_per_worker, args.checkpoint_every,
-                               args.address)
+    resources = TrainResources(
+        args.num_workers, args.use_gpu, args.cpus_per_worker, args.checkpoint_every, args.address
+    )
     return options, resources

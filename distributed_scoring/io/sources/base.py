@@ -11,8 +11,8 @@ from typing import Any, Iterator
 
 import pyarrow as pa
 
-from .. import schema as S
 from ...config import InputSpec
+from .. import schema as S
 from ..inputs import InputError, InputFile
 
 
@@ -58,8 +58,9 @@ def rows_table(rows: Iterator[dict], f: InputFile, spec: InputSpec) -> pa.Table:
     if spec.partition_by_file:
         for row in rows:
             row[S.PARTITION] = f.name
-    return pa.Table.from_pylist(rows, schema=S.read_schema(spec.partitioned, spec.extra_columns,
-                                                           spec.allow_duplicate_ids))
+    return pa.Table.from_pylist(
+        rows, schema=S.read_schema(spec.partitioned, spec.extra_columns, spec.allow_duplicate_ids)
+    )
 
 
 def placed(row: dict, made_id: str, spec: InputSpec) -> dict:

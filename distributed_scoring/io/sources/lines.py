@@ -22,8 +22,8 @@ from typing import BinaryIO, Iterator
 
 import pyarrow as pa
 
-from .. import schema as S
 from ...config import InputSpec
+from .. import schema as S
 from ..inputs import InputError, InputFile
 from ..storage import error_reason, is_seekable, open_binary
 from .base import Shard, error_row, id_and_text, ok_row, placed, require_columns, rows_table
@@ -33,8 +33,12 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BARE_CR = re.compile(rb"\r(?!\n|$)")
 _CSV_MARKS = re.compile(rb'[",\n]')
 _SNIFFED_BYTES = 8192  # the start of a line-format file that is checked for being text
-_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
-              (b"\xfe\xff", "UTF-16"))  # longest first: UTF-32 LE starts with UTF-16 LE's mark
+_WIDE_BOMS = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)  # longest first: UTF-32 LE starts with UTF-16 LE's mark
 
 
 class _OpenQuote(Exception):
@@ -297,7 +301,8 @@ def without_lone_surrogates(row: dict, row_id: str) -> dict:
         match = _LONE_SURROGATE.search(value) if isinstance(value, str) else None
         if match:
             return error_row(
-                row_id if column == S.ID else row[S.ID], None,
+                row_id if column == S.ID else row[S.ID],
+                None,
                 f"the {column} holds a lone surrogate escape \\u{ord(match.group()):04x} (at character "
                 f"{match.start()}), which is no Unicode character; fix or drop that escape",
             )

@@ -44,8 +44,10 @@ def parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
         columns = named_columns(spec) + [c for c in spec.extra_columns if c in parquet.schema_arrow.names]
         table = read_row_range(parquet, columns, shard.start, shard.rows)
     except (pa.ArrowInvalid, OSError) as exc:
-        raise InputError(f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
-                         f"({error_reason(exc)}); the file is damaged: check it or copy it again") from exc
+        raise InputError(
+            f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
+            f"({error_reason(exc)}); the file is damaged: check it or copy it again"
+        ) from exc
     yield from table_rows(table, shard, spec)
 
 

@@ -14,8 +14,8 @@ from typing import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema as S
 from ...config import InputSpec
+from .. import schema as S
 from ..inputs import InputError, find_inputs
 from .base import Shard, rows_table
 from .hf import hf_plan, hf_rows

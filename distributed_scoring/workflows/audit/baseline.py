@@ -29,18 +29,35 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...io import schema as S
 from ...config import check_bounds
 from ...errors import UserError
+from ...io import schema as S
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
 
 if TYPE_CHECKING:
     from .records import AuditRecord, ScopeFigures
 
 __all__ = [
-    "Check", "Comparison", "Thresholds", "compare", "EXIT_OK", "EXIT_REGRESSION", "EXIT_INCOMPARABLE",
-    "EXIT_INSUFFICIENT", "OVERALL", "METRICS", "AUDIT_FILE", "ROW_STATS_FILE", "ROW_STATS_SCHEMA", "SCHEMA_VERSION",
-    "REGRESSION", "IMPROVEMENT", "NO_CHANGE", "INSUFFICIENT", "NEW", "VANISHED",
+    "Check",
+    "Comparison",
+    "Thresholds",
+    "compare",
+    "EXIT_OK",
+    "EXIT_REGRESSION",
+    "EXIT_INCOMPARABLE",
+    "EXIT_INSUFFICIENT",
+    "OVERALL",
+    "METRICS",
+    "AUDIT_FILE",
+    "ROW_STATS_FILE",
+    "ROW_STATS_SCHEMA",
+    "SCHEMA_VERSION",
+    "REGRESSION",
+    "IMPROVEMENT",
+    "NO_CHANGE",
+    "INSUFFICIENT",
+    "NEW",
+    "VANISHED",
 ]
 
 EXIT_OK = 0  # no baseline, or every scope shows no change or an improvement
@@ -61,14 +78,16 @@ NEW, VANISHED = "new", "vanished"  # reported, not judged
 _SEVERITY = {REGRESSION: 3, INSUFFICIENT: 2, IMPROVEMENT: 1, NO_CHANGE: 0}
 
 OK_COLUMN = "ok"
-ROW_STATS_SCHEMA = pa.schema([
-    pa.field(S.ID, pa.string(), nullable=False),
-    pa.field(S.PARTITION, pa.string(), nullable=False),
-    pa.field(OK_COLUMN, pa.bool_(), nullable=False),
-    pa.field(S.PLL, pa.float64()),  # null on error rows
-    pa.field(S.N_TOKENS, pa.int64(), nullable=False),
-    pa.field(S.N_WORDS, pa.int64(), nullable=False),
-])
+ROW_STATS_SCHEMA = pa.schema(
+    [
+        pa.field(S.ID, pa.string(), nullable=False),
+        pa.field(S.PARTITION, pa.string(), nullable=False),
+        pa.field(OK_COLUMN, pa.bool_(), nullable=False),
+        pa.field(S.PLL, pa.float64()),  # null on error rows
+        pa.field(S.N_TOKENS, pa.int64(), nullable=False),
+        pa.field(S.N_WORDS, pa.int64(), nullable=False),
+    ]
+)
 _DENOMINATOR = {"pppl_token": S.N_TOKENS, "pppl_word": S.N_WORDS}
 
 
@@ -185,8 +204,12 @@ class Comparison:
 
     @property
     def verdict(self) -> str:
-        return {EXIT_OK: "pass", EXIT_REGRESSION: "regression", EXIT_INCOMPARABLE: "incomparable",
-                EXIT_INSUFFICIENT: INSUFFICIENT}[self.exit_code]
+        return {
+            EXIT_OK: "pass",
+            EXIT_REGRESSION: "regression",
+            EXIT_INCOMPARABLE: "incomparable",
+            EXIT_INSUFFICIENT: INSUFFICIENT,
+        }[self.exit_code]
 
     def to_json(self) -> dict:
         """The `baseline` object of audit.json: the checks, and the verdicts derived from them."""
@@ -210,12 +233,24 @@ class Comparison:
     def from_json(cls, data: dict) -> "Comparison":
         """The comparison an audit.json recorded; its verdict and lists are derived again from the checks."""
         partitions = tuple(Check.from_json(c) for _, c in sorted(data["partitions"].items()))
-        return cls(data["source"], Thresholds(**data["thresholds"]), Check.from_json(data["overall"]), partitions,
-                   data["signature_mismatch"], tuple(data["methods"]))
+        return cls(
+            data["source"],
+            Thresholds(**data["thresholds"]),
+            Check.from_json(data["overall"]),
+            partitions,
+            data["signature_mismatch"],
+            tuple(data["methods"]),
+        )
 
 
-def compare(current: AuditRecord, baseline: AuditRecord, source: str, thresholds: Thresholds = Thresholds(),
-            current_rows: pa.Table | None = None, baseline_rows: pa.Table | None = None) -> Comparison:
+def compare(
+    current: AuditRecord,
+    baseline: AuditRecord,
+    source: str,
+    thresholds: Thresholds = Thresholds(),
+    current_rows: pa.Table | None = None,
+    baseline_rows: pa.Table | None = None,
+) -> Comparison:
     """Judge the corpus and every partition of `current` against `baseline` (both audits, with their
     per-row figures when available)."""
     mismatch = _signature_mismatch(current.signature, baseline.signature)
@@ -245,14 +280,22 @@ class _Judge:
         if before is None:
             return Check(name, NEW, now.rows, None, now.figure(metric), None, error_rate=now.error_rate)
         if now is None:
-            return Check(name, VANISHED, None, before.rows, None, before.figure(metric),
-                         baseline_error_rate=before.error_rate)
-        figures = dict(rows=now.rows, baseline_rows=before.rows, pppl=now.figure(metric),
-                       baseline_pppl=before.figure(metric), error_rate=now.error_rate,
-                       baseline_error_rate=before.error_rate)
+            return Check(
+                name, VANISHED, None, before.rows, None, before.figure(metric), baseline_error_rate=before.error_rate
+            )
+        figures = dict(
+            rows=now.rows,
+            baseline_rows=before.rows,
+            pppl=now.figure(metric),
+            baseline_pppl=before.figure(metric),
+            error_rate=now.error_rate,
+            baseline_error_rate=before.error_rate,
+        )
         if min(now.rows, before.rows) < self.t.min_rows:
-            reason = (f"fewer than {self.t.min_rows} rows ({before.rows} -> {now.rows}): too few to judge; "
-                      "lower --min-rows only if such a scope is meaningful")
+            reason = (
+                f"fewer than {self.t.min_rows} rows ({before.rows} -> {now.rows}): too few to judge; "
+                "lower --min-rows only if such a scope is meaningful"
+            )
             return Check(name, INSUFFICIENT, **figures, reasons=(reason,))
         cur = _scope_rows(name, self.current_rows, self.current_parts)
         base = _scope_rows(name, self.baseline_rows, self.baseline_parts)
@@ -269,7 +312,9 @@ class _Judge:
         p_int = pppl[1] if pppl else None
         e_int = errors[1]
         return Check(
-            name, status, **figures,
+            name,
+            status,
+            **figures,
             pppl_ratio=None if p_int is None else math.exp(-p_int.estimate),
             pppl_ratio_low=None if p_int is None else math.exp(-p_int.high),
             pppl_ratio_high=None if p_int is None else math.exp(-p_int.low),
@@ -277,15 +322,24 @@ class _Judge:
             error_rate_change=e_int.estimate if e_int else None,
             error_rate_change_low=e_int.low if e_int else None,
             error_rate_change_high=e_int.high if e_int else None,
-            error_rate_verdict=errors[0], paired=paired, reasons=reasons,
+            error_rate_verdict=errors[0],
+            paired=paired,
+            reasons=reasons,
         )
 
-    def _pppl(self, cur: pa.Table | None, base: pa.Table | None, paired: bool,
-              rng: np.random.Generator) -> tuple[str, Interval | None, str]:
+    def _pppl(
+        self, cur: pa.Table | None, base: pa.Table | None, paired: bool, rng: np.random.Generator
+    ) -> tuple[str, Interval | None, str]:
         metric, t = self.t.metric, self.t
         if cur is None or base is None:
-            return INSUFFICIENT, None, (f"{metric}: the baseline has no per-row figures (an audit.json written before "
-                                        f"{ROW_STATS_FILE} existed, or the file is gone): its change has no interval")
+            return (
+                INSUFFICIENT,
+                None,
+                (
+                    f"{metric}: the baseline has no per-row figures (an audit.json written before "
+                    f"{ROW_STATS_FILE} existed, or the file is gone): its change has no interval"
+                ),
+            )
         column = _DENOMINATOR[metric]
         interval = ratio_difference(_sums(cur, column), _sums(base, column), paired, t.confidence, rng)
         if interval is None:
@@ -302,19 +356,34 @@ class _Judge:
             return IMPROVEMENT, interval, f"{said} lies below the band {band[0]:.4f}-{band[1]:.4f}"
         if band[0] <= low and high <= band[1]:
             return NO_CHANGE, interval, ""
-        return INSUFFICIENT, interval, (f"{said} crosses the edge of the no-change band {band[0]:.4f}-{band[1]:.4f}: "
-                                        "too few rows or too much spread to tell")
+        return (
+            INSUFFICIENT,
+            interval,
+            (
+                f"{said} crosses the edge of the no-change band {band[0]:.4f}-{band[1]:.4f}: "
+                "too few rows or too much spread to tell"
+            ),
+        )
 
-    def _error_rate(self, now: ScopeFigures, before: ScopeFigures, cur: pa.Table | None, base: pa.Table | None, paired: bool,
-                    rng: np.random.Generator) -> tuple[str, Interval, str]:
+    def _error_rate(
+        self,
+        now: ScopeFigures,
+        before: ScopeFigures,
+        cur: pa.Table | None,
+        base: pa.Table | None,
+        paired: bool,
+        rng: np.random.Generator,
+    ) -> tuple[str, Interval, str]:
         t = self.t
         if paired:
             interval = ratio_difference(_error_sums(cur), _error_sums(base), True, t.confidence, rng)
         else:
             interval = proportion_difference(now.errors, now.rows, before.errors, before.rows, t.confidence)
         self.methods.add(f"error rate: {interval.method}")
-        said = (f"error rate {before.error_rate:.2%} -> {now.error_rate:.2%} (change {interval.estimate * 100:+.2f} "
-                f"points, {t.confidence:.0%} interval {interval.low * 100:+.2f} to {interval.high * 100:+.2f})")
+        said = (
+            f"error rate {before.error_rate:.2%} -> {now.error_rate:.2%} (change {interval.estimate * 100:+.2f} "
+            f"points, {t.confidence:.0%} interval {interval.low * 100:+.2f} to {interval.high * 100:+.2f})"
+        )
         tol = t.max_error_rate_increase
         if interval.low > tol:
             return REGRESSION, interval, f"{said} lies above the allowed +{tol * 100:.2f} points"

@@ -42,7 +42,9 @@ def load_baseline(uri: str) -> tuple[AuditRecord, str]:
         raise UserError(f"baseline {uri!r} has audit schema version {found!r}, expected one of {READABLE_VERSIONS}")
     missing = [k for k in ("signature", "overall", "partitions") if k not in data]
     if missing:
-        raise UserError(f"baseline {uri!r} is not an audit.json: it lacks {missing}; pass a previous run's {AUDIT_FILE}")
+        raise UserError(
+            f"baseline {uri!r} is not an audit.json: it lacks {missing}; pass a previous run's {AUDIT_FILE}"
+        )
     problem = _malformed(data)
     if problem:
         raise UserError(f"baseline {uri!r} is malformed: {problem}; pass a previous run's {AUDIT_FILE} as written")
@@ -57,13 +59,16 @@ def _malformed(audit: dict) -> str | None:
     file would otherwise end in a KeyError traceback after the whole snapshot was scored), or None."""
     signature = audit["signature"]
     scorers = signature if isinstance(signature, list) else [signature]
-    if not all(isinstance(s, dict) and isinstance(s.get(S.MODEL), str) and isinstance(s.get(S.VARIANT), str)
-               for s in scorers):
+    if not all(
+        isinstance(s, dict) and isinstance(s.get(S.MODEL), str) and isinstance(s.get(S.VARIANT), str) for s in scorers
+    ):
         return f"`signature` must name the {S.MODEL} and {S.VARIANT} (found {signature!r:.80})"
     if not isinstance(audit["partitions"], dict):
         return f"`partitions` must be an object of scopes, found {type(audit['partitions']).__name__}"
     for name, scope in [("overall", audit["overall"]), *audit["partitions"].items()]:
-        bad = [k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)]
+        bad = [
+            k for k in _SCOPE_FIGURES if not isinstance(scope, dict) or k not in scope or not _is_figure(scope[k], k)
+        ]
         if bad:
             return f"scope {name!r} lacks numbers for {bad}"
     return None
@@ -95,7 +100,11 @@ def row_stats_table(batch: pa.RecordBatch | pa.Table, partitions: pa.Array) -> p
     """Per-row figures of scored rows (ROW_STATS_SCHEMA); `partitions` holds each row's partition name."""
     ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
     arrays = [
-        batch[S.ID], partitions, ok, pc.if_else(ok, batch[S.PLL], pa.scalar(None, pa.float64())),
-        pc.if_else(ok, batch[S.N_TOKENS], 0), pc.if_else(ok, batch[S.N_WORDS], 0),
+        batch[S.ID],
+        partitions,
+        ok,
+        pc.if_else(ok, batch[S.PLL], pa.scalar(None, pa.float64())),
+        pc.if_else(ok, batch[S.N_TOKENS], 0),
+        pc.if_else(ok, batch[S.N_WORDS], 0),
     ]
     return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, ROW_STATS_SCHEMA)], schema=ROW_STATS_SCHEMA)

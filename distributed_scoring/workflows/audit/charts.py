@@ -38,13 +38,20 @@ def ratio_chart(comparison: Comparison) -> bytes:
     for i, c in zip(y, scopes):
         colour = _VERDICT_COLOURS.get(c.status, _GREY)
         if c.pppl_ratio is None:
-            ax.text(1.0, i, "  no interval: " + (c.reasons[0] if c.reasons else "not judged"), va="center",
-                    fontsize=8, color=colour)
+            ax.text(
+                1.0,
+                i,
+                "  no interval: " + (c.reasons[0] if c.reasons else "not judged"),
+                va="center",
+                fontsize=8,
+                color=colour,
+            )
             continue
         drawn = True
         ratio, low, high = c.pppl_ratio, c.pppl_ratio_low, c.pppl_ratio_high
-        ax.errorbar(ratio, i, xerr=[[max(ratio - low, 0.0)], [max(high - ratio, 0.0)]], fmt="o",
-                    color=colour, capsize=4)
+        ax.errorbar(
+            ratio, i, xerr=[[max(ratio - low, 0.0)], [max(high - ratio, 0.0)]], fmt="o", color=colour, capsize=4
+        )
         ax.text(high, i, f"  {ratio:.3f} [{low:.3f}, {high:.3f}] {c.status}", va="center", fontsize=8)
     if not drawn:
         ax.set_xlim(0.8, 1.25)
@@ -78,9 +85,13 @@ def partition_rows(audit: AuditRecord, comparison: Comparison | None) -> list[Ro
 def scope_row(name: str, figures: ScopeFigures | None, check: Check | None, metric: str) -> Row:
     """One scope's row from this run's figures and its check (None where either is missing)."""
     return Row(
-        name, figures, figures.figure(metric) if figures else None,
-        check.baseline_pppl if check else None, check.pppl_change if check else None,
-        check.status if check else "–", check.reasons if check else (),
+        name,
+        figures,
+        figures.figure(metric) if figures else None,
+        check.baseline_pppl if check else None,
+        check.pppl_change if check else None,
+        check.status if check else "–",
+        check.reasons if check else (),
     )
 
 
@@ -128,8 +139,13 @@ def histogram_chart(audit: AuditRecord, baseline: AuditRecord | None) -> bytes:
         ax.stairs(_shares(base), edges, color="#1a202c", linewidth=1.5, label="baseline")
     cutoff = audit.outliers.cutoffs.get(OVERALL)
     if cutoff and cutoff.high_pppl and edges[0] <= cutoff.high_pppl <= edges[-1]:
-        ax.axvline(cutoff.high_pppl, color=_RED, linestyle="--", linewidth=1.2,
-                   label=f"outlier cutoff ({cutoff.high_pppl:.3g})")
+        ax.axvline(
+            cutoff.high_pppl,
+            color=_RED,
+            linestyle="--",
+            linewidth=1.2,
+            label=f"outlier cutoff ({cutoff.high_pppl:.3g})",
+        )
     _log_x(ax)
     ax.set_xlim(*_occupied_range(edges, counts, base))
     ax.set_xlabel("per-sentence PPPL per token (log scale)")
@@ -176,8 +192,14 @@ def positionwise_chart(curves: Positionwise) -> bytes:
     frequent = sorted(curves.by_length.items(), key=lambda kv: (-kv[1].sentences, int(kv[0])))[:MAX_CURVES]
     for length, curve in sorted(frequent, key=lambda kv: int(kv[0])):
         means = [s / curve.sentences for s in curve.sum_nll]
-        right.plot(range(1, len(means) + 1), means, marker="o", markersize=3, linewidth=1.2,
-                   label=f"|W| = {length} ({curve.sentences:,} sentences)")
+        right.plot(
+            range(1, len(means) + 1),
+            means,
+            marker="o",
+            markersize=3,
+            linewidth=1.2,
+            label=f"|W| = {length} ({curve.sentences:,} sentences)",
+        )
     right.set_title(lengths_title(len(frequent), len(curves.by_length)), fontsize=10)
     if frequent:
         right.legend(fontsize=8)

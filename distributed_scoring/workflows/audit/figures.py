@@ -27,7 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ...errors import UserError
 from ...io import schema as S
+from ...io.claim import Claim, claim
+from ...io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from ...io.storage import filesystem, join
+from ...pipeline.stats import STAT_COLUMNS, CorpusStats
+from ...versions import package_version
 from .baseline import (
     AUDIT_FILE,
     EXIT_OK,
@@ -39,14 +45,8 @@ from .baseline import (
     compare,
 )
 from .baseline_io import load_baseline, load_row_stats, row_stats_table
-from ...errors import UserError
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
-from ...io.claim import Claim, claim
-from ...io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
 from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
-from ...pipeline.stats import STAT_COLUMNS, CorpusStats
-from ...versions import package_version
-from ...io.storage import filesystem, join
 
 __all__ = ["AuditConfig", "AuditResult", "LogBins", "PositionCurves", "run_audit", "NO_PARTITION", "REPORT_FILE"]
 
@@ -212,7 +212,10 @@ class AuditResult:
 
 
 def run_audit(
-    rows_dir: str, output_dir: str, baseline: str | None = None, config: AuditConfig = AuditConfig(),
+    rows_dir: str,
+    output_dir: str,
+    baseline: str | None = None,
+    config: AuditConfig = AuditConfig(),
     folder: Claim | None = None,
 ) -> AuditResult:
     """Audit the scored rows in `rows_dir` (a scoring output folder or its rows/ folder).
@@ -248,8 +251,11 @@ def run_audit(
     result = AuditResult(audit, output_dir)
     logger.info(
         "audit: %d rows, pppl_token %s, %d outliers, verdict %s (exit %d)",
-        audit.overall.rows, audit.overall.pppl_token, audit.outliers.count,
-        audit.baseline.verdict if audit.baseline else "no baseline", result.exit_code,
+        audit.overall.rows,
+        audit.overall.pppl_token,
+        audit.outliers.count,
+        audit.baseline.verdict if audit.baseline else "no baseline",
+        result.exit_code,
     )
     return result
 
@@ -267,8 +273,10 @@ def _scored_files(rows_dir: str) -> tuple[pafs.FileSystem, list[str], str]:
     else:
         infos = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
         files = sorted(
-            i.path for i in infos
-            if i.type == pafs.FileType.File and i.path.endswith(".parquet")
+            i.path
+            for i in infos
+            if i.type == pafs.FileType.File
+            and i.path.endswith(".parquet")
             and not posixpath.basename(i.path).startswith((".", "_"))
         )
     if not files:
@@ -301,8 +309,13 @@ def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig, row_stats:
                 row_stats.write_table(_add_batch(scan, batch, config))
             scan.file_rows.append(pf.metadata.num_rows)
     if without_tokens:
-        logger.warning("%d of %d files have no %s column (scored without --per-token): their rows are left "
-                       "out of the positionwise curves", without_tokens, len(files), S.TOKEN_LOGPROBS)
+        logger.warning(
+            "%d of %d files have no %s column (scored without --per-token): their rows are left "
+            "out of the positionwise curves",
+            without_tokens,
+            len(files),
+            S.TOKEN_LOGPROBS,
+        )
     return scan
 
 
@@ -344,8 +357,14 @@ def _nll_per_token(batch: pa.RecordBatch) -> np.ndarray:
         return np.where(ok & (n > 0), -pll / n, np.nan)
 
 
-def _audit_record(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfig,
-                  scorer: dict | list | None, estimate: dict | None = None) -> AuditRecord:
+def _audit_record(
+    rows_dir: str,
+    scan: _Scan,
+    outliers: dict,
+    config: AuditConfig,
+    scorer: dict | list | None,
+    estimate: dict | None = None,
+) -> AuditRecord:
     """audit.json of the first pass's figures and the outliers (`write_outliers`' object)."""
     overall = sum(scan.stats.values(), CorpusStats())
     signatures = [{S.MODEL: m, S.VARIANT: v} for m, v in sorted(scan.signatures)]
@@ -372,8 +391,13 @@ def _audit_record(rows_dir: str, scan: _Scan, outliers: dict, config: AuditConfi
 
 def _figures(stats: CorpusStats, outliers: int) -> ScopeFigures:
     error_rate = stats.errors / stats.rows if stats.rows else 0.0
-    return ScopeFigures(**asdict(stats), pppl_token=stats.pppl_token, pppl_word=stats.pppl_word,
-                        error_rate=error_rate, outliers=outliers)
+    return ScopeFigures(
+        **asdict(stats),
+        pppl_token=stats.pppl_token,
+        pppl_word=stats.pppl_word,
+        error_rate=error_rate,
+        outliers=outliers,
+    )
 
 
 def _histogram(scan: _Scan, bins: LogBins) -> Histogram:
@@ -405,10 +429,13 @@ def student_estimate(summary: dict) -> dict | None:
     if summary.get("method") != "maskless":
         return None
     return {
-        "scorer": "maskless student", "student": summary.get("model"), "target": summary.get("target"),
-        "teacher": summary.get("teacher"), "heldout": summary.get("heldout"),
+        "scorer": "maskless student",
+        "student": summary.get("model"),
+        "target": summary.get("target"),
+        "teacher": summary.get("teacher"),
+        "heldout": summary.get("heldout"),
         "out_of_range": summary.get("out_of_range"),
         "note": "a fast screening audit: every PLL here is a maskless student's estimate of its teacher's PLL, not "
-                "the PLL; heldout gives its agreement with the teacher on rows it was not trained on (rmse in "
-                "nats per sentence). Confirm a finding with `dscore audit --model` before acting on it",
+        "the PLL; heldout gives its agreement with the teacher on rows it was not trained on (rmse in "
+        "nats per sentence). Confirm a finding with `dscore audit --model` before acting on it",
     }

@@ -55,8 +55,9 @@ def scope_rng(seed: int, scope: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32(scope.encode("utf-8"))])
 
 
-def ratio_difference(current: Sums, baseline: Sums, paired: bool, level: float, rng: np.random.Generator,
-                     replicates: int = 2000) -> Interval | None:
+def ratio_difference(
+    current: Sums, baseline: Sums, paired: bool, level: float, rng: np.random.Generator, replicates: int = 2000
+) -> Interval | None:
     """Interval of R_current - R_baseline; None when a side has nothing in its denominator."""
     r_c, r_b = current.ratio, baseline.ratio
     if r_c is None or r_b is None:
@@ -72,8 +73,9 @@ def ratio_difference(current: Sums, baseline: Sums, paired: bool, level: float, 
     return Interval(r_c - r_b, low, high, method)
 
 
-def _bootstrap(current: Sums, baseline: Sums, paired: bool, level: float, rng: np.random.Generator,
-               replicates: int) -> tuple[float, float]:
+def _bootstrap(
+    current: Sums, baseline: Sums, paired: bool, level: float, rng: np.random.Generator, replicates: int
+) -> tuple[float, float]:
     draws = []
     n_c, n_b = len(current.x), len(baseline.x)
     per_chunk = max(1, _CHUNK_ELEMENTS // max(n_c, n_b, 1))

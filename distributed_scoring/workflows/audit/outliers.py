@@ -22,14 +22,22 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ...io import schema as S
-from .baseline import OVERALL
 from ...config import check_bounds
 from ...errors import UserError
+from ...io import schema as S
+from .baseline import OVERALL
 
 __all__ = [
-    "Cutoff", "OutlierRule", "ScannedRows", "robust_cutoff", "write_outliers",
-    "NLL_PER_TOKEN", "ROBUST_Z", "TAIL", "OUTLIERS_FILE", "OUTLIER_SCHEMA",
+    "Cutoff",
+    "OutlierRule",
+    "ScannedRows",
+    "robust_cutoff",
+    "write_outliers",
+    "NLL_PER_TOKEN",
+    "ROBUST_Z",
+    "TAIL",
+    "OUTLIERS_FILE",
+    "OUTLIER_SCHEMA",
 ]
 
 OUTLIERS_FILE = "outliers.parquet"
@@ -180,7 +188,7 @@ def _groups(codes: np.ndarray, partitions: int, scope: str) -> dict[int, np.ndar
         return {-1: np.arange(codes.size)}
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(partitions + 1))
-    return {code: order[bounds[code]:bounds[code + 1]] for code in range(partitions)}
+    return {code: order[bounds[code] : bounds[code + 1]] for code in range(partitions)}
 
 
 def _cutoffs(nll: np.ndarray, groups: dict[int, np.ndarray], rule: OutlierRule) -> dict[int, Cutoff]:
@@ -202,8 +210,12 @@ def _cutoff_dict(cutoff: Cutoff) -> dict:
 
 
 def _write_flagged(
-    rows: Iterator[tuple[pa.RecordBatch, np.ndarray]], scanned: ScannedRows, z: np.ndarray, listed: set[int],
-    out_fs: pafs.FileSystem, path: str,
+    rows: Iterator[tuple[pa.RecordBatch, np.ndarray]],
+    scanned: ScannedRows,
+    z: np.ndarray,
+    listed: set[int],
+    out_fs: pafs.FileSystem,
+    path: str,
 ) -> dict[int, dict]:
     """Write the flagged rows to outliers.parquet; return the `listed` ones as audit.json entries by row index."""
     entries: dict[int, dict] = {}
@@ -218,16 +230,14 @@ def _write_flagged(
     return entries
 
 
-def _read_rows(
-    scanned: ScannedRows, rows: np.ndarray, batch_rows: int
-) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
+def _read_rows(scanned: ScannedRows, rows: np.ndarray, batch_rows: int) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
     """The given rows (sorted global indices) with the columns outliers.parquet needs, and their indices.
 
     Only the files and row groups holding one of them are opened and read: a clean corpus costs nothing.
     """
     start = 0
     for path, n in zip(scanned.files, scanned.file_rows):
-        local = rows[np.searchsorted(rows, start):np.searchsorted(rows, start + n)] - start  # rows are sorted
+        local = rows[np.searchsorted(rows, start) : np.searchsorted(rows, start + n)] - start  # rows are sorted
         if local.size:
             with pq.ParquetFile(path, filesystem=scanned.fs) as pf:
                 if pf.metadata.num_rows != n:
@@ -272,9 +282,18 @@ def _outlier_table(batch: pa.RecordBatch, partitions: pa.Array, nll: np.ndarray,
     with np.errstate(over="ignore"):
         pppl = np.exp(nll)
     arrays = [
-        batch[S.ID], partitions, batch[S.TEXT],
-        batch[S.PLL], batch[S.N_TOKENS], batch[S.N_WORDS], pa.array(nll), pa.array(pppl), pa.array(z),
-        pa.array(np.where(z > 0, "high", "low")), column(S.TOKENS), column(S.TOKEN_LOGPROBS),
+        batch[S.ID],
+        partitions,
+        batch[S.TEXT],
+        batch[S.PLL],
+        batch[S.N_TOKENS],
+        batch[S.N_WORDS],
+        pa.array(nll),
+        pa.array(pppl),
+        pa.array(z),
+        pa.array(np.where(z > 0, "high", "low")),
+        column(S.TOKENS),
+        column(S.TOKEN_LOGPROBS),
     ]
     return pa.Table.from_arrays([a.cast(f.type) for a, f in zip(arrays, OUTLIER_SCHEMA)], schema=OUTLIER_SCHEMA)
 

@@ -11,10 +11,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 
 from .baseline import Comparison
-from .outliers import RECORDED_WHEN_SET, Cutoff as RobustCutoff
+from .outliers import RECORDED_WHEN_SET
+from .outliers import Cutoff as RobustCutoff
 
-__all__ = ["AuditRecord", "Bins", "Cutoff", "Histogram", "LengthCurve", "Listed", "OutlierRule", "Outliers",
-           "PositionMeans", "Positionwise", "ScopeFigures"]
+__all__ = [
+    "AuditRecord",
+    "Bins",
+    "Cutoff",
+    "Histogram",
+    "LengthCurve",
+    "Listed",
+    "OutlierRule",
+    "Outliers",
+    "PositionMeans",
+    "Positionwise",
+    "ScopeFigures",
+]
 
 
 def _recorded(record) -> dict:
@@ -110,8 +122,13 @@ class Positionwise:
     @classmethod
     def from_json(cls, data: dict) -> "Positionwise":
         by_length = {length: _flat(LengthCurve, curve) for length, curve in data["by_length"].items()}
-        return cls(data["quantity"], _flat(PositionMeans, data["by_position"]), by_length,
-                   data["max_position"], data["max_length"])
+        return cls(
+            data["quantity"],
+            _flat(PositionMeans, data["by_position"]),
+            by_length,
+            data["max_position"],
+            data["max_length"],
+        )
 
 
 @dataclass(frozen=True)
@@ -166,16 +183,22 @@ class Outliers:
     file: str
 
     def to_json(self) -> dict:
-        return {**asdict(self), "rule": _recorded(self.rule),
-                "cutoffs": {name: _recorded(cutoff) for name, cutoff in self.cutoffs.items()}}
+        return {
+            **asdict(self),
+            "rule": _recorded(self.rule),
+            "cutoffs": {name: _recorded(cutoff) for name, cutoff in self.cutoffs.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> "Outliers":
         return cls(
             _flat(OutlierRule, data["rule"]),
             {name: _flat(Cutoff, cutoff) for name, cutoff in data["cutoffs"].items()},
-            data["eligible"], data["count"], data["by_partition"],
-            [_flat(Listed, row) for row in data["listed"]], data["file"],
+            data["eligible"],
+            data["count"],
+            data["by_partition"],
+            [_flat(Listed, row) for row in data["listed"]],
+            data["file"],
         )
 
 
@@ -207,9 +230,15 @@ class AuditRecord:
 
     def to_json(self) -> dict:
         data = {
-            "schema_version": self.version, "row_stats": self.row_stats, "created": self.created,
-            "package_version": self.package_version, "rows_dir": self.rows_dir, "signature": self.signature,
-            "scorer_signature": self.scorer_signature, "config": self.config, "overall": self.overall.to_json(),
+            "schema_version": self.version,
+            "row_stats": self.row_stats,
+            "created": self.created,
+            "package_version": self.package_version,
+            "rows_dir": self.rows_dir,
+            "signature": self.signature,
+            "scorer_signature": self.scorer_signature,
+            "config": self.config,
+            "overall": self.overall.to_json(),
             "partitions": {name: p.to_json() for name, p in self.partitions.items()},
             "histogram": self.histogram.to_json(),
             "positionwise": self.positionwise.to_json() if self.positionwise else None,
@@ -224,8 +253,14 @@ class AuditRecord:
     def from_json(cls, data: dict) -> "AuditRecord":
         positionwise, baseline = data["positionwise"], data.get("baseline")
         return cls(
-            data["schema_version"], data.get("row_stats"), data["created"], data["package_version"],
-            data["rows_dir"], data["signature"], data["scorer_signature"], data["config"],
+            data["schema_version"],
+            data.get("row_stats"),
+            data["created"],
+            data["package_version"],
+            data["rows_dir"],
+            data["signature"],
+            data["scorer_signature"],
+            data["config"],
             ScopeFigures.from_json(data["overall"]),
             {name: ScopeFigures.from_json(p) for name, p in data["partitions"].items()},
             Histogram.from_json(data["histogram"]),
@@ -234,4 +269,3 @@ class AuditRecord:
             Comparison.from_json(baseline) if baseline else None,
             data.get("estimate"),
         )
-

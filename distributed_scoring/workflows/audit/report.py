@@ -14,7 +14,14 @@ import html
 from ...io import schema as S
 from .baseline import IMPROVEMENT, INSUFFICIENT, OVERALL, REGRESSION, Check, Comparison
 from .charts import (
-    MAX_BARS, Row, histogram_chart, partition_chart, partition_rows, positionwise_chart, ratio_chart, scope_checks,
+    MAX_BARS,
+    Row,
+    histogram_chart,
+    partition_chart,
+    partition_rows,
+    positionwise_chart,
+    ratio_chart,
+    scope_checks,
     scope_row,
 )
 from .records import AuditRecord, Cutoff, Histogram, Listed, Outliers, Positionwise, ScopeFigures
@@ -112,13 +119,18 @@ def _estimate(estimate: dict | None) -> str:
     if estimate is None:
         return ""
     heldout = estimate.get("heldout") or {}
-    error = (f"held-out agreement with the teacher: Pearson {_num(heldout.get('pearson'))}, RMSE "
-             f"{_num(heldout.get('rmse'))} nats per sentence on {heldout.get('rows')} rows" if heldout else
-             "no held-out figures recorded")
-    return (f"<div class='verdict none'><h2>Estimate: scored by a maskless student ({_e(str(estimate.get('target')))}), "
-            f"not by the PLL</h2><ul><li>student {_e(str(estimate.get('student')))} of teacher "
-            f"{_e(str(estimate.get('teacher')))}; {_e(error)}</li><li>{_e(str(estimate.get('out_of_range')))} rows "
-            f"predicted outside the student's training range</li><li>{_e(estimate['note'])}</li></ul></div>")
+    error = (
+        f"held-out agreement with the teacher: Pearson {_num(heldout.get('pearson'))}, RMSE "
+        f"{_num(heldout.get('rmse'))} nats per sentence on {heldout.get('rows')} rows"
+        if heldout
+        else "no held-out figures recorded"
+    )
+    return (
+        f"<div class='verdict none'><h2>Estimate: scored by a maskless student ({_e(str(estimate.get('target')))}), "
+        f"not by the PLL</h2><ul><li>student {_e(str(estimate.get('student')))} of teacher "
+        f"{_e(str(estimate.get('teacher')))}; {_e(error)}</li><li>{_e(str(estimate.get('out_of_range')))} rows "
+        f"predicted outside the student's training range</li><li>{_e(estimate['note'])}</li></ul></div>"
+    )
 
 
 def _verdict(comparison: Comparison | None) -> str:
@@ -140,8 +152,10 @@ def _verdict(comparison: Comparison | None) -> str:
     ]
     if comparison.signature_mismatch:
         items.append(f"<li>{_e(comparison.signature_mismatch)}</li>")
-    for label, names in (("new partitions", comparison.new_partitions),
-                         ("vanished partitions", comparison.vanished_partitions)):
+    for label, names in (
+        ("new partitions", comparison.new_partitions),
+        ("vanished partitions", comparison.vanished_partitions),
+    ):
         if names:
             items.append(f"<li>{label} (not judged): {_e(', '.join(names))}</li>")
     items.append(f"<li>baseline: {_e(comparison.source)}</li>")
@@ -164,22 +178,33 @@ def _changes(comparison: Comparison | None) -> list[str]:
         "counts as none; an interval that crosses a band edge cannot tell (insufficient data). Methods: "
         f"{_e('; '.join(comparison.methods))}. Seed {t.seed}.</p>"
     )
-    return ["<h2>Changes against the baseline</h2>", note, _img(ratio_chart(comparison), "PPPL ratio per scope"),
-            _verdict_table(comparison)]
+    return [
+        "<h2>Changes against the baseline</h2>",
+        note,
+        _img(ratio_chart(comparison), "PPPL ratio per scope"),
+        _verdict_table(comparison),
+    ]
 
 
 def _verdict_table(comparison: Comparison) -> str:
-    head = ("<tr><th>scope</th><th>rows (baseline → now)</th><th>baseline PPPL</th><th>PPPL</th><th>ratio</th>"
-            "<th>interval</th><th>error-rate change (points)</th><th>paired</th><th>verdict</th><th>why</th></tr>")
+    head = (
+        "<tr><th>scope</th><th>rows (baseline → now)</th><th>baseline PPPL</th><th>PPPL</th><th>ratio</th>"
+        "<th>interval</th><th>error-rate change (points)</th><th>paired</th><th>verdict</th><th>why</th></tr>"
+    )
     return f"<table>{head}{''.join(_verdict_row(c) for c in scope_checks(comparison))}</table>"
 
 
 def _verdict_row(c: Check) -> str:
     ratio = "–" if c.pppl_ratio is None else f"{c.pppl_ratio:.4f}"
     interval = "–" if c.pppl_ratio is None else f"{c.pppl_ratio_low:.4f} – {c.pppl_ratio_high:.4f}"
-    error = "–" if c.error_rate_change is None else (
-        f"{c.error_rate_change * 100:+.2f} [{c.error_rate_change_low * 100:+.2f}, "
-        f"{c.error_rate_change_high * 100:+.2f}]")
+    error = (
+        "–"
+        if c.error_rate_change is None
+        else (
+            f"{c.error_rate_change * 100:+.2f} [{c.error_rate_change_low * 100:+.2f}, "
+            f"{c.error_rate_change_high * 100:+.2f}]"
+        )
+    )
     return (
         f"<tr class='{_CSS_CLASS.get(c.status, '')}'><td>{_e(c.name)}</td>"
         f"<td class='num'>{_e(c.baseline_rows if c.baseline_rows is not None else '–')} → "
@@ -213,9 +238,13 @@ def _partition_table(audit: AuditRecord, comparison: Comparison | None) -> str:
     head = "<tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr>"
     body = [_table_row(overall, "overall", comparison is not None)]
     body += [_table_row(r, _CSS_CLASS.get(r.status, ""), comparison is not None) for r in rows]
-    more = "" if len(rows) <= MAX_BARS else (
-        f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: "
-        "regressed and most changed first.</p>"
+    more = (
+        ""
+        if len(rows) <= MAX_BARS
+        else (
+            f"<p class='note'>The chart shows {MAX_BARS} of {len(rows)} partitions: "
+            "regressed and most changed first.</p>"
+        )
     )
     return f"{more}<table>{head}{''.join(body)}</table>"
 
@@ -225,7 +254,8 @@ def _table_row(r: Row, css: str, compared: bool) -> str:
     cells = [f"<td>{_e(r.name)}</td>", *(_figure_cells(f) if f else ["<td class='num'>–</td>"] * 6)]
     if compared:
         cells += [
-            f"<td class='num'>{_num(r.baseline)}</td>", f"<td class='num'>{_pct(r.change, signed=True)}</td>",
+            f"<td class='num'>{_num(r.baseline)}</td>",
+            f"<td class='num'>{_pct(r.change, signed=True)}</td>",
             f"<td title='{_e('; '.join(r.reasons))}'>{_e(r.status)}</td>",
         ]
     return f"<tr class='{_e(css)}'>{''.join(cells)}</tr>"
@@ -233,8 +263,12 @@ def _table_row(r: Row, css: str, compared: bool) -> str:
 
 def _figure_cells(f: ScopeFigures) -> list[str]:
     return [
-        _td(f.rows), _td(f.errors), f"<td class='num'>{_pct(f.error_rate)}</td>",
-        f"<td class='num'>{_num(f.pppl_token)}</td>", f"<td class='num'>{_num(f.pppl_word)}</td>", _td(f.outliers),
+        _td(f.rows),
+        _td(f.errors),
+        f"<td class='num'>{_pct(f.error_rate)}</td>",
+        f"<td class='num'>{_num(f.pppl_token)}</td>",
+        f"<td class='num'>{_num(f.pppl_word)}</td>",
+        _td(f.outliers),
     ]
 
 
@@ -272,7 +306,8 @@ def _outlier_table(outliers: Outliers) -> str:
     cutoffs = "; ".join(
         f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}"
         + (f" (the floor: {c.measured_sigma:.4f} measured)" if _floored(c) else "")
-        + f", above {c.high:.3f}" + (f" or below {c.low:.3f}" if c.low is not None else "")
+        + f", above {c.high:.3f}"
+        + (f" or below {c.low:.3f}" if c.low is not None else "")
         for name, c in list(outliers.cutoffs.items())[:5]
     )
     floor = f", sigma at least {rule.min_sigma:g} nats per token" if rule.min_sigma else ""
@@ -284,8 +319,10 @@ def _outlier_table(outliers: Outliers) -> str:
     )
     if not outliers.listed:
         return intro
-    head = "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>tokens</th>" \
-           "<th>hardest token (t, nats)</th><th>text</th></tr>"
+    head = (
+        "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>tokens</th>"
+        "<th>hardest token (t, nats)</th><th>text</th></tr>"
+    )
     body = [_outlier_row(rank, row) for rank, row in enumerate(outliers.listed, 1)]
     return f"{intro}<table>{head}{''.join(body)}</table>"
 

@@ -13,18 +13,24 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .figures import AUDIT_OUTPUTS, AuditConfig, AuditResult, run_audit
-from .baseline_io import load_baseline
 from ...config import RayOptions, RunConfig
 from ...errors import UserError
-from ...io.sources import plan_shards
 from ...io.claim import claim
+from ...io.sources import plan_shards
 from ..maskless import score_maskless
 from ..score import score
+from .baseline_io import load_baseline
+from .figures import AUDIT_OUTPUTS, AuditConfig, AuditResult, run_audit
 
 
-def audit_snapshot(config: RunConfig, ray: RayOptions | None = None, baseline: str | None = None,
-                   audit: AuditConfig = AuditConfig(), overwrite: bool = False, maskless: bool = False) -> AuditResult:
+def audit_snapshot(
+    config: RunConfig,
+    ray: RayOptions | None = None,
+    baseline: str | None = None,
+    audit: AuditConfig = AuditConfig(),
+    overwrite: bool = False,
+    maskless: bool = False,
+) -> AuditResult:
     """Score (on Ray when `ray` options are given; resuming an interrupted run) and audit; the result's
     `exit_code` is the command's. With `maskless`, `config.model` is a student folder."""
     from ...engine.model_files import TARGET_SENTENCE, read_student_info

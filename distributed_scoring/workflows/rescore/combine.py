@@ -17,8 +17,22 @@ from ...io import schema as S
 from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, SEQ_LEN, TEXT, UTT_ID, NBestError, require_references
 from .metrics import Metric
 from .outputs import (
-    BASELINE_BEST, BASELINE_HYP_ID, BEST, BEST_SCHEMA, CAUSAL_LOGP, CAUSAL_LP, CAUSAL_TOKENS, HYPOTHESES_SCHEMA,
-    LM_SCORE, MLM_LP, MLM_TOKENS, PLL, RESCORED_RANK, SEQ_LP, SPLIT, TOTAL,
+    BASELINE_BEST,
+    BASELINE_HYP_ID,
+    BEST,
+    BEST_SCHEMA,
+    CAUSAL_LOGP,
+    CAUSAL_LP,
+    CAUSAL_TOKENS,
+    HYPOTHESES_SCHEMA,
+    LM_SCORE,
+    MLM_LP,
+    MLM_TOKENS,
+    PLL,
+    RESCORED_RANK,
+    SEQ_LP,
+    SPLIT,
+    TOTAL,
 )
 
 

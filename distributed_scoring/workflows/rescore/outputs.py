@@ -119,7 +119,8 @@ def render_rescore_report(report: dict) -> str:
         "",
         f"Metric: {label}. LMs: {lms}. "
         f"Weights tuned on dev: lambda = {report['lambda']:g}, gamma = {report['gamma']:g}"
-        + "".join(f", {k} = {report[k]:g}" for k in ("mlm_alpha", "causal_alpha") if report[k] is not None) + ".",
+        + "".join(f", {k} = {report[k]:g}" for k in ("mlm_alpha", "causal_alpha") if report[k] is not None)
+        + ".",
         "",
         "| split | utterances | hypotheses | baseline | rescored | oracle | 1-best changed |",
         "|---|---:|---:|---:|---:|---:|---:|",
@@ -133,8 +134,12 @@ def render_rescore_report(report: dict) -> str:
     lines += [
         "",
         "Baseline: the sequence model's own 1-best. Oracle: in each utterance, the hypothesis with "
-        + ("the fewest word edits." if wer else "the highest sentence BLEU (corpus BLEU does not decompose over "
-           "utterances, so this oracle is approximate)."),
+        + (
+            "the fewest word edits."
+            if wer
+            else "the highest sentence BLEU (corpus BLEU does not decompose over "
+            "utterances, so this oracle is approximate)."
+        ),
         "",
         "total = score / lp_seq + lambda * [(1 - gamma) * log P / lp_causal + gamma * PLL / lp_mlm], "
         f"lp = ((5 + |W|) / 6) ** alpha, with alpha_seq = {o['seq_alpha']:g}"

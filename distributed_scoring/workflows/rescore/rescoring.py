@@ -68,8 +68,9 @@ def rescore(
         raise UserError("rescoring needs the scores of at least one LM (masked or causal)")
     options = options or RescoreOptions()
     metric = metric_for(options.metric, options.bleu_tokenize, options.bleu_lowercase)
-    splits = [Split.build(name, table, mlm, causal, options.seq_alpha, metric)
-              for name, table in zip(SPLITS, (dev, test))]
+    splits = [
+        Split.build(name, table, mlm, causal, options.seq_alpha, metric) for name, table in zip(SPLITS, (dev, test))
+    ]
     search = grid_search(splits[0], options, mlm is not None, causal is not None, metric)
     lam, gamma, alphas = search.best
     results = [split.result(lam, gamma, alphas, metric) for split in splits]
@@ -89,8 +90,14 @@ def rescore(
     )
 
 
-def _report(metric: Metric, options: RescoreOptions, search: Search, summaries: dict, seq_length: str | None,
-            lms: dict[str, bool]) -> dict:
+def _report(
+    metric: Metric,
+    options: RescoreOptions,
+    search: Search,
+    summaries: dict,
+    seq_length: str | None,
+    lms: dict[str, bool],
+) -> dict:
     """report.json's object: the tuned weights, each split's figures, the grid as searched and how to read them."""
     lam, gamma, alphas = search.best
     return {
@@ -105,11 +112,15 @@ def _report(metric: Metric, options: RescoreOptions, search: Search, summaries: 
         "lms": lms,
         "options": asdict(options),
         "seq_length": seq_length,
-        "grid": {"lambda": search.lambdas.tolist(), "gamma": search.gammas.tolist(),
-                 "alpha": [list(a) for a in search.alphas], "dev": search.grid.tolist()},
+        "grid": {
+            "lambda": search.lambdas.tolist(),
+            "gamma": search.gammas.tolist(),
+            "alpha": [list(a) for a in search.alphas],
+            "dev": search.grid.tolist(),
+        },
         "edges": search.edges,
         "tie_rule": "largest lambda, then largest gamma, then smallest alpha; within an utterance, the better "
-                    "sequence-model rank",
+        "sequence-model rank",
         "best_text_order": "utterances in order of first appearance in the N-best input",
         "signature": metric.signature(),
     }

@@ -21,20 +21,20 @@ from dataclasses import asdict, dataclass
 
 import pyarrow as pa
 
-from ...io import schema as S
 from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ...errors import UserError
+from ...io import schema as S
 from ...io.claim import claim
 from ...io.nbest import read_nbest, require_references, unique_texts
 from ...io.output import OutputDir
+from ...pipeline import runner
+from ...workloads.causal import causal_workload
+from ..maskless import score_maskless, score_unmasked
+from ..score import score
 from .combine import TextScore, text_scores
 from .outputs import OUTPUT_FILES, Rescored, write_outputs
 from .rescoring import rescore
 from .search import RescoreOptions
-from ...pipeline import runner
-from ..maskless import score_maskless, score_unmasked
-from ..score import score
-from ...workloads.causal import causal_workload
 
 logger = logging.getLogger(__name__)
 
@@ -68,9 +68,16 @@ class RescoreInputs:
     shard_rows: int = 1000
 
 
-def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None,
-                  scoring: ScoringOptions, options: RescoreOptions, ray: RayOptions | None = None,
-                  overwrite: bool = False, method: str = "pll") -> Rescored:
+def rescore_nbest(
+    inputs: RescoreInputs,
+    model: ModelSpec | None,
+    causal_model: ModelSpec | None,
+    scoring: ScoringOptions,
+    options: RescoreOptions,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    method: str = "pll",
+) -> Rescored:
     """Check every model loads, read, score the unique texts with each LM, tune on dev, apply to test,
     write the outputs. `method` says what stands for the masked LM's score: its PLL, a maskless student's
     predicted PLL (`maskless`: `model` is the student folder from `dscore train maskless`), or its
@@ -85,14 +92,23 @@ def rescore_nbest(inputs: RescoreInputs, model: ModelSpec | None, causal_model: 
     scored = [t + inputs.append for t in texts]
     sources = [p for p in (inputs.dev, inputs.test, inputs.dev_refs, inputs.test_refs) if p]
     lm_folder, scorer = SCORERS[method]
-    run = {"workload": RESCORE, **{k: v for k, v in asdict(inputs).items() if k != "output"},
-           "model": model.name if model else None, "causal_model": causal_model.name if causal_model else None,
-           "method": method}
+    run = {
+        "workload": RESCORE,
+        **{k: v for k, v in asdict(inputs).items() if k != "output"},
+        "model": model.name if model else None,
+        "causal_model": causal_model.name if causal_model else None,
+        "method": method,
+    }
     with claim(inputs.output, sources, [m.name for m in (model, causal_model) if m]) as folder:
-        folder.begin(run, folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
-                     [TEXTS, *([lm_folder] if model else []), *([CAUSAL] if causal_model else []), *OUTPUT_FILES])
+        folder.begin(
+            run,
+            folder.admit(run, overwrite, earlier=EARLIER_LAYOUT),
+            [TEXTS, *([lm_folder] if model else []), *([CAUSAL] if causal_model else []), *OUTPUT_FILES],
+        )
         started = time.monotonic()
-        texts_file = folder.write_table(TEXTS, pa.table({S.ID: [f"{i:09d}" for i in range(len(texts))], S.TEXT: scored}))
+        texts_file = folder.write_table(
+            TEXTS, pa.table({S.ID: [f"{i:09d}" for i in range(len(texts))], S.TEXT: scored})
+        )
         corpus = InputSpec((texts_file,), id_column=S.ID, shard_rows=inputs.shard_rows)
         mlm = causal = None
         if model is not None:
@@ -156,12 +172,15 @@ def _scores(output: str, texts: list[str], scored: list[str], column: str, name:
     rows = OutputDir(output).read_rows([S.ID, S.TEXT, column, S.N_TOKENS, S.STATUS, S.ERROR])
     ids, held = rows[S.ID].to_pylist(), rows[S.TEXT].to_pylist()
     keys = [int(i) if isinstance(i, str) and i.isdigit() and int(i) < len(texts) else None for i in ids]
-    wrong = [(i, h, None if k is None else scored[k]) for i, k, h in zip(ids, keys, held) if k is None or scored[k] != h]
+    wrong = [
+        (i, h, None if k is None else scored[k]) for i, k, h in zip(ids, keys, held) if k is None or scored[k] != h
+    ]
     if wrong:
         row_id, text, want = wrong[0]
         raise MixedRowsError(
             f"{output} holds {len(wrong)} row(s) of the {name} that are not this run's (e.g. id {row_id!r} scored "
-            f"{text!r}, " + (f"its hypothesis is {want!r}" if want is not None else "no hypothesis has that id")
+            f"{text!r}, "
+            + (f"its hypothesis is {want!r}" if want is not None else "no hypothesis has that id")
             + "): another run wrote into the folder; pass --overwrite to score the hypotheses afresh"
         )
     original = pa.array([texts[k] for k in keys], pa.string())

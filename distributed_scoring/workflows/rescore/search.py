@@ -51,8 +51,11 @@ class RescoreOptions:
 
         if self.metric not in METRICS:
             raise UserError(f"metric {self.metric!r} is not one of {METRICS} (wer for ASR, bleu for MT)")
-        for flag, value in (("--mlm-alpha", self.mlm_alpha), ("--causal-alpha", self.causal_alpha),
-                            ("--seq-alpha", self.seq_alpha)):
+        for flag, value in (
+            ("--mlm-alpha", self.mlm_alpha),
+            ("--causal-alpha", self.causal_alpha),
+            ("--seq-alpha", self.seq_alpha),
+        ):
             check_bounds(flag, value, 0, MAX_ALPHA)
         check_bounds("--lambda-max", self.lambda_max, 0, MAX_LAMBDA)
         check_bounds("--lambda-limit", self.lambda_limit, 0, MAX_LAMBDA)
@@ -77,8 +80,10 @@ class RescoreOptions:
         (BLEU) for every LM in use whose alpha is not given."""
         free = (mlm and self.mlm_alpha is None) or (causal and self.causal_alpha is None)
         searched = BLEU_ALPHAS if self.metric == "bleu" and free else (0.0,)
-        return [(a if self.mlm_alpha is None else self.mlm_alpha, a if self.causal_alpha is None else self.causal_alpha)
-                for a in searched]
+        return [
+            (a if self.mlm_alpha is None else self.mlm_alpha, a if self.causal_alpha is None else self.causal_alpha)
+            for a in searched
+        ]
 
 
 @dataclass(frozen=True)
@@ -103,8 +108,9 @@ def grid_search(split: Split, options: RescoreOptions, mlm: bool, causal: bool, 
     best = _pick(grid[:, :, :adopted], lambdas, gammas, alphas, metric.higher_is_better)
     while best[2] == adopted - 1 and lambdas[-1] < options.lambda_limit:
         top = lambdas[-1]
-        more = np.round(top + np.arange(1, EXTENSION_POINTS + 1) * (min(2 * top, options.lambda_limit) - top)
-                        / EXTENSION_POINTS, 10)
+        more = np.round(
+            top + np.arange(1, EXTENSION_POINTS + 1) * (min(2 * top, options.lambda_limit) - top) / EXTENSION_POINTS, 10
+        )
         lambdas = np.concatenate([lambdas, more])
         grid = np.concatenate([grid, _grid(split, more, gammas, alphas, metric)], axis=2)
         wider = _pick(grid, lambdas, gammas, alphas, metric.higher_is_better)
@@ -115,11 +121,15 @@ def grid_search(split: Split, options: RescoreOptions, mlm: bool, causal: bool, 
     edges = []
     if j == adopted - 1 and j > 0:
         if adopted == len(lambdas):
-            edges.append(f"lambda = {lambdas[j]:g} is the largest weight searched (lambda_limit) and the dev metric "
-                         "was still improving there: the best weight may lie beyond it; raise --lambda-limit")
+            edges.append(
+                f"lambda = {lambdas[j]:g} is the largest weight searched (lambda_limit) and the dev metric "
+                "was still improving there: the best weight may lie beyond it; raise --lambda-limit"
+            )
         elif grid[a, g, adopted] == grid[a, g, j]:
-            edges.append(f"lambda = {lambdas[j]:g} is the largest of the weights searched before a plateau of equally "
-                         f"good ones that goes on past it (searched up to {lambdas[-1]:g}, none better)")
+            edges.append(
+                f"lambda = {lambdas[j]:g} is the largest of the weights searched before a plateau of equally "
+                f"good ones that goes on past it (searched up to {lambdas[-1]:g}, none better)"
+            )
     if len(alphas) > 1 and a == len(alphas) - 1:
         edges.append(f"alpha = {alphas[a]} is the largest length-penalty exponent searched")
     return Search(lambdas, gammas, alphas, grid, (float(lambdas[j]), float(gammas[g]), alphas[a]), edges)
@@ -129,8 +139,9 @@ def _better(value: float, other: float, metric: Metric) -> bool:
     return value > other if metric.higher_is_better else value < other
 
 
-def _grid(split: Split, lambdas: np.ndarray, gammas: np.ndarray, alphas: list[tuple[float, float]],
-          metric: Metric) -> np.ndarray:
+def _grid(
+    split: Split, lambdas: np.ndarray, gammas: np.ndarray, alphas: list[tuple[float, float]], metric: Metric
+) -> np.ndarray:
     """(n_alpha, n_gamma, n_lambda) corpus metric of the split at every grid point."""
     out = np.empty((len(alphas), len(gammas), len(lambdas)))
     for a, pair in enumerate(alphas):
@@ -141,8 +152,9 @@ def _grid(split: Split, lambdas: np.ndarray, gammas: np.ndarray, alphas: list[tu
     return out
 
 
-def _pick(grid: np.ndarray, lambdas: np.ndarray, gammas: np.ndarray, alphas: list, higher_is_better: bool
-          ) -> tuple[int, int, int]:
+def _pick(
+    grid: np.ndarray, lambdas: np.ndarray, gammas: np.ndarray, alphas: list, higher_is_better: bool
+) -> tuple[int, int, int]:
     """Indices (alpha, gamma, lambda) of the best grid point; among exact ties the largest lambda, then the
     largest gamma, then the smallest alpha (appendix A)."""
     objective = grid if higher_is_better else -grid

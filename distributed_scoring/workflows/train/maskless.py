@@ -35,12 +35,32 @@ from ...workloads.maskless import RANGE
 from ...workloads.prepare import PLLPreparer
 from ..maskless import HELDOUT
 from .maskless_eval import (
-    RESCORE_DIR, evaluate_student, heldout_figures, parent_of, predictions_table, render_report, rescore_lists,
+    RESCORE_DIR,
+    evaluate_student,
+    heldout_figures,
+    parent_of,
+    predictions_table,
+    render_report,
+    rescore_lists,
     summary_of,
 )
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TARGET, TOKEN_TARGETS, TRAINING_OUTPUTS, TrainOptions, TrainResources,
-    fit_on_ray, heldout_rows, on_ray, read_examples, run_task, start_worker, train, training_figures,
+    DATA_HELDOUT,
+    DATA_TRAIN,
+    REPORT_FILE,
+    TARGET,
+    TOKEN_TARGETS,
+    TRAINING_OUTPUTS,
+    TrainOptions,
+    TrainResources,
+    fit_on_ray,
+    heldout_rows,
+    on_ray,
+    read_examples,
+    run_task,
+    start_worker,
+    train,
+    training_figures,
     training_fingerprint,
 )
 
@@ -79,8 +99,9 @@ class StudentOptions:
         if self.parent_separator == "":
             raise UserError("--parent-separator must be a non-empty string")
         if self.freeze_layers < 0 or not self.token_weight >= 0:
-            raise UserError(f"--freeze-layers and --token-weight must be >= 0, got {self.freeze_layers} and "
-                            f"{self.token_weight}")
+            raise UserError(
+                f"--freeze-layers and --token-weight must be >= 0, got {self.freeze_layers} and {self.token_weight}"
+            )
 
     @property
     def weights(self) -> tuple[float, float]:
@@ -127,43 +148,63 @@ def read_teacher(folder: str) -> Teacher:
         raise UserError(f"teacher folder {folder!r} does not exist: pass the --output folder of a `dscore score` run")
     files = out.row_parts()
     if not files:
-        raise UserError(f"teacher folder {folder!r} holds no scored rows ({ROWS_DIR}/*.parquet): pass the --output "
-                        "folder of a finished `dscore score` run")
+        raise UserError(
+            f"teacher folder {folder!r} holds no scored rows ({ROWS_DIR}/*.parquet): pass the --output "
+            "folder of a finished `dscore score` run"
+        )
     try:
         run = out.read_json(RUN_FILE) or {}
     except ValueError as exc:
         raise UserError(f"{folder}/{RUN_FILE} is damaged ({exc}); score the teacher again") from exc
     if run.get("workload", "pll") != "pll":
-        raise UserError(f"teacher folder {folder!r} holds a {run['workload']!r} run; the teacher must be a PLL run "
-                        "(`dscore score`)")
+        raise UserError(
+            f"teacher folder {folder!r} holds a {run['workload']!r} run; the teacher must be a PLL run (`dscore score`)"
+        )
     columns = pq.read_schema(files[0], filesystem=out.fs).names
     missing = [c for c in TEACHER_COLUMNS if c not in columns]
     if missing:
-        raise UserError(f"the teacher's rows ({files[0]}) have no {', '.join(missing)} column(s) (they have "
-                        f"{', '.join(columns)}): pass the folder of a PLL run (`dscore score`)")
+        raise UserError(
+            f"the teacher's rows ({files[0]}) have no {', '.join(missing)} column(s) (they have "
+            f"{', '.join(columns)}): pass the folder of a PLL run (`dscore score`)"
+        )
     wanted = [*TEACHER_COLUMNS, *(c for c in (*TEACHER_TOKENS, *TEACHER_CONDITIONALS) if c in columns)]
     table = pq.read_table(files, filesystem=out.fs, columns=wanted)
     usable = pc.and_(pc.equal(table[S.STATUS], S.STATUS_OK), pc.is_finite(table[S.PLL]))
     rows = table.filter(pc.fill_null(usable, False))
     if rows.num_rows == 0:
-        raise UserError(f"all {table.num_rows} rows of teacher folder {folder!r} are error rows (or have no PLL): "
-                        "nothing to learn from; check its `error` column")
+        raise UserError(
+            f"all {table.num_rows} rows of teacher folder {folder!r} are error rows (or have no PLL): "
+            "nothing to learn from; check its `error` column"
+        )
     if not out.exists(out.path(SUMMARY_FILE)):
-        logger.warning("teacher folder %s has no %s: its run may be unfinished (only the rows written are used)",
-                       folder, SUMMARY_FILE)
-    return Teacher(folder, rows.drop_columns([S.STATUS]), table.num_rows, bool(run.get("split_chars")),
-                   run.get("variant", "original"), run.get("model"))
+        logger.warning(
+            "teacher folder %s has no %s: its run may be unfinished (only the rows written are used)",
+            folder,
+            SUMMARY_FILE,
+        )
+    return Teacher(
+        folder,
+        rows.drop_columns([S.STATUS]),
+        table.num_rows,
+        bool(run.get("split_chars")),
+        run.get("variant", "original"),
+        run.get("model"),
+    )
 
 
 def check_teacher_has(teacher: Teacher, student: StudentOptions) -> None:
     """A per-token target needs the teacher's per-token terms, `distribution` its conditionals too."""
     if student.target != TARGET_SENTENCE and not teacher.has(TEACHER_TOKENS):
-        raise UserError(f"--target {student.target} needs the teacher's per-token scores, and teacher folder "
-                        f"{teacher.folder!r} has none: score it with `dscore score --per-token`")
+        raise UserError(
+            f"--target {student.target} needs the teacher's per-token scores, and teacher folder "
+            f"{teacher.folder!r} has none: score it with `dscore score --per-token`"
+        )
     if student.target == TARGET_DISTRIBUTION and not teacher.has(TEACHER_CONDITIONALS):
-        raise UserError(f"--target distribution needs the teacher's conditionals, and teacher folder {teacher.folder!r} "
-                        "has none: score it with `dscore score --per-token --conditionals K` (K >= the vocabulary "
-                        "for all of it; see docs/train.md)")
+        raise UserError(
+            f"--target distribution needs the teacher's conditionals, and teacher folder {teacher.folder!r} "
+            "has none: score it with `dscore score --per-token --conditionals K` (K >= the vocabulary "
+            "for all of it; see docs/train.md)"
+        )
 
 
 @dataclass(frozen=True)
@@ -183,46 +224,94 @@ class MasklessJob:
     batch_tokens: int | None
 
 
-def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(lr=LR),
-                   resources: TrainResources = TrainResources(), overwrite: bool = False,
-                   batch_tokens: int | None = None, student: StudentOptions = StudentOptions(),
-                   nbest: NBest | None = None, speed_sentences: int = SPEED_SENTENCES) -> dict:
+def train_maskless(
+    teacher_folder: str,
+    model: ModelSpec,
+    output: str,
+    options: TrainOptions = TrainOptions(lr=LR),
+    resources: TrainResources = TrainResources(),
+    overwrite: bool = False,
+    batch_tokens: int | None = None,
+    student: StudentOptions = StudentOptions(),
+    nbest: NBest | None = None,
+    speed_sentences: int = SPEED_SENTENCES,
+) -> dict:
     """Train a student on the teacher into `output`, evaluate it on the held-out rows; returns the report
     (also DIR/report.json and DIR/report.md). The student and the PLL engine are timed on the first
     `speed_sentences` held-out rows (at least 2). Every check that needs no model weights runs before the
     folder is touched."""
     check_bounds("--batch-tokens", batch_tokens, 1)
-    teacher, train_table, heldout_table, left_out = _read_and_split(teacher_folder, model, options, resources, student,
-                                                                    nbest, speed_sentences)
+    teacher, train_table, heldout_table, left_out = _read_and_split(
+        teacher_folder, model, options, resources, student, nbest, speed_sentences
+    )
     targets = np.asarray(train_table[TARGET].to_pylist())
     per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
-    run = training_fingerprint("maskless", model, options, {
-        "teacher": teacher_folder, "teacher_rows": teacher.digest, **asdict(student),
-        "nbest": asdict(nbest) if nbest else None})
+    run = training_fingerprint(
+        "maskless",
+        model,
+        options,
+        {
+            "teacher": teacher_folder,
+            "teacher_rows": teacher.digest,
+            **asdict(student),
+            "nbest": asdict(nbest) if nbest else None,
+        },
+    )
     inputs = [teacher_folder, *([p for p in (nbest.dev, nbest.test) if p] if nbest else [])]
     with claim_training(output, run, overwrite, inputs, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         steps = options.total_steps(train_table.num_rows)
-        meta = {"target": student.target, "teacher": teacher_folder, "teacher_model": teacher.model,
-                "teacher_variant": teacher.variant, "teacher_rows": teacher.digest, "base_model": model.name,
-                "split_chars": teacher.split_chars, RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]}}
-        job = MasklessJob(model, out.location, options, student, steps, resources.checkpoint_every,
-                          float(targets.mean()), float(targets.std()) or 1.0, meta, teacher.variant, batch_tokens)
+        meta = {
+            "target": student.target,
+            "teacher": teacher_folder,
+            "teacher_model": teacher.model,
+            "teacher_variant": teacher.variant,
+            "teacher_rows": teacher.digest,
+            "base_model": model.name,
+            "split_chars": teacher.split_chars,
+            RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]},
+        }
+        job = MasklessJob(
+            model,
+            out.location,
+            options,
+            student,
+            steps,
+            resources.checkpoint_every,
+            float(targets.mean()),
+            float(targets.std()) or 1.0,
+            meta,
+            teacher.variant,
+            batch_tokens,
+        )
         evaluation, rescored = _train_and_evaluate(folder, job, resources, heldout_path, nbest, speed_sentences)
         predictions = predictions_table(heldout_table, evaluation)
         folder.write_table(PREDICTIONS_FILE, predictions)
         heldout = heldout_figures(heldout_table, train_table, predictions, student.parent_separator)
         folder.write_json(STUDENT_FILE, {**out.read_json(STUDENT_FILE), HELDOUT: summary_of(heldout)})
         report = {
-            "command": "train maskless", "target": student.target, "teacher": teacher_folder,
-            "teacher_model": teacher.model, "model": model.name, "output": output,
-            "rows": {"teacher": teacher.total, "usable": teacher.rows.num_rows, "train": train_table.num_rows,
-                     "heldout": heldout_table.num_rows, "left_out_over_max_length": left_out},
-            "training": {**training_figures(out, steps, options, LOSSES[student.target]),
-                         "target_mean": job.mean, "target_std": job.std, **asdict(student),
-                         "training_range": meta[RANGE]},
+            "command": "train maskless",
+            "target": student.target,
+            "teacher": teacher_folder,
+            "teacher_model": teacher.model,
+            "model": model.name,
+            "output": output,
+            "rows": {
+                "teacher": teacher.total,
+                "usable": teacher.rows.num_rows,
+                "train": train_table.num_rows,
+                "heldout": heldout_table.num_rows,
+                "left_out_over_max_length": left_out,
+            },
+            "training": {
+                **training_figures(out, steps, options, LOSSES[student.target]),
+                "target_mean": job.mean,
+                "target_std": job.std,
+                **asdict(student),
+                "training_range": meta[RANGE],
+            },
             "heldout": heldout,
             "rescoring": rescored,
             "speed": evaluation["speed"],
@@ -232,9 +321,15 @@ def train_maskless(teacher_folder: str, model: ModelSpec, output: str, options: 
     return report
 
 
-def _read_and_split(teacher_folder: str, model: ModelSpec, options: TrainOptions, resources: TrainResources,
-                    student: StudentOptions, nbest: NBest | None, speed_sentences: int
-                    ) -> tuple[Teacher, pa.Table, pa.Table, int]:
+def _read_and_split(
+    teacher_folder: str,
+    model: ModelSpec,
+    options: TrainOptions,
+    resources: TrainResources,
+    student: StudentOptions,
+    nbest: NBest | None,
+    speed_sentences: int,
+) -> tuple[Teacher, pa.Table, pa.Table, int]:
     """(teacher, training table, held-out table, training rows left out as too long): the teacher read and
     split by `_split`, after every check of the inputs that needs no model weights, before the folder is touched."""
     from ...engine.model_files import load_tokenizer
@@ -242,31 +337,45 @@ def _read_and_split(teacher_folder: str, model: ModelSpec, options: TrainOptions
     teacher = read_teacher(teacher_folder)
     check_teacher_has(teacher, student)
     tokenizer, model_max = load_tokenizer(model)
-    train_table, heldout_table, left_out = _split(teacher, PLLPreparer(tokenizer, model_max, teacher.split_chars),
-                                                  options, student)
+    train_table, heldout_table, left_out = _split(
+        teacher, PLLPreparer(tokenizer, model_max, teacher.split_chars), options, student
+    )
     if heldout_table.num_rows < MIN_HELDOUT:
-        raise UserError(f"the held-out split has {heldout_table.num_rows} of {teacher.rows.num_rows} usable teacher rows; "
-                        f"a correlation needs at least {MIN_HELDOUT}: raise --heldout or score more rows")
+        raise UserError(
+            f"the held-out split has {heldout_table.num_rows} of {teacher.rows.num_rows} usable teacher rows; "
+            f"a correlation needs at least {MIN_HELDOUT}: raise --heldout or score more rows"
+        )
     if train_table.num_rows < max(options.batch_size, resources.num_workers):
-        raise UserError(f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
-                        f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
-                        "workers: lower --batch-size, raise --max-length or score more rows")
+        raise UserError(
+            f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
+            f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
+            "workers: lower --batch-size, raise --max-length or score more rows"
+        )
     if nbest is not None:
         _check_nbest(nbest)
     if speed_sentences < 2:
-        raise UserError(f"--speed-sentences must be at least 2 (one untimed warm-up call takes two), got {speed_sentences}")
+        raise UserError(
+            f"--speed-sentences must be at least 2 (one untimed warm-up call takes two), got {speed_sentences}"
+        )
     return teacher, train_table, heldout_table, left_out
 
 
-def _train_and_evaluate(folder: Claim, job: MasklessJob, resources: TrainResources, heldout_path: str,
-                        nbest: NBest | None, speed_sentences: int) -> tuple[dict, dict | None]:
+def _train_and_evaluate(
+    folder: Claim,
+    job: MasklessJob,
+    resources: TrainResources,
+    heldout_path: str,
+    nbest: NBest | None,
+    speed_sentences: int,
+) -> tuple[dict, dict | None]:
     """(evaluation, rescoring figures or None): the student trained on Ray Train into the held folder, then
     evaluated on the held-out rows and, given N-best lists, used to rescore them, each in a Ray task."""
     with on_ray(resources):
         fit_on_ray(maskless_worker, job, resources, folder.out)
         folder.record_new()  # the student worker 0 saved
-        evaluation = run_task(evaluate_student, resources, job, heldout_path, resources.cpus_per_worker,
-                              speed_sentences)
+        evaluation = run_task(
+            evaluate_student, resources, job, heldout_path, resources.cpus_per_worker, speed_sentences
+        )
         if nbest:
             folder.record(RESCORE_DIR)  # before the task's rescoring runs write there
         rescored = run_task(rescore_lists, resources, job, nbest, resources.cpus_per_worker) if nbest else None
@@ -280,8 +389,9 @@ LOSSES = {
 }
 
 
-def _split(teacher: Teacher, preparer: PLLPreparer, options: TrainOptions,
-           student: StudentOptions) -> tuple[pa.Table, pa.Table, int]:
+def _split(
+    teacher: Teacher, preparer: PLLPreparer, options: TrainOptions, student: StudentOptions
+) -> tuple[pa.Table, pa.Table, int]:
     """(training table, held-out table, training rows left out as longer than --max-length), tokenised, the
     split by (parent) id. Held-out rows are kept whatever their length (the student reads up to the model's
     maximum). The tokenizer must give each row the tokens the teacher scored."""
@@ -305,8 +415,15 @@ def _split(teacher: Teacher, preparer: PLLPreparer, options: TrainOptions,
     if student.target == TARGET_DISTRIBUTION:
         train_columns.update({c: c for c in TEACHER_CONDITIONALS})
     train = train.select(list(train_columns)).rename_columns(list(train_columns.values()))
-    heldout_columns = [S.ID, S.TEXT, S.PLL, S.INPUT_IDS, S.TARGETS, S.PIECE_WORDS,
-                       *([S.TOKEN_LOGPROBS] if teacher.has(TEACHER_TOKENS) else [])]
+    heldout_columns = [
+        S.ID,
+        S.TEXT,
+        S.PLL,
+        S.INPUT_IDS,
+        S.TARGETS,
+        S.PIECE_WORDS,
+        *([S.TOKEN_LOGPROBS] if teacher.has(TEACHER_TOKENS) else []),
+    ]
     return train, table.filter(pa.array(held & fits)).select(heldout_columns), int((~held & fits & ~short).sum())
 
 
@@ -320,30 +437,38 @@ def _check_tokens(teacher: Teacher, preparer: PLLPreparer, prepared: list) -> No
             continue
         mine = preparer.tokenizer.convert_ids_to_tokens([p.input_ids[t] for t in p.targets])
         if len(mine) != count or (scored is not None and mine != scored):
-            raise UserError(f"row {row_id!r}: the teacher scored {count} tokens ({' '.join((scored or [])[:8])} ...), "
-                            f"--model's tokenizer gives {len(mine)} ({' '.join(mine[:8])} ...): a student must use its "
-                            "teacher's tokenizer; pass the teacher's model (or one fine-tuned from it) as --model")
+            raise UserError(
+                f"row {row_id!r}: the teacher scored {count} tokens ({' '.join((scored or [])[:8])} ...), "
+                f"--model's tokenizer gives {len(mine)} ({' '.join(mine[:8])} ...): a student must use its "
+                "teacher's tokenizer; pass the teacher's model (or one fine-tuned from it) as --model"
+            )
 
 
 def _check_nbest(nbest: NBest) -> None:
     for name, path in (("--nbest-dev", nbest.dev), ("--nbest-test", nbest.test)):
         if not OutputDir(path).exists(path):
-            raise UserError(f"{name} {path!r} does not exist: pass an N-best list (JSONL, Parquet or ESPnet JSON, "
-                            "as `dscore rescore` reads it)")
+            raise UserError(
+                f"{name} {path!r} does not exist: pass an N-best list (JSONL, Parquet or ESPnet JSON, "
+                "as `dscore rescore` reads it)"
+            )
 
 
 def maskless_worker(config: dict) -> None:
     """One Ray Train worker: the student trained on the training split; worker 0 writes it into DIR."""
-    from ...engine.maskless import regressor_for, save_student
     from ...engine.masked_lm import load_masked_lm
+    from ...engine.maskless import regressor_for, save_student
     from ...engine.training import SentenceObjective, TokenObjective, freeze_lower
 
     job: MasklessJob = config["job"]
     worker = start_worker(config)
     mlm = load_masked_lm(replace(job.model, device=worker.device))
     freeze_lower(mlm.model, job.student.freeze_layers)
-    regressor = regressor_for(mlm, job.mean, job.std, job.options.seed) if job.student.target == TARGET_SENTENCE else None
-    objective = SentenceObjective(regressor, mlm) if regressor is not None else TokenObjective(mlm, *job.student.weights)
+    regressor = (
+        regressor_for(mlm, job.mean, job.std, job.options.seed) if job.student.target == TARGET_SENTENCE else None
+    )
+    objective = (
+        SentenceObjective(regressor, mlm) if regressor is not None else TokenObjective(mlm, *job.student.weights)
+    )
     train(objective, read_examples(join(job.location, DATA_TRAIN)), job, worker, "maskless")
     if worker.rank == 0:
         save_student(mlm, job.location, job.meta, regressor)

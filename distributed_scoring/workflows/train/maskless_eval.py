@@ -41,17 +41,20 @@ def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float, speed_sen
     the PLL engine timed on the first `speed_sentences` of them in this process (a Ray task: imports torch)."""
     import torch
 
-    from ...engine.maskless import MasklessEngine, load_student, unmasked_scorer
-    from ...engine.masking import Sentence
     from ...engine.masked_lm import load_masked_lm
+    from ...engine.masking import Sentence
+    from ...engine.maskless import MasklessEngine, load_student, unmasked_scorer
     from ...engine.pll import PLLEngine
 
     set_threads(cpus)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     table = pq.read_table(heldout_path)
-    sentences = [Sentence(np.asarray(i, dtype=np.int64), np.asarray(t, dtype=np.int64), np.asarray(w, dtype=np.int64))
-                 for i, t, w in zip(table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(),
-                                    table[S.PIECE_WORDS].to_pylist())]
+    sentences = [
+        Sentence(np.asarray(i, dtype=np.int64), np.asarray(t, dtype=np.int64), np.asarray(w, dtype=np.int64))
+        for i, t, w in zip(
+            table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(), table[S.PIECE_WORDS].to_pylist()
+        )
+    ]
     student = MasklessEngine(load_student(replace(job.model, name=job.location, device=device)), job.batch_tokens)
     unmasked = MasklessEngine(unmasked_scorer(replace(job.model, device=device)), job.batch_tokens)
     predictions = {who: engine.predict(sentences) for who, engine in (("student", student), ("unmasked", unmasked))}
@@ -59,17 +62,29 @@ def evaluate_student(job: MasklessJob, heldout_path: str, cpus: float, speed_sen
     k = min(speed_sentences, len(sentences))
     student_s = _timed(student.predict, sentences[:k])
     teacher_s = _timed(teacher.token_logprobs, sentences[:k])
-    return {**{who: {"pll": [p.pll for p in values],
-                     "tokens": [p.token_logprobs.tolist() for p in values] if values[0].token_logprobs is not None else None}
-               for who, values in predictions.items()},
-            "speed": {
-                "sentences": k, "device": device, "threads": torch.get_num_threads(),
-                "load_average": os.getloadavg()[0], "batch_tokens": student.budget.tokens, "pll_variant": job.variant,
-                "mean_tokens": float(np.mean([len(s.input_ids) for s in sentences[:k]])),
-                "student_sentences_per_s": k / student_s, "pll_sentences_per_s": k / teacher_s,
-                "speedup": teacher_s / student_s,
-                "note": "timed inside the training job: a busy machine (see load_average) lowers both; "
-                        "benchmarks/maskless_speed.py times them on a quiet one"}}
+    return {
+        **{
+            who: {
+                "pll": [p.pll for p in values],
+                "tokens": [p.token_logprobs.tolist() for p in values] if values[0].token_logprobs is not None else None,
+            }
+            for who, values in predictions.items()
+        },
+        "speed": {
+            "sentences": k,
+            "device": device,
+            "threads": torch.get_num_threads(),
+            "load_average": os.getloadavg()[0],
+            "batch_tokens": student.budget.tokens,
+            "pll_variant": job.variant,
+            "mean_tokens": float(np.mean([len(s.input_ids) for s in sentences[:k]])),
+            "student_sentences_per_s": k / student_s,
+            "pll_sentences_per_s": k / teacher_s,
+            "speedup": teacher_s / student_s,
+            "note": "timed inside the training job: a busy machine (see load_average) lowers both; "
+            "benchmarks/maskless_speed.py times them on a quiet one",
+        },
+    }
 
 
 def _timed(work, items: list) -> float:
@@ -97,43 +112,66 @@ def heldout_figures(heldout: pa.Table, train: pa.Table, predictions: pa.Table, s
     teacher = np.asarray(heldout[S.PLL].to_pylist())
     tokens = np.asarray([len(t) for t in heldout[S.TARGETS].to_pylist()], dtype=np.float64)
     train_tokens = np.asarray([len(t) for t in train[S.TARGETS].to_pylist()], dtype=np.float64)
-    slope, intercept = np.polyfit(train_tokens, np.asarray(train[TARGET].to_pylist()), 1) \
-        if np.ptp(train_tokens) > 0 else (0.0, float(np.mean(train[TARGET].to_pylist())))
+    slope, intercept = (
+        np.polyfit(train_tokens, np.asarray(train[TARGET].to_pylist()), 1)
+        if np.ptp(train_tokens) > 0
+        else (0.0, float(np.mean(train[TARGET].to_pylist())))
+    )
     pairs = mutant_pairs(heldout[S.ID].to_pylist(), separator)
     terms = heldout[S.TOKEN_LOGPROBS].to_pylist() if S.TOKEN_LOGPROBS in heldout.column_names else None
     scorers = {
-        "student": (np.asarray(predictions[PREDICTED].to_pylist()),
-                    predictions[PREDICTED_TOKENS].to_pylist() if PREDICTED_TOKENS in predictions.column_names else None),
+        "student": (
+            np.asarray(predictions[PREDICTED].to_pylist()),
+            predictions[PREDICTED_TOKENS].to_pylist() if PREDICTED_TOKENS in predictions.column_names else None,
+        ),
         "unmasked": (np.asarray(predictions[UNMASKED_PLL].to_pylist()), predictions[UNMASKED_TOKENS].to_pylist()),
         "length_baseline": (intercept + slope * tokens, None),
     }
-    figures = {name: agreement(teacher, predicted, tokens, terms, predicted_terms, pairs)
-               for name, (predicted, predicted_terms) in scorers.items()}
+    figures = {
+        name: agreement(teacher, predicted, tokens, terms, predicted_terms, pairs)
+        for name, (predicted, predicted_terms) in scorers.items()
+    }
     return {"rows": len(teacher), "teacher_std": float(np.std(teacher)), "mutant_pairs": len(pairs), **figures}
 
 
-def agreement(teacher: np.ndarray, predicted: np.ndarray, tokens: np.ndarray, terms: list | None,
-              predicted_terms: list | None, pairs: list[tuple[int, int]]) -> dict:
+def agreement(
+    teacher: np.ndarray,
+    predicted: np.ndarray,
+    tokens: np.ndarray,
+    terms: list | None,
+    predicted_terms: list | None,
+    pairs: list[tuple[int, int]],
+) -> dict:
     """One scorer against the teacher: Pearson and Spearman of the PLL and of the PLL per token, RMSE and MAE
     (nats), the per-token terms pooled over every held-out token (per-token scorers), the mutant-minus-parent
     differences, and how many predictions are above 0 (none can be)."""
     out = {
-        "pearson": pearson(teacher, predicted), "spearman": spearman(teacher, predicted),
+        "pearson": pearson(teacher, predicted),
+        "spearman": spearman(teacher, predicted),
         "pearson_per_token": pearson(teacher / tokens, predicted / tokens),
         "spearman_per_token": spearman(teacher / tokens, predicted / tokens),
-        "rmse": float(np.sqrt(np.mean((predicted - teacher) ** 2))), "mae": float(np.mean(np.abs(predicted - teacher))),
+        "rmse": float(np.sqrt(np.mean((predicted - teacher) ** 2))),
+        "mae": float(np.mean(np.abs(predicted - teacher))),
         "above_zero": int((predicted > 0).sum()),
     }
     if terms is not None and predicted_terms is not None:
         a, b = np.concatenate([np.asarray(t) for t in terms]), np.concatenate([np.asarray(t) for t in predicted_terms])
-        out["token_terms"] = {"tokens": len(a), "pearson": pearson(a, b), "spearman": spearman(a, b),
-                              "rmse": float(np.sqrt(np.mean((a - b) ** 2)))}
+        out["token_terms"] = {
+            "tokens": len(a),
+            "pearson": pearson(a, b),
+            "spearman": spearman(a, b),
+            "rmse": float(np.sqrt(np.mean((a - b) ** 2))),
+        }
     if pairs:
         mutant, parent = np.array(pairs).T
         a, b = teacher[mutant] - teacher[parent], predicted[mutant] - predicted[parent]
-        out["mutant_minus_parent"] = {"pairs": len(pairs), "pearson": pearson(a, b), "spearman": spearman(a, b),
-                                      "rmse": float(np.sqrt(np.mean((a - b) ** 2))),
-                                      "sign_agreement": float(np.mean(np.sign(a) == np.sign(b)))}
+        out["mutant_minus_parent"] = {
+            "pairs": len(pairs),
+            "pearson": pearson(a, b),
+            "spearman": spearman(a, b),
+            "rmse": float(np.sqrt(np.mean((a - b) ** 2))),
+            "sign_agreement": float(np.mean(np.sign(a) == np.sign(b))),
+        }
     return out
 
 
@@ -142,29 +180,39 @@ def mutant_pairs(ids: list[str], separator: str | None) -> list[tuple[int, int]]
     if not separator:
         return []
     index = {row_id: i for i, row_id in enumerate(ids)}
-    return [(i, index[parent_of(row_id, separator)]) for i, row_id in enumerate(ids)
-            if parent_of(row_id, separator) != row_id and parent_of(row_id, separator) in index]
+    return [
+        (i, index[parent_of(row_id, separator)])
+        for i, row_id in enumerate(ids)
+        if parent_of(row_id, separator) != row_id and parent_of(row_id, separator) in index
+    ]
 
 
 def summary_of(heldout: dict) -> dict:
     """What maskless.json (and a run scored with the student) keeps of the held-out figures."""
     student = heldout["student"]
     keep = ("pearson", "spearman", "rmse", "mae", "pearson_per_token")
-    return {"rows": heldout["rows"], "teacher_std": heldout["teacher_std"], **{k: student[k] for k in keep},
-            "mutant_minus_parent_spearman": student.get("mutant_minus_parent", {}).get("spearman")}
+    return {
+        "rows": heldout["rows"],
+        "teacher_std": heldout["teacher_std"],
+        **{k: student[k] for k in keep},
+        "mutant_minus_parent_spearman": student.get("mutant_minus_parent", {}).get("spearman"),
+    }
 
 
 def rescore_lists(job: MasklessJob, nbest: NBest, cpus: float) -> dict:
     """The N-best lists rescored with the teacher's PLL, the student and `unmasked`, into DIR/rescore/<who>:
     resumable `dscore rescore` runs, in this process (a Ray task, as the evaluation: three small scoring
     runs cost less here than three Ray Data pipelines); each one's lambda and dev and test figures."""
-    from ..rescore.search import RescoreOptions
     from ..rescore.run import RescoreInputs, rescore_nbest
+    from ..rescore.search import RescoreOptions
 
     set_threads(cpus)
     scoring = ScoringOptions(job.variant, job.batch_tokens, split_chars=bool(job.meta["split_chars"]))
-    scorers = {"teacher": (job.model, "pll"), "student": (replace(job.model, name=job.location), "maskless"),
-               "unmasked": (job.model, "unmasked")}
+    scorers = {
+        "teacher": (job.model, "pll"),
+        "student": (replace(job.model, name=job.location), "maskless"),
+        "unmasked": (job.model, "unmasked"),
+    }
     figures = {}
     for who, (model, method) in scorers.items():
         inputs = RescoreInputs(nbest.dev, nbest.test, join(job.location, f"{RESCORE_DIR}/{who}"))
@@ -200,24 +248,41 @@ def render_report(report: dict) -> str:
     def number(value: float | None, digits: int = 3) -> str:
         return "" if value is None else f"{value:.{digits}f}"
 
-    lines = [f"# Maskless student (`{report['target']}`) of {report['teacher_model'] or report['teacher']}", "",
-             f"{report['rows']['train']} training rows, {t['steps']} steps of {t['batch_size']}; {h['rows']} held-out "
-             f"rows ({h['mutant_pairs']} mutant-parent pairs); teacher PLL std {h['teacher_std']:.2f} nats.", "",
-             "| scorer | Pearson | Spearman | Pearson per token | RMSE (nats) | token terms r | "
-             "mutant - parent rho | above 0 |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"# Maskless student (`{report['target']}`) of {report['teacher_model'] or report['teacher']}",
+        "",
+        f"{report['rows']['train']} training rows, {t['steps']} steps of {t['batch_size']}; {h['rows']} held-out "
+        f"rows ({h['mutant_pairs']} mutant-parent pairs); teacher PLL std {h['teacher_std']:.2f} nats.",
+        "",
+        "| scorer | Pearson | Spearman | Pearson per token | RMSE (nats) | token terms r | "
+        "mutant - parent rho | above 0 |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name in ("student", "unmasked", "length_baseline"):
         f = h[name]
-        lines.append(f"| {name} | {number(f['pearson'])} | {number(f['spearman'])} | {number(f['pearson_per_token'])} | "
-                     f"{number(f['rmse'], 2)} | {number(f.get('token_terms', {}).get('pearson'))} | "
-                     f"{number(f.get('mutant_minus_parent', {}).get('spearman'))} | {f['above_zero']} |")
+        lines.append(
+            f"| {name} | {number(f['pearson'])} | {number(f['spearman'])} | {number(f['pearson_per_token'])} | "
+            f"{number(f['rmse'], 2)} | {number(f.get('token_terms', {}).get('pearson'))} | "
+            f"{number(f.get('mutant_minus_parent', {}).get('spearman'))} | {f['above_zero']} |"
+        )
     if report["rescoring"]:
         r = report["rescoring"]
-        lines += ["", f"## N-best rescoring ({r['metric']}, test)", "", "| scorer | baseline | rescored | oracle | lambda |",
-                  "|---|---:|---:|---:|---:|"]
-        lines += [f"| {who} | {r[who]['test']['baseline']:.4f} | {r[who]['test']['rescored']:.4f} | "
-                  f"{r[who]['test']['oracle']:.4f} | {r[who]['lambda']:.2f} |" for who in ("teacher", "student", "unmasked")]
-    lines += ["", f"Speed ({s['device']}, {s['threads']} threads, load average {s['load_average']:.1f}, {s['sentences']} "
-              f"held-out rows of {s['mean_tokens']:.0f} tokens): student {s['student_sentences_per_s']:.2f} rows/s, "
-              f"PLL {s['pll_sentences_per_s']:.2f} rows/s, {s['speedup']:.1f}x."]
+        lines += [
+            "",
+            f"## N-best rescoring ({r['metric']}, test)",
+            "",
+            "| scorer | baseline | rescored | oracle | lambda |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {who} | {r[who]['test']['baseline']:.4f} | {r[who]['test']['rescored']:.4f} | "
+            f"{r[who]['test']['oracle']:.4f} | {r[who]['lambda']:.2f} |"
+            for who in ("teacher", "student", "unmasked")
+        ]
+    lines += [
+        "",
+        f"Speed ({s['device']}, {s['threads']} threads, load average {s['load_average']:.1f}, {s['sentences']} "
+        f"held-out rows of {s['mean_tokens']:.0f} tokens): student {s['student_sentences_per_s']:.2f} rows/s, "
+        f"PLL {s['pll_sentences_per_s']:.2f} rows/s, {s['speedup']:.1f}x.",
+    ]
     return "\n".join(lines) + "\n"

@@ -29,8 +29,20 @@ from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import PLLPreparer
 from .run import (
-    DATA_HELDOUT, DATA_TRAIN, REPORT_FILE, TRAINING_OUTPUTS, TrainOptions, TrainResources, fit_on_ray, heldout_rows,
-    on_ray, read_examples, start_worker, train, training_figures, training_fingerprint,
+    DATA_HELDOUT,
+    DATA_TRAIN,
+    REPORT_FILE,
+    TRAINING_OUTPUTS,
+    TrainOptions,
+    TrainResources,
+    fit_on_ray,
+    heldout_rows,
+    on_ray,
+    read_examples,
+    start_worker,
+    train,
+    training_figures,
+    training_fingerprint,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,12 +63,18 @@ class Corpus:
 
     @property
     def digest(self) -> str:
-        return hashlib.sha256("\n".join(f"{i}\t{t}" for i, t in zip(self.rows[S.ID].to_pylist(),
-                                                                     self.rows[S.TEXT].to_pylist())).encode()).hexdigest()
+        return hashlib.sha256(
+            "\n".join(f"{i}\t{t}" for i, t in zip(self.rows[S.ID].to_pylist(), self.rows[S.TEXT].to_pylist())).encode()
+        ).hexdigest()
 
 
-def read_corpus(paths: tuple[str, ...], text_column: str = "text", id_column: str | None = None,
-                split_chars: bool = False, allow_duplicate_ids: bool = False) -> Corpus:
+def read_corpus(
+    paths: tuple[str, ...],
+    text_column: str = "text",
+    id_column: str | None = None,
+    split_chars: bool = False,
+    allow_duplicate_ids: bool = False,
+) -> Corpus:
     """The readable rows of the inputs (as `dscore score` reads them; ids default to file:line, and the
     held-out split hashes them: repeated ids are refused unless `allow_duplicate_ids`, and then go to one
     split together); none readable is an error."""
@@ -84,9 +102,16 @@ class PMLMJob:
     batch_tokens: int | None
 
 
-def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOptions = TrainOptions(lr=LR),
-               resources: TrainResources = TrainResources(), overwrite: bool = False, batch_tokens: int | None = None,
-               orders: int = 1) -> dict:
+def train_pmlm(
+    corpus: Corpus,
+    model: ModelSpec,
+    output: str,
+    options: TrainOptions = TrainOptions(lr=LR),
+    resources: TrainResources = TrainResources(),
+    overwrite: bool = False,
+    batch_tokens: int | None = None,
+    orders: int = 1,
+) -> dict:
     """Continue training `model` with u-PMLM on the corpus into `output` (a model folder `dscore score
     --model` loads); returns the report (also DIR/report.json) with held-out perplexities before and after."""
     from ...engine.model_files import load_tokenizer
@@ -99,12 +124,23 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
     if heldout_table.num_rows == 0:
         raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
     if train_table.num_rows < max(options.batch_size, resources.num_workers):
-        raise UserError(f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
-                        f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
-                        "workers: lower --batch-size, raise --max-length or add rows")
-    run = training_fingerprint("pmlm", model, options, {
-        "data": list(corpus.paths), "text_column": corpus.text_column, "id_column": corpus.id_column,
-        "split_chars": corpus.split_chars, "data_rows": corpus.digest})
+        raise UserError(
+            f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
+            f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
+            "workers: lower --batch-size, raise --max-length or add rows"
+        )
+    run = training_fingerprint(
+        "pmlm",
+        model,
+        options,
+        {
+            "data": list(corpus.paths),
+            "text_column": corpus.text_column,
+            "id_column": corpus.id_column,
+            "split_chars": corpus.split_chars,
+            "data_rows": corpus.digest,
+        },
+    )
     with claim_training(output, run, overwrite, corpus.paths, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
@@ -115,16 +151,36 @@ def train_pmlm(corpus: Corpus, model: ModelSpec, output: str, options: TrainOpti
             before = perplexities(folder, "before", model, heldout_path, job, corpus.split_chars, resources)
             fit_on_ray(pmlm_worker, job, resources, out)
             folder.record_new()  # the model and tokenizer files worker 0 saved
-            after = perplexities(folder, "after", replace(model, name=out.location, revision=None), heldout_path, job,
-                                 corpus.split_chars, resources)
+            after = perplexities(
+                folder,
+                "after",
+                replace(model, name=out.location, revision=None),
+                heldout_path,
+                job,
+                corpus.split_chars,
+                resources,
+            )
         report = {
-            "command": "train pmlm", "data": list(corpus.paths), "model": model.name, "output": output,
-            "rows": {"usable": corpus.rows.num_rows, "train": train_table.num_rows, "heldout": heldout_table.num_rows,
-                     "left_out_over_max_length": left_out},
-            "training": training_figures(out, steps, options,
-                                         "u-PMLM cross-entropy of the masked tokens, per sequence, then per batch"),
-            "heldout": {"before": before, "after": after, "orders": orders, "seed": options.seed,
-                        "runs": f"{EVALUATION_DIR}/(before|after)-(l2r|random)"},
+            "command": "train pmlm",
+            "data": list(corpus.paths),
+            "model": model.name,
+            "output": output,
+            "rows": {
+                "usable": corpus.rows.num_rows,
+                "train": train_table.num_rows,
+                "heldout": heldout_table.num_rows,
+                "left_out_over_max_length": left_out,
+            },
+            "training": training_figures(
+                out, steps, options, "u-PMLM cross-entropy of the masked tokens, per sequence, then per batch"
+            ),
+            "heldout": {
+                "before": before,
+                "after": after,
+                "orders": orders,
+                "seed": options.seed,
+                "runs": f"{EVALUATION_DIR}/(before|after)-(l2r|random)",
+            },
         }
         out.write_json(REPORT_FILE, report)
     return report
@@ -157,8 +213,15 @@ def pmlm_worker(config: dict) -> None:
         mlm.tokenizer.save_pretrained(job.location)
 
 
-def perplexities(folder: Claim, name: str, model: ModelSpec, heldout_path: str, job: PMLMJob, split_chars: bool,
-                 resources: TrainResources) -> dict:
+def perplexities(
+    folder: Claim,
+    name: str,
+    model: ModelSpec,
+    heldout_path: str,
+    job: PMLMJob,
+    split_chars: bool,
+    resources: TrainResources,
+) -> dict:
     """Chain-rule perplexities of `model` on the held-out rows, left to right and in `job.orders` seeded
     random orders: `dscore score --method chain` runs into DIR/evaluation/<name>-<order> (resumable),
     their scoring actors as many and as large as the training workers."""
@@ -167,9 +230,18 @@ def perplexities(folder: Claim, name: str, model: ModelSpec, heldout_path: str, 
     ray = RayOptions(resources.address, resources.num_workers, resources.cpus_per_worker)
     figures = {}
     for order, k in (("l2r", 1), ("random", job.orders)):
-        config = RunConfig(InputSpec((heldout_path,), id_column=S.ID), model, ScoringOptions(batch_tokens=job.batch_tokens),
-                           folder.subfolder(f"{EVALUATION_DIR}/{name}-{order}"))
+        config = RunConfig(
+            InputSpec((heldout_path,), id_column=S.ID),
+            model,
+            ScoringOptions(batch_tokens=job.batch_tokens),
+            folder.subfolder(f"{EVALUATION_DIR}/{name}-{order}"),
+        )
         figures[order] = score_chain(config, ChainOptions(order, k, job.options.seed, split_chars), ray)
     random = figures["random"]
-    return {"sentences": random["ok"], "tokens": random["n_tokens"], "ppl_l2r": figures["l2r"]["ppl_token"],
-            "ppl_random": random["ppl_token"], "ppl_random_each_order": random["by_order"]["ppl_token"]}
+    return {
+        "sentences": random["ok"],
+        "tokens": random["n_tokens"],
+        "ppl_l2r": figures["l2r"]["ppl_token"],
+        "ppl_random": random["ppl_token"],
+        "ppl_random_each_order": random["by_order"]["ppl_token"],
+    }

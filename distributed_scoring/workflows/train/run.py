@@ -125,8 +125,10 @@ def training_fingerprint(command: str, model: ModelSpec, options: TrainOptions, 
 def heldout_rows(ids: Sequence[str], seed: int, share: float) -> np.ndarray:
     """(N,) bool: the rows kept out of training, by a hash of (seed, id): the same rows whatever the
     order or number of rows around them."""
-    return np.array([int.from_bytes(hashlib.sha256(f"{seed}\0{i}".encode()).digest()[:8], "big") / 2.0**64 < share
-                     for i in ids], dtype=bool)
+    return np.array(
+        [int.from_bytes(hashlib.sha256(f"{seed}\0{i}".encode()).digest()[:8], "big") / 2.0**64 < share for i in ids],
+        dtype=bool,
+    )
 
 
 def read_examples(path: str) -> list[Example]:
@@ -144,11 +146,18 @@ def read_examples(path: str) -> list[Example]:
         return [np.asarray(v, dtype=dtype) for v in table[name].to_pylist()]
 
     targets = table[TARGET].to_pylist() if TARGET in names else [0.0] * n
-    return [Example(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), float(target), *extra)
-            for ids, positions, target, *extra in zip(
-                table[S.INPUT_IDS].to_pylist(), table[S.TARGETS].to_pylist(), targets,
-                column(TOKEN_TARGETS, np.float64), column(S.COND_IDS, np.int64), column(S.COND_LOGPROBS, np.float64),
-                column(S.COND_REST, np.float64))]
+    return [
+        Example(np.asarray(ids, dtype=np.int64), np.asarray(positions, dtype=np.int64), float(target), *extra)
+        for ids, positions, target, *extra in zip(
+            table[S.INPUT_IDS].to_pylist(),
+            table[S.TARGETS].to_pylist(),
+            targets,
+            column(TOKEN_TARGETS, np.float64),
+            column(S.COND_IDS, np.int64),
+            column(S.COND_LOGPROBS, np.float64),
+            column(S.COND_REST, np.float64),
+        )
+    ]
 
 
 # Driver: the Ray Train launch and Ray tasks.
@@ -209,8 +218,9 @@ def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources
     ray.get(done)
 
 
-def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool,
-         relay: Any) -> None:
+def _fit(
+    loop: Callable[[dict], None], job: Any, resources: TrainResources, storage: str, embedded: bool, relay: Any
+) -> None:
     """Build and fit the TorchTrainer (runs as a Ray task: this imports torch)."""
     from ray.train import CheckpointConfig, LoggingConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -222,17 +232,24 @@ def _fit(loop: Callable[[dict], None], job: Any, resources: TrainResources, stor
         anyway. `_create_default_callbacks` is Ray's private hook: on a Ray without it, nothing is left out."""
 
         def _create_default_callbacks(self):
-            return [c for c in super()._create_default_callbacks()
-                    if type(c).__name__ != "PlacementGroupCleanerCallback"]
+            return [
+                c for c in super()._create_default_callbacks() if type(c).__name__ != "PlacementGroupCleanerCallback"
+            ]
 
     trainer = (EmbeddedTrainer if embedded else TorchTrainer)(
         loop,
         train_loop_config={"job": job, "resources": resources, "relay": relay},
-        scaling_config=ScalingConfig(num_workers=resources.num_workers, use_gpu=resources.use_gpu,
-                                     resources_per_worker={"CPU": resources.cpus_per_worker}),
-        run_config=RunConfig(name=CHECKPOINTS, storage_path=storage,
-                             checkpoint_config=CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT),
-                             logging_config=LoggingConfig(log_level="WARNING")),
+        scaling_config=ScalingConfig(
+            num_workers=resources.num_workers,
+            use_gpu=resources.use_gpu,
+            resources_per_worker={"CPU": resources.cpus_per_worker},
+        ),
+        run_config=RunConfig(
+            name=CHECKPOINTS,
+            storage_path=storage,
+            checkpoint_config=CheckpointConfig(num_to_keep=CHECKPOINTS_KEPT),
+            logging_config=LoggingConfig(log_level="WARNING"),
+        ),
     )
     trainer.fit()
 
@@ -265,8 +282,12 @@ def start_worker(config: dict) -> Worker:
 
     set_threads(config["resources"].cpus_per_worker, config["relay"])
     context = ray.train.get_context()
-    return Worker(context.get_world_rank(), context.get_world_size(), str(ray.train.torch.get_device()),
-                  OutputDir(config["job"].location))
+    return Worker(
+        context.get_world_rank(),
+        context.get_world_size(),
+        str(ray.train.torch.get_device()),
+        OutputDir(config["job"].location),
+    )
 
 
 def set_threads(cpus: float, relay: Any = None) -> None:
@@ -300,8 +321,7 @@ def train(objective: Objective, examples: list[Example], job: Any, worker: Worke
 
     from ...engine.training import Schedule, fit
 
-    schedule = Schedule(job.steps, job.options.batch_size, job.options.lr, job.options.seed,
-                        job.checkpoint_every)
+    schedule = Schedule(job.steps, job.options.batch_size, job.options.lr, job.options.seed, job.checkpoint_every)
     log = MetricsLog(worker.out, job.steps, what) if worker.rank == 0 else None
     checkpoint = ray.train.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else contextlib.nullcontext() as resume:
@@ -327,8 +347,11 @@ def _reporter(worker: Worker, log: MetricsLog | None) -> Callable[[int, dict, Ca
         with tempfile.TemporaryDirectory() as folder:
             if worker.rank == 0:
                 save(folder)
-                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(folder),
-                                 checkpoint_dir_name=f"step-{step:08d}")
+                ray.train.report(
+                    metrics,
+                    checkpoint=ray.train.Checkpoint.from_directory(folder),
+                    checkpoint_dir_name=f"step-{step:08d}",
+                )
             else:
                 ray.train.report(metrics)
 
@@ -351,7 +374,9 @@ class MetricsLog:
     def add(self, metrics: dict, checkpoint: bool) -> None:
         if self.lines is None:
             self.first_step = metrics["step"] - 1
-            self.lines = [line for line in _read_lines(self.out, METRICS_FILE) if json.loads(line)["step"] <= self.first_step]
+            self.lines = [
+                line for line in _read_lines(self.out, METRICS_FILE) if json.loads(line)["step"] <= self.first_step
+            ]
         self.lines.append(json.dumps(metrics))
         now = time.monotonic()
         if checkpoint or now - self.last >= PROGRESS_S or metrics["step"] == self.total:
@@ -359,8 +384,16 @@ class MetricsLog:
             self.flush()
             done = metrics["step"] - self.first_step
             rate = done / max(now - self.started, 1e-9)
-            logger.info("%s step %d/%d: loss %.4f, lr %.2e, %.2f steps/s, %s left", self.what, metrics["step"],
-                        self.total, metrics["loss"], metrics["lr"], rate, _duration((self.total - metrics["step"]) / rate))
+            logger.info(
+                "%s step %d/%d: loss %.4f, lr %.2e, %.2f steps/s, %s left",
+                self.what,
+                metrics["step"],
+                self.total,
+                metrics["loss"],
+                metrics["lr"],
+                rate,
+                _duration((self.total - metrics["step"]) / rate),
+            )
 
     def flush(self) -> None:
         self.out.write_text(METRICS_FILE, "".join(line + "\n" for line in self.lines or []))
@@ -387,7 +420,13 @@ def training_figures(out: OutputDir, steps: int, options: TrainOptions, loss: st
     the end, each the mean over up to 10 steps of metrics.jsonl."""
     losses = [json.loads(line)["loss"] for line in _read_lines(out, METRICS_FILE)]
     window = max(1, min(10, len(losses) // 2))
-    return {"steps": steps, "epochs": options.epochs if options.steps is None else None,
-            "batch_size": options.batch_size, "lr": options.lr, "seed": options.seed, "loss": loss,
-            "loss_first": float(np.mean(losses[:window])) if losses else None,
-            "loss_last": float(np.mean(losses[-window:])) if losses else None}
+    return {
+        "steps": steps,
+        "epochs": options.epochs if options.steps is None else None,
+        "batch_size": options.batch_size,
+        "lr": options.lr,
+        "seed": options.seed,
+        "loss": loss,
+        "loss_first": float(np.mean(losses[:window])) if losses else None,
+        "loss_last": float(np.mean(losses[-window:])) if losses else None,
+    }

@@ -18,9 +18,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from audit_helpers import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
+from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.figures import NO_PARTITION, AuditConfig, LogBins, run_audit
 from distributed_scoring.workflows.audit.baseline import (
     EXIT_INCOMPARABLE,
     EXIT_INSUFFICIENT,
@@ -36,8 +35,10 @@ from distributed_scoring.workflows.audit.baseline import (
     Thresholds,
 )
 from distributed_scoring.workflows.audit.baseline_io import load_baseline
-from distributed_scoring.errors import UserError
+from distributed_scoring.workflows.audit.figures import NO_PARTITION, AuditConfig, LogBins, run_audit
 from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
+
+from audit_helpers import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
 from reference import audit_figures, audit_outliers
 
 SMALL = AuditConfig(  # one corpus-wide outlier rule: what reference.audit_outliers computes
@@ -133,11 +134,13 @@ def test_short_sentences_are_never_flagged_below_min_tokens(tmp_path):
 
 def test_garbage_rows_are_flagged_in_both_tails(tmp_path):
     rng = np.random.default_rng(3)
-    table = pa.concat_tables([
-        scored_table(rng, 3000, "corpus", nll=2.0, spread=0.15, lengths=(40, 80)),
-        scored_table(rng, 30, "corpus", nll=5.0, spread=0.3, lengths=(40, 80), prefix="shuffled-"),
-        scored_table(rng, 30, "corpus", nll=0.1, spread=0.02, lengths=(40, 80), prefix="repeated-"),
-    ])
+    table = pa.concat_tables(
+        [
+            scored_table(rng, 3000, "corpus", nll=2.0, spread=0.15, lengths=(40, 80)),
+            scored_table(rng, 30, "corpus", nll=5.0, spread=0.3, lengths=(40, 80), prefix="shuffled-"),
+            scored_table(rng, 30, "corpus", nll=0.1, spread=0.02, lengths=(40, 80), prefix="repeated-"),
+        ]
+    )
     write_rows(tmp_path / "run", table, files=5)
     both = AuditConfig(outliers=OutlierRule(k=4.0, low_tail=True), thresholds=Thresholds(min_rows=10))
     flagged = pq.read_table(run_audit(str(tmp_path / "run"), str(tmp_path / "both"), config=both).outliers_path)
@@ -156,11 +159,13 @@ def test_garbage_rows_are_flagged_in_both_tails(tmp_path):
 def test_partition_scope_finds_garbage_a_global_rule_misses(tmp_path):
     """A hard domain (NLL 4) hides garbage of an easy one (NLL 3.3 among 1.5) from a corpus-wide rule."""
     rng = np.random.default_rng(4)
-    table = pa.concat_tables([
-        scored_table(rng, 1500, "easy", nll=1.5, spread=0.1, lengths=(20, 40)),
-        scored_table(rng, 1500, "hard", nll=4.0, spread=0.1, lengths=(20, 40)),
-        scored_table(rng, 20, "easy", nll=3.3, spread=0.1, lengths=(20, 40), prefix="garbage-"),
-    ])
+    table = pa.concat_tables(
+        [
+            scored_table(rng, 1500, "easy", nll=1.5, spread=0.1, lengths=(20, 40)),
+            scored_table(rng, 1500, "hard", nll=4.0, spread=0.1, lengths=(20, 40)),
+            scored_table(rng, 20, "easy", nll=3.3, spread=0.1, lengths=(20, 40), prefix="garbage-"),
+        ]
+    )
     write_rows(tmp_path / "run", table, files=3)
     garbage = {i for i in table[S.ID].to_pylist() if i.startswith("garbage-")}
 
@@ -251,11 +256,13 @@ NIGHT = AuditConfig(listed=5, max_position=40, max_length=40)
 FIFTY_PERCENT = math.log(1.5)  # NLL per token shift that multiplies PPPL by 1.5
 
 
-def audit_rows(tmp_path: Path, name: str, table: pa.Table, baseline: str | None = None,
-               thresholds: Thresholds = Thresholds()):
+def audit_rows(
+    tmp_path: Path, name: str, table: pa.Table, baseline: str | None = None, thresholds: Thresholds = Thresholds()
+):
     write_rows(tmp_path / f"{name}-rows", table, files=2)
-    return run_audit(str(tmp_path / f"{name}-rows"), str(tmp_path / name), baseline,
-                     replace(NIGHT, thresholds=thresholds))
+    return run_audit(
+        str(tmp_path / f"{name}-rows"), str(tmp_path / name), baseline, replace(NIGHT, thresholds=thresholds)
+    )
 
 
 def statuses(result) -> dict[str, str]:
@@ -267,10 +274,12 @@ def night(seed: int, shift: float = 0.0, prefix: str = "", sizes=(60, 20)) -> pa
     """Two partitions of 20-60 antibody-chain-like sentences (90-120 tokens); `shift` adds to the NLL per
     token of every sentence (`scored_table` draws token NLLs from an exponential, noisier than real chains)."""
     rng = np.random.default_rng(seed)
-    return pa.concat_tables([
-        scored_table(rng, sizes[0], "human", nll=1.0 + shift, spread=0.1, lengths=(90, 120), prefix=prefix),
-        scored_table(rng, sizes[1], "mouse", nll=1.3 + shift, spread=0.1, lengths=(90, 120), prefix=prefix),
-    ])
+    return pa.concat_tables(
+        [
+            scored_table(rng, sizes[0], "human", nll=1.0 + shift, spread=0.1, lengths=(90, 120), prefix=prefix),
+            scored_table(rng, sizes[1], "mouse", nll=1.3 + shift, spread=0.1, lengths=(90, 120), prefix=prefix),
+        ]
+    )
 
 
 def test_a_fifty_percent_rise_on_small_partitions_is_a_regression(tmp_path):
@@ -293,8 +302,8 @@ def test_a_pppl_regression_lists_only_its_own_reasons(tmp_path):
     assert mouse.status == REGRESSION and mouse.error_rate_verdict == INSUFFICIENT
     assert len(mouse.reasons) == 1 and "lies above the allowed +5.0%" in mouse.reasons[0]
     html = (tmp_path / "now" / "report.html").read_text()
-    banner = html[html.index("<div class='verdict"):]
-    assert "error rate" not in banner[:banner.index("</div>")]
+    banner = html[html.index("<div class='verdict") :]
+    assert "error rate" not in banner[: banner.index("</div>")]
 
 
 def test_the_same_rows_against_themselves_are_no_change(tmp_path):
@@ -312,8 +321,11 @@ def test_the_same_corpus_scored_again_slightly_worse_is_judged_paired(tmp_path):
     audit_rows(tmp_path, "base", night(0))
     table = night(0)
     for shift, expected in ((math.log(1.02), NO_CHANGE), (math.log(1.2), REGRESSION), (math.log(0.8), IMPROVEMENT)):
-        moved = table.set_column(table.schema.get_field_index(S.PLL), S.PLL,
-                                 pa.array(np.asarray(table[S.PLL]) - shift * np.asarray(table[S.N_TOKENS])))
+        moved = table.set_column(
+            table.schema.get_field_index(S.PLL),
+            S.PLL,
+            pa.array(np.asarray(table[S.PLL]) - shift * np.asarray(table[S.N_TOKENS])),
+        )
         result = audit_rows(tmp_path, f"shift{shift:.3f}", moved, str(tmp_path / "base"))
         assert result.comparison.overall.paired and result.comparison.overall.status == expected, result.comparison
     assert result.exit_code == EXIT_OK  # an improvement passes
@@ -326,8 +338,11 @@ def test_a_fall_beyond_max_pppl_decrease_is_a_regression(tmp_path, tiny_model_di
 
     audit_rows(tmp_path, "base", night(0))
     table = night(0)
-    easier = table.set_column(table.schema.get_field_index(S.PLL), S.PLL,
-                              pa.array(np.asarray(table[S.PLL]) - math.log(0.8) * np.asarray(table[S.N_TOKENS])))
+    easier = table.set_column(
+        table.schema.get_field_index(S.PLL),
+        S.PLL,
+        pa.array(np.asarray(table[S.PLL]) - math.log(0.8) * np.asarray(table[S.N_TOKENS])),
+    )
     result = audit_rows(tmp_path, "easier", easier, str(tmp_path / "base"), Thresholds(max_pppl_decrease=0.1))
     assert result.exit_code == EXIT_REGRESSION and result.comparison.overall.status == REGRESSION
     assert "lies below the allowed -10.0%" in result.comparison.overall.reasons[0]
@@ -335,11 +350,37 @@ def test_a_fall_beyond_max_pppl_decrease_is_a_regression(tmp_path, tiny_model_di
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("the quick fox\njumps over the dog\n")
     out = tmp_path / "cli"
-    assert main(["audit", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(out),
-                 "--max-pppl-decrease", "0.1"]) == EXIT_OK
+    assert (
+        main(
+            [
+                "audit",
+                str(corpus),
+                "--model",
+                str(tiny_model_dir("bert")),
+                "--output",
+                str(out),
+                "--max-pppl-decrease",
+                "0.1",
+            ]
+        )
+        == EXIT_OK
+    )
     assert json.loads((out / "audit.json").read_text())["config"]["thresholds"]["max_pppl_decrease"] == 0.1
-    assert main(["audit", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", str(tmp_path / "bad"),
-                 "--max-pppl-decrease", "1.5"]) == 2
+    assert (
+        main(
+            [
+                "audit",
+                str(corpus),
+                "--model",
+                str(tiny_model_dir("bert")),
+                "--output",
+                str(tmp_path / "bad"),
+                "--max-pppl-decrease",
+                "1.5",
+            ]
+        )
+        == 2
+    )
 
 
 def test_five_rows_are_insufficient_data_and_never_a_pass(tmp_path):
@@ -348,8 +389,13 @@ def test_five_rows_are_insufficient_data_and_never_a_pass(tmp_path):
     assert result.exit_code == EXIT_INSUFFICIENT and result.comparison.verdict == INSUFFICIENT
     assert statuses(result) == {OVERALL: INSUFFICIENT, "human": INSUFFICIENT, "mouse": INSUFFICIENT}
     assert "fewer than 10 rows" in result.comparison.partitions[0].reasons[0]
-    accepted = audit_rows(tmp_path, "accepted", night(1, prefix="new-", sizes=(5, 5)), str(tmp_path / "base"),
-                          Thresholds(accept_insufficient=True))
+    accepted = audit_rows(
+        tmp_path,
+        "accepted",
+        night(1, prefix="new-", sizes=(5, 5)),
+        str(tmp_path / "base"),
+        Thresholds(accept_insufficient=True),
+    )
     assert accepted.exit_code == EXIT_OK and accepted.audit["baseline"]["insufficient"]
 
 
@@ -368,8 +414,9 @@ def test_one_error_row_in_a_small_scope_is_not_an_error_rate_regression(tmp_path
     rng = np.random.default_rng(3)
     audit_rows(tmp_path, "base", scored_table(rng, 80, "web", lengths=(10, 20)))
     now = scored_table(rng, 13, "web", lengths=(10, 20), prefix="n")
-    now = now.set_column(now.schema.get_field_index(S.STATUS), S.STATUS,
-                         pa.array([S.STATUS_ERROR] + [S.STATUS_OK] * 12))
+    now = now.set_column(
+        now.schema.get_field_index(S.STATUS), S.STATUS, pa.array([S.STATUS_ERROR] + [S.STATUS_OK] * 12)
+    )
     result = audit_rows(tmp_path, "now", now, str(tmp_path / "base"))
     check = result.comparison.overall
     assert check.error_rate_verdict == INSUFFICIENT and check.error_rate_change_low < 0.01 < check.error_rate_change
@@ -388,8 +435,10 @@ def test_error_rate_rise_on_a_large_scope_is_a_regression(tmp_path):
 
 def test_verdicts_are_reproducible_and_seeded(tmp_path):
     audit_rows(tmp_path, "base", night(0))
-    runs = [audit_rows(tmp_path, f"r{i}", night(1, 0.1, prefix="n"), str(tmp_path / "base"), Thresholds(seed=seed))
-            for i, seed in enumerate((7, 7, 8))]
+    runs = [
+        audit_rows(tmp_path, f"r{i}", night(1, 0.1, prefix="n"), str(tmp_path / "base"), Thresholds(seed=seed))
+        for i, seed in enumerate((7, 7, 8))
+    ]
     bounds = [(r.comparison.overall.pppl_ratio_low, r.comparison.overall.pppl_ratio_high) for r in runs]
     assert bounds[0] == bounds[1] and bounds[0] != bounds[2]
     assert runs[0].audit["baseline"]["thresholds"]["seed"] == 7
@@ -419,8 +468,7 @@ def test_other_model_is_incomparable_but_error_rates_still_judged(tmp_path):
 def test_word_metric_is_judged_when_chosen(tmp_path):
     table = night(0)
     audit_rows(tmp_path, "base", table)
-    fewer_words = table.set_column(table.schema.get_field_index(S.N_WORDS), S.N_WORDS,
-                                   pc_divide(table[S.N_WORDS], 2))
+    fewer_words = table.set_column(table.schema.get_field_index(S.N_WORDS), S.N_WORDS, pc_divide(table[S.N_WORDS], 2))
     assert audit_rows(tmp_path, "token", fewer_words, str(tmp_path / "base")).exit_code == EXIT_OK
     word = audit_rows(tmp_path, "word", fewer_words, str(tmp_path / "base"), Thresholds(metric="pppl_word"))
     assert word.exit_code == EXIT_REGRESSION
@@ -536,7 +584,10 @@ def test_memory_stays_flat_on_a_large_corpus(tmp_path):
     del large
     done = subprocess.run(
         [sys.executable, "-c", _MEASURE, str(tmp_path / "small"), str(tmp_path / "large"), str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300, check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     )
     small, big = json.loads(done.stdout.strip().splitlines()[-1]).values()
     print({"data_bytes": data_bytes, "small": small, "large": big})
@@ -547,14 +598,17 @@ def test_memory_stays_flat_on_a_large_corpus(tmp_path):
     assert big["rss_growth"] < data_bytes / 2  # allocator slack included; holding the data would add all of it
 
 
-@pytest.mark.parametrize("damage", [
-    {"signature": {"model": "m"}},
-    {"signature": ["m"]},
-    {"overall": {}},
-    {"overall": {"rows": "80", "error_rate": 0.0, "pppl_token": 1.0, "pppl_word": 1.0}},
-    {"partitions": []},
-    {"partitions": {"news": None}},
-])
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"signature": {"model": "m"}},
+        {"signature": ["m"]},
+        {"overall": {}},
+        {"overall": {"rows": "80", "error_rate": 0.0, "pppl_token": 1.0, "pppl_word": 1.0}},
+        {"partitions": []},
+        {"partitions": {"news": None}},
+    ],
+)
 def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_model_dir, capsys, damage):
     """An audit.json with the right keys but unreadable contents used to end in a KeyError traceback,
     after the whole snapshot was scored on Ray."""
@@ -577,10 +631,12 @@ def test_a_malformed_audit_json_is_one_line_before_any_scoring(tmp_path, tiny_mo
 def many_partitions(seed: int, shift: float = 0.0, parts: int = 40) -> pa.Table:
     """`parts` partitions of 25 rows each (some of them harder), their rows interleaved across the files."""
     rng = np.random.default_rng(seed)
-    table = pa.concat_tables([
-        scored_table(rng, 25, f"p{p:02d}", nll=1.5 + 0.05 * p + shift, spread=0.3, lengths=(4, 20), error_rate=0.04)
-        for p in range(parts)
-    ])
+    table = pa.concat_tables(
+        [
+            scored_table(rng, 25, f"p{p:02d}", nll=1.5 + 0.05 * p + shift, spread=0.3, lengths=(4, 20), error_rate=0.04)
+            for p in range(parts)
+        ]
+    )
     return table.take(pa.array(rng.permutation(table.num_rows)))
 
 
@@ -618,8 +674,7 @@ def test_each_partitions_verdict_is_judged_on_its_own_rows(tmp_path):
     assert len(checks) == 40
 
     def pppl(table: pa.Table, name: str) -> float:
-        rows = table.filter(pc.and_(pc.equal(table[S.PARTITION], name),
-                                            pc.equal(table[S.STATUS], S.STATUS_OK)))
+        rows = table.filter(pc.and_(pc.equal(table[S.PARTITION], name), pc.equal(table[S.STATUS], S.STATUS_OK)))
         return math.exp(-sum(rows[S.PLL].to_pylist()) / sum(rows[S.N_TOKENS].to_pylist()))
 
     for name, check in checks.items():

@@ -10,9 +10,9 @@ import random
 import pyarrow.parquet as pq
 import pytest
 
+from distributed_scoring.cli import main
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
-from distributed_scoring.cli import main
 
 from audit_helpers import corrupt
 
@@ -31,9 +31,14 @@ def test_garbage_in_a_new_snapshot_is_flagged_and_fails_the_audit(ray_local, tmp
     rng = random.Random(0)
     chains = [spaced(g[:CHAIN_RESIDUES]) for g in rng.sample(sorted(v_genes("human").values()), 24)]
     garbage = [corrupt(c, rng, "shuffle") for c in chains[12:18]]
-    day1 = [write(tmp_path / "day1" / "heavy_a.txt", chains[:12]), write(tmp_path / "day1" / "heavy_b.txt", chains[12:])]
-    day2 = [write(tmp_path / "day2" / "heavy_a.txt", chains[:12]),
-            write(tmp_path / "day2" / "heavy_b.txt", chains[12:] + garbage)]
+    day1 = [
+        write(tmp_path / "day1" / "heavy_a.txt", chains[:12]),
+        write(tmp_path / "day1" / "heavy_b.txt", chains[12:]),
+    ]
+    day2 = [
+        write(tmp_path / "day2" / "heavy_a.txt", chains[:12]),
+        write(tmp_path / "day2" / "heavy_b.txt", chains[12:] + garbage),
+    ]
     common = ["--model", model, "--shard-rows", "8", "--ray"]
 
     assert main(["audit", *day1, "--output", str(tmp_path / "out1"), *common]) == EXIT_OK

@@ -16,13 +16,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from audit_helpers import scored_table, write_rows
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
 from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds
 from distributed_scoring.workflows.audit.baseline_io import load_baseline
 from distributed_scoring.workflows.audit.charts import lengths_title
+from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
 from distributed_scoring.workflows.audit.report import render_report
+
+from audit_helpers import scored_table, write_rows
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)
@@ -54,12 +55,21 @@ def audits(tmp_path_factory):
     """A baseline audit and a regressed one whose partition names and garbage text are hostile HTML."""
     root = tmp_path_factory.mktemp("report")
     rng = np.random.default_rng(7)
-    base = pa.concat_tables([scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
-                             scored_table(rng, 400, HOSTILE, nll=2.4, lengths=(8, 40), error_rate=0.02)])
+    base = pa.concat_tables(
+        [
+            scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
+            scored_table(rng, 400, HOSTILE, nll=2.4, lengths=(8, 40), error_rate=0.02),
+        ]
+    )
     garbage = scored_table(rng, 12, "news", nll=6.0, lengths=(8, 40), prefix="garbage-")
     garbage = garbage.set_column(garbage.schema.get_field_index(S.TEXT), S.TEXT, pa.array([HOSTILE] * 12))
-    now = pa.concat_tables([scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
-                            scored_table(rng, 400, HOSTILE, nll=3.0, lengths=(8, 40), error_rate=0.02), garbage])
+    now = pa.concat_tables(
+        [
+            scored_table(rng, 600, "news", nll=2.0, lengths=(8, 40)),
+            scored_table(rng, 400, HOSTILE, nll=3.0, lengths=(8, 40), error_rate=0.02),
+            garbage,
+        ]
+    )
     write_rows(root / "base", base, files=2)
     write_rows(root / "now", now, files=2)
     first = run_audit(str(root / "base"), str(root / "a-base"), config=CONFIG)
@@ -134,8 +144,12 @@ def test_an_audit_json_written_before_typed_records_is_a_baseline_and_renders(tm
     page = render_report(record)
     assert Page(page).verdicts == ["verdict regression"] and "forum" in page
     rng = np.random.default_rng(3)
-    now = pa.concat_tables([scored_table(rng, 120, "news", nll=2.0, lengths=(4, 12)),
-                            scored_table(rng, 60, "web", nll=3.2, lengths=(4, 12))])
+    now = pa.concat_tables(
+        [
+            scored_table(rng, 120, "news", nll=2.0, lengths=(4, 12)),
+            scored_table(rng, 60, "web", nll=3.2, lengths=(4, 12)),
+        ]
+    )
     write_rows(tmp_path / "now", now, files=1)
     result = run_audit(str(tmp_path / "now"), str(tmp_path / "audit"), baseline=str(v2), config=CONFIG)
     assert result.comparison.vanished_partitions == ("forum",)
@@ -147,11 +161,15 @@ def test_an_audit_json_written_before_typed_records_is_a_baseline_and_renders(tm
 def test_report_renders_in_headless_chromium(audits, tmp_path):
     _, result = audits
     probe = tmp_path / "probe.html"  # the report plus a script that records which images the browser decoded
-    probe.write_text(Path(result.report_path).read_text().replace(
-        "</body>",
-        "<script>window.addEventListener('load', () => document.body.setAttribute('data-decoded', "
-        "[...document.images].filter(i => i.complete && i.naturalWidth > 300).length));</script></body>",
-    ))
+    probe.write_text(
+        Path(result.report_path)
+        .read_text()
+        .replace(
+            "</body>",
+            "<script>window.addEventListener('load', () => document.body.setAttribute('data-decoded', "
+            "[...document.images].filter(i => i.complete && i.naturalWidth > 300).length));</script></body>",
+        )
+    )
     dom = Page(chromium("--dump-dom", "--virtual-time-budget=5000", probe.as_uri()))
     assert dom.body.get("data-decoded") == "4"
     assert len(dom.images) == 4 and dom.tables == 3 and dom.verdicts == ["verdict regression"]
@@ -167,17 +185,35 @@ def test_report_renders_in_headless_chromium(audits, tmp_path):
 def chromium(*args: str) -> str:
     with tempfile.TemporaryDirectory() as profile:
         done = subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-             "--disable-background-networking", "--disable-component-update", "--disable-sync",
-             f"--user-data-dir={profile}", *args],
-            capture_output=True, text=True, timeout=120, check=True,
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
         )
     return done.stdout
 
 
-@pytest.mark.parametrize("shown, lengths, title", [
-    (0, 0, "by sentence length"), (1, 1, "by sentence length (its only length)"),
-    (3, 3, "by sentence length (all 3 lengths)"), (4, 1200, "by sentence length (the 4 most frequent of 1,200 lengths)"),
-])
+@pytest.mark.parametrize(
+    "shown, lengths, title",
+    [
+        (0, 0, "by sentence length"),
+        (1, 1, "by sentence length (its only length)"),
+        (3, 3, "by sentence length (all 3 lengths)"),
+        (4, 1200, "by sentence length (the 4 most frequent of 1,200 lengths)"),
+    ],
+)
 def test_the_length_panels_title_reads_for_any_count(shown, lengths, title):
     assert lengths_title(shown, lengths) == title

@@ -14,16 +14,17 @@ import pyarrow.parquet as pq
 import pytest
 import sacrebleu
 
-import rescoring_helpers as H
+from distributed_scoring.errors import UserError
 from distributed_scoring.io import nbest
+from distributed_scoring.io import schema as S
 from distributed_scoring.io.claim import claim
 from distributed_scoring.workflows.rescore import outputs as O
-from distributed_scoring.io import schema as S
-from distributed_scoring.errors import UserError
-from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
 from distributed_scoring.workflows.rescore.combine import TextScore, text_scores
+from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
 from distributed_scoring.workflows.rescore.rescoring import rescore
 from distributed_scoring.workflows.rescore.search import BLEU_ALPHAS, RescoreOptions
+
+import rescoring_helpers as H
 from reference import corpus_metric, rescore_brute_force
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
@@ -90,7 +91,9 @@ def test_ties_go_to_the_largest_lambda_before_the_largest_gamma():
 
 
 def test_equal_totals_within_an_utterance_go_to_the_better_rank():
-    records = [dict(utt_id="u", hyp_id=h, text=t, score=-1.0, ref="x y") for h, t in ((2, "x z"), (1, "x y"), (3, "x w"))]
+    records = [
+        dict(utt_id="u", hyp_id=h, text=t, score=-1.0, ref="x y") for h, t in ((2, "x z"), (1, "x y"), (3, "x w"))
+    ]
     lm = {t: TextScore(-5.0, 2) for t in ("x y", "x z", "x w")}
     table = nbest.nbest_table(records)
     result = rescore(table, table, mlm=lm)
@@ -116,13 +119,19 @@ def random_lists(seed: int, n_utts: int, words: list[str]) -> list[dict]:
 
 def random_scores(records: list[dict], seed: int) -> dict[str, TextScore]:
     rng = random.Random(seed)
-    return {r["text"]: TextScore(rng.gauss(-20, 6), rng.randint(1, 12)) for r in sorted(records, key=lambda r: r["text"])}
+    return {
+        r["text"]: TextScore(rng.gauss(-20, 6), rng.randint(1, 12)) for r in sorted(records, key=lambda r: r["text"])
+    }
 
 
 @pytest.mark.parametrize(
     "metric, tokenize, lms",
-    [("wer", "13a", ("mlm", "causal")), ("wer", "13a", ("mlm",)), ("bleu", "none", ("mlm", "causal")),
-     ("bleu", "13a", ("causal",))],
+    [
+        ("wer", "13a", ("mlm", "causal")),
+        ("wer", "13a", ("mlm",)),
+        ("bleu", "none", ("mlm", "causal")),
+        ("bleu", "13a", ("causal",)),
+    ],
 )
 def test_vectorised_search_equals_brute_force_with_jiwer_and_sacrebleu(metric, tokenize, lms):
     words = "the cat sat on a mat , . dog ran".split()
@@ -130,8 +139,9 @@ def test_vectorised_search_equals_brute_force_with_jiwer_and_sacrebleu(metric, t
     everything = dev_records + test_records
     scores = {"mlm": random_scores(everything, 3), "causal": random_scores(everything, 4)}
     given = {name: scores[name] for name in lms}
-    options = RescoreOptions(metric=metric, bleu_tokenize=tokenize, mlm_alpha=1.0, causal_alpha=0.6, seq_alpha=0.6,
-                             lambda_limit=1.0)  # the grid itself; the extension is tested below
+    options = RescoreOptions(
+        metric=metric, bleu_tokenize=tokenize, mlm_alpha=1.0, causal_alpha=0.6, seq_alpha=0.6, lambda_limit=1.0
+    )  # the grid itself; the extension is tested below
     result = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), **given, options=options)
     mlm, causal = given.get("mlm"), given.get("causal")
 
@@ -212,8 +222,10 @@ def test_wer_statistics_are_jiwers_counts_per_hypothesis():
     rng = random.Random(2)
     words = ["a", "b", "é", "ß", "a\tb", "c"]
     seps = [" ", "  ", "\t ", " \n "]
+
     def text() -> str:
         return rng.choice(["", " "]) + "".join(rng.choice(words) + rng.choice(seps) for _ in range(rng.randint(0, 9)))
+
     refs, hyps = [text() for _ in range(300)], [text() for _ in range(300)]
     stats = WerStats().statistics(refs, hyps)
     for row, (ref, hyp) in enumerate(zip(refs, hyps)):
@@ -267,7 +279,8 @@ def test_write_outputs(tmp_path):
     with claim(str(tmp_path / "out")) as folder:
         written = O.write_outputs(result, folder)
     assert sorted(p.rsplit("/", 1)[1] for p in written) == sorted(
-        [O.HYPOTHESES_FILE, O.BEST_FILE, "dev.best.txt", "test.best.txt", O.REPORT_JSON, O.REPORT_MD])
+        [O.HYPOTHESES_FILE, O.BEST_FILE, "dev.best.txt", "test.best.txt", O.REPORT_JSON, O.REPORT_MD]
+    )
     hypotheses = pq.read_table(tmp_path / "out" / O.HYPOTHESES_FILE)
     assert hypotheses.schema == O.HYPOTHESES_SCHEMA and hypotheses.num_rows == dev.num_rows + test.num_rows
     best = pq.read_table(tmp_path / "out" / O.BEST_FILE)
@@ -306,8 +319,15 @@ def test_refusals():
 
 
 def test_text_scores_from_scorer_tables():
-    table = pa.table({S.TEXT: ["a b", "c", "a b"], S.PLL: [-3.0, -1.0, -3.0], S.N_TOKENS: [2, 1, 2],
-                      S.STATUS: ["ok", "ok", "ok"], S.ERROR: [None, None, None]})
+    table = pa.table(
+        {
+            S.TEXT: ["a b", "c", "a b"],
+            S.PLL: [-3.0, -1.0, -3.0],
+            S.N_TOKENS: [2, 1, 2],
+            S.STATUS: ["ok", "ok", "ok"],
+            S.ERROR: [None, None, None],
+        }
+    )
     assert text_scores(table, S.PLL, "masked LM") == {"a b": TextScore(-3.0, 2), "c": TextScore(-1.0, 1)}
     failed = table.set_column(3, S.STATUS, pa.array(["ok", "error", "ok"]))
     failed = failed.set_column(4, S.ERROR, pa.array([None, "too long", None]))
@@ -318,19 +338,25 @@ def test_text_scores_from_scorer_tables():
 def test_scores_from_the_engines_drive_rescoring(tmp_path, tiny_model_dir):
     """The contract the pipeline follows: score `unique_texts` once per LM, turn the scorers' output
     tables into mappings with `text_scores`, and rescore; the component columns carry those scores."""
+    from distributed_scoring.config import ModelSpec, ScoringOptions
     from distributed_scoring.engine.causal import CausalEngine, load_causal_lm
+    from distributed_scoring.engine.model_files import load_tokenizer
     from distributed_scoring.io.schema import LOGP
     from distributed_scoring.workloads.causal import score_texts
-    from distributed_scoring.config import ModelSpec, ScoringOptions
-    from distributed_scoring.engine.model_files import load_tokenizer
-    from distributed_scoring.workloads.prepare import PLLPreparer
     from distributed_scoring.workloads.pll import PLLScorer
+    from distributed_scoring.workloads.prepare import PLLPreparer
 
     dev, test, _ = known_answer_lists(5)
     texts = nbest.unique_texts(dev, test)
     spec = ModelSpec(str(tiny_model_dir("bert")))
-    read = pa.table({S.ID: [f"h{i}" for i in range(len(texts))], S.TEXT: texts,
-                     S.STATUS: [S.STATUS_OK] * len(texts), S.ERROR: pa.nulls(len(texts), pa.string())})
+    read = pa.table(
+        {
+            S.ID: [f"h{i}" for i in range(len(texts))],
+            S.TEXT: texts,
+            S.STATUS: [S.STATUS_OK] * len(texts),
+            S.ERROR: pa.nulls(len(texts), pa.string()),
+        }
+    )
     mlm_table = PLLScorer(spec, ScoringOptions())(PLLPreparer(*load_tokenizer(spec))(read))
     gpt2 = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
     causal_table = score_texts(CausalEngine(gpt2), texts)
@@ -385,8 +411,10 @@ def test_an_optimum_at_the_limit_is_reported():
     the limit itself while the metric still improves there."""
     records, lm = [], {}
     for i, need in enumerate((0.5, 1.1, 1.9)):
-        records += [dict(utt_id=f"u{i}", hyp_id=1, text=f"w{i}", score=0.0, ref=f"r{i}"),
-                    dict(utt_id=f"u{i}", hyp_id=2, text=f"r{i}", score=-need, ref=f"r{i}")]
+        records += [
+            dict(utt_id=f"u{i}", hyp_id=1, text=f"w{i}", score=0.0, ref=f"r{i}"),
+            dict(utt_id=f"u{i}", hyp_id=2, text=f"r{i}", score=-need, ref=f"r{i}"),
+        ]
         lm.update({f"w{i}": TextScore(-2.0, 1), f"r{i}": TextScore(-1.0, 1)})
     table = nbest.nbest_table(records)
     limited = rescore(table, table, mlm=lm, options=RescoreOptions(lambda_limit=1.2))
@@ -410,8 +438,10 @@ def test_defaults_use_no_length_penalty_for_wer_and_reduce_errors():
     for i in range(20):
         ref = f"a{i} b{i} c{i}"
         wrong = ref + " " + " ".join(f"x{i}" for _ in range(7))
-        records += [dict(utt_id=f"u{i}", hyp_id=1, text=wrong, score=0.0, ref=ref),
-                    dict(utt_id=f"u{i}", hyp_id=2, text=ref, score=-0.5, ref=ref)]
+        records += [
+            dict(utt_id=f"u{i}", hyp_id=1, text=wrong, score=0.0, ref=ref),
+            dict(utt_id=f"u{i}", hyp_id=2, text=ref, score=-0.5, ref=ref),
+        ]
         lm.update({ref: TextScore(-6.0, 3), wrong: TextScore(-12.0, 10)})
     table = nbest.nbest_table(records)
     result = rescore(table, table, mlm=lm)
@@ -426,14 +456,19 @@ def test_bleu_searches_the_length_penalty_jointly_with_lambda():
     words = "the cat sat on a mat , . dog ran".split()
     dev_records, test_records = random_lists(5, 25, words), random_lists(6, 25, words)
     lm = random_scores(dev_records + test_records, 7)
-    result = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
-                     options=RescoreOptions(metric="bleu"))
+    result = rescore(
+        nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm, options=RescoreOptions(metric="bleu")
+    )
     assert [a for a, _ in result.report["grid"]["alpha"]] == list(BLEU_ALPHAS)
     grid = np.array(result.report["grid"]["dev"])  # (alpha, gamma, lambda)
     a = list(BLEU_ALPHAS).index(result.report["mlm_alpha"])
     chosen = grid[a, 0, result.report["grid"]["lambda"].index(result.lam)]
     assert chosen == grid.max()
     for alpha, row in zip(BLEU_ALPHAS, grid[:, 0, :]):  # each alpha's row equals a run with that alpha fixed
-        fixed = rescore(nbest.nbest_table(dev_records), nbest.nbest_table(test_records), mlm=lm,
-                        options=RescoreOptions(metric="bleu", mlm_alpha=alpha))
+        fixed = rescore(
+            nbest.nbest_table(dev_records),
+            nbest.nbest_table(test_records),
+            mlm=lm,
+            options=RescoreOptions(metric="bleu", mlm_alpha=alpha),
+        )
         np.testing.assert_allclose(np.array(fixed.report["grid"]["dev"])[0, 0, :21], row[:21], atol=1e-12)
