@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import fcntl
 import hashlib
 import json
 import logging
@@ -283,17 +284,25 @@ def fetch_model(name: str, cache: Path | None = None) -> Path:
 
 def build_folder(dest: Path, build: Callable[[Path], None], stamp: str) -> Path:
     """`dest`, built once: `build` fills a hidden staging folder beside it, which is marked complete
-    and then renamed into place, so an interrupted build never leaves a half folder behind `dest`."""
+    and then renamed into place, so an interrupted build never leaves a half folder behind `dest`.
+
+    Builders of the same `dest` (two actors on one node, two test processes) take turns on a lock file
+    beside it: the first builds, the others find it complete. Without the lock a second builder would
+    delete the first one's finished folder while it was being read."""
     if (dest / COMPLETE).exists():
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
-    try:
-        build(staging)
-        (staging / COMPLETE).write_text(stamp)
-        shutil.rmtree(dest, ignore_errors=True)
-        staging.chmod(0o755)
-        staging.rename(dest)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    with open(dest.parent / f".{dest.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (dest / COMPLETE).exists():
+            return dest
+        staging = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}-"))
+        try:
+            build(staging)
+            (staging / COMPLETE).write_text(stamp)
+            shutil.rmtree(dest, ignore_errors=True)
+            staging.chmod(0o755)
+            staging.rename(dest)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return dest
