@@ -24,8 +24,9 @@ import numpy as np
 import torch
 
 from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.energy import EnergyEngine, sequence_positions
 from distributed_scoring.engine.masked_lm import load_masked_lm
-from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, sequence_positions, shaped_log_proposal
+from distributed_scoring.engine.sampler import Chain, Sampler, shaped_log_proposal
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.offline.models import cache_root, fetch_model

@@ -373,7 +373,7 @@ def start_ray(mode: str):
     import ray
 
     from distributed_scoring.config import RayOptions
-    from distributed_scoring.pipeline.on_ray import LOCAL_SPARE_CPUS
+    from distributed_scoring.pipeline.cluster import LOCAL_SPARE_CPUS
 
     actors = int(mode.removeprefix("ray-"))
     cores = os.cpu_count() or 1

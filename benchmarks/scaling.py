@@ -56,7 +56,7 @@ def main() -> None:
     import ray
 
     from distributed_scoring.config import RayOptions
-    from distributed_scoring.pipeline.on_ray import LOCAL_SPARE_CPUS
+    from distributed_scoring.pipeline.cluster import LOCAL_SPARE_CPUS
 
     work = Path(tempfile.mkdtemp(prefix="dscore-scaling-"))
     model = small_bert(Path(args.models_dir) if args.models_dir else work)

@@ -145,7 +145,7 @@ def measure(config: Config, model_dir: str, seconds: float) -> dict:
         return time_forward(model_dir, config.threads, config.interop, seconds)
     import ray
 
-    from distributed_scoring.pipeline.on_ray import LOCAL_SPARE_CPUS
+    from distributed_scoring.pipeline.cluster import LOCAL_SPARE_CPUS
 
     cores = os.cpu_count() or 1
     ray.init(num_cpus=cores + LOCAL_SPARE_CPUS, include_dashboard=False, logging_level="ERROR", log_to_driver=False)

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..errors import UserError
-from .scorer import CHUNK_ROWS, MLMScorer, added_schema
+from .rows import added_schema
+from .scorer import CHUNK_ROWS, MLMScorer
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -21,10 +21,8 @@ list is expected) raise `UserError` before any work.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import re
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -34,7 +32,6 @@ from ..config import ModelSpec, ScoringOptions
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from ..errors import UserError
 from ..io import schema as S
-from ..io.sources import ok_row, without_lone_surrogates
 from ..measures import pppl
 from ..pipeline.progress import Progress
 from ..pipeline.stage import Row
@@ -44,6 +41,8 @@ from ..workloads.joints import CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, A, B, Joint
 from ..workloads.pll import PLLScorer
 from ..workloads.prepare import PLLPreparer, split_characters, whitespace_words
 from ..workloads.sample import OUTPUT_SCHEMA, SampleOptions, SamplePreparer, SampleScorer
+from .naming import python_errors
+from .rows import added_schema, public, read_rows
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -55,86 +54,7 @@ logger = logging.getLogger(__name__)
 CHUNK_ROWS = 1000
 # Examples per pass for pairwise joints (2|V| forward passes each): the joints command's shard.
 JOINT_CHUNK_ROWS = 50
-# Columns of the scored rows that the API leaves out: the row's id is its place in the input list, and
-# the model and variant are the scorer's own (`MLMScorer.signature`).
-INTERNAL = (S.ID, S.MODEL, S.VARIANT)
-
 Step = Callable[[list[Row]], list[Row]]
-
-
-def added_schema(per_token: bool = False, word_scores: bool = False, prefix: str = "") -> pa.Schema:
-    """The columns scoring adds to a table of texts: `dscore score`'s output columns but the id, the
-    text, the model and the variant, each name prefixed with `prefix`."""
-    fields = S.output_schema(per_token, word_scores)
-    return pa.schema([f.with_name(prefix + f.name) for f in fields if f.name not in (*INTERNAL, S.TEXT)])
-
-
-def read_rows(
-    texts: Sequence[object],
-    ids: Sequence[object] | None = None,
-    answers: Sequence[object] | None = None,
-    answer_column: str = "answer",
-) -> list[Row]:
-    """The read rows (id, text, status, error) of a list of texts, as the readers make them from files:
-    a missing or non-string text, or one holding a lone surrogate, is an error row. Ids are the texts'
-    places in the list unless given; `answers` (a string of space-separated tokens or a list of tokens,
-    or None) go into `answer_column`."""
-    if isinstance(texts, (str, bytes)):
-        raise UserError("expected a list of texts and got a single string: wrap it in a list, [text]")
-    texts = list(texts)
-    names = [str(i) for i in range(len(texts))] if ids is None else [str(i) for i in ids]
-    if len(names) != len(texts) or len(set(names)) != len(names):
-        raise UserError(
-            f"ids must be {len(texts)} distinct values, one per text; got {len(names)} ({len(set(names))} distinct)"
-        )
-    rows = [without_lone_surrogates(ok_row(name, text), name) for name, text in zip(names, texts)]
-    if answers is not None:
-        answers = list(answers)
-        if len(answers) != len(texts):
-            raise UserError(f"answers must be one per text: got {len(answers)} for {len(texts)} texts")
-        for row, answer in zip(rows, answers):
-            row[answer_column] = " ".join(answer) if isinstance(answer, (list, tuple)) else answer
-    return rows
-
-
-def _public(row: Row, names: Sequence[str]) -> dict:
-    """A stage's output row as the API returns it: the columns `names`, without the internal ones."""
-    return {name: row[name] for name in names if name not in INTERNAL}
-
-
-# A CLI flag in a message from the layers the CLI shares with this API (`--device=cpu`, `--order 'x'`,
-# `--top 5`, `--free-all`), and the value that goes with it.
-_FLAG = re.compile(r"--([a-z][a-z0-9]*(?:-[a-z0-9]+)*)(?:=([\w:.-]+)| ('[^']*')| (-?\d+(?:,\d{3})*(?:\.\d+)?)\b)?")
-_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
-
-
-def python_names(message: str) -> str:
-    """`message` with the CLI's flags named as this API's keyword arguments: `--device=cpu` becomes
-    `device="cpu"`, `--order 'x'` `order='x'`, `--top 5` `top=5`, `--free-all` `free_all`."""
-
-    def named(flag: re.Match) -> str:
-        name, given, quoted, number = flag[1].replace("-", "_"), flag[2], flag[3], flag[4]
-        if given is not None:
-            return f"{name}={given}" if _NUMBER.fullmatch(given) else f'{name}="{given}"'
-        value = quoted if quoted is not None else number.replace(",", "") if number is not None else None
-        return name if value is None else f"{name}={value}"
-
-    return _FLAG.sub(named, message)
-
-
-def python_errors(method: Callable) -> Callable:
-    """`method` raising its `UserError`s with Python's names for the options: the messages come from the
-    configs, workloads and engines the CLI shares, which name them as flags."""
-
-    @functools.wraps(method)
-    def named(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except UserError as exc:
-            exc.args = (python_names(str(exc)), *exc.args[1:])
-            raise
-
-    return named
 
 
 def _warn_unscored(rows: list[Row], instead: str) -> None:
@@ -215,7 +135,7 @@ class MLMScorer:
             ('error', 'empty or whitespace-only text', None)
         """
         rows = self._scored(texts, self.progress)
-        return [_public(row, [S.TEXT, *added_schema(per_token, word_scores).names]) for row in rows]
+        return [public(row, [S.TEXT, *added_schema(per_token, word_scores).names]) for row in rows]
 
     @python_errors
     def pll(self, texts: Sequence[str]) -> list[float]:
@@ -333,7 +253,7 @@ class MLMScorer:
         scorer = InfillScorer(self.spec, settings, self.options.batch_tokens, self.mlm)
         rows = read_rows(texts, ids, answers, settings.answer_column)
         names = infill_schema(settings).names
-        return [_public(row, names) for row in self._run(rows, [preparer.process, scorer.process], CHUNK_ROWS)]
+        return [public(row, names) for row in self._run(rows, [preparer.process, scorer.process], CHUNK_ROWS)]
 
     @python_errors
     def sample(
@@ -362,7 +282,7 @@ class MLMScorer:
         )
         per_text = settings.chains * settings.records
         return [
-            [_public(row, OUTPUT_SCHEMA.names) for row in rows[start : start + per_text]]
+            [public(row, OUTPUT_SCHEMA.names) for row in rows[start : start + per_text]]
             for start in range(0, len(rows), per_text)
         ]
 
@@ -406,7 +326,7 @@ class MLMScorer:
         out = self._run(rows, [self.preparer.process, paired, scorer.process], JOINT_CHUNK_ROWS)
         per_text = len(CONSTRUCTIONS)
         return [
-            {row[CONSTRUCTION]: _public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
+            {row[CONSTRUCTION]: public(row, JOINTS_SCHEMA.names) for row in out[start : start + per_text]}
             for start in range(0, len(out), per_text)
         ]
 

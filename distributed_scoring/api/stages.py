@@ -34,7 +34,8 @@ from typing import Any
 import pyarrow as pa
 
 from ..pipeline.stage import ColumnError
-from .scorer import MLMScorer, added_schema
+from .rows import added_schema
+from .scorer import MLMScorer
 
 
 class PLLStage:

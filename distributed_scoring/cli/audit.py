@@ -18,11 +18,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
-    from ..workflows.audit.outliers import SCOPES, OutlierRule
-
-    t, o = Thresholds(), OutlierRule()
     g = p.add_argument_group("audit", "baseline comparison and outliers")
+    _add_baseline_arguments(g)
+    _add_outlier_arguments(g)
+
+
+def _add_baseline_arguments(g: argparse._ArgumentGroup) -> None:
+    """The baseline and the verdict against it, `Thresholds`' fields."""
+    from ..workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
+
+    t = Thresholds()
     g.add_argument("--baseline", default=None, help="the previous run's audit.json (or its folder; path or URI)")
     g.add_argument(
         "--metric", choices=METRICS, default=t.metric, help=f"PPPL compared with the baseline (default {t.metric})"
@@ -64,6 +69,13 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help=f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge",
     )
+
+
+def _add_outlier_arguments(g: argparse._ArgumentGroup) -> None:
+    """Which sentences are flagged as outliers, `OutlierRule`'s fields."""
+    from ..workflows.audit.outliers import SCOPES, OutlierRule
+
+    o = OutlierRule()
     g.add_argument(
         "--outlier-min-sigma",
         type=float,

@@ -77,6 +77,20 @@ def add_model_arguments(
             default="original",
             help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)",
         )
+    add_compute_arguments(p)
+    p.add_argument(
+        "--shard-rows",
+        type=int,
+        default=shard_rows,
+        help=f"rows per shard: the unit of work and resume (default {shard_rows})",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
+    add_ray_group(p)
+
+
+def add_compute_arguments(p: argparse.ArgumentParser) -> None:
+    """How the model runs in one process: its token budget, device, dtype, revision and remote code
+    (`model_spec` and `ScoringOptions.batch_tokens` read them)."""
     p.add_argument(
         "--batch-tokens",
         type=int,
@@ -101,13 +115,11 @@ def add_model_arguments(
         action="store_true",
         help="let transformers run Python code shipped with the model (off: such models are refused)",
     )
-    p.add_argument(
-        "--shard-rows",
-        type=int,
-        default=shard_rows,
-        help=f"rows per shard: the unit of work and resume (default {shard_rows})",
-    )
-    p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
+
+
+def add_ray_group(p: argparse.ArgumentParser) -> None:
+    """The "Ray" group of a scoring command, read by `ray_options`: scoring on Ray actors instead of in
+    this process."""
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
     add_address(ray)

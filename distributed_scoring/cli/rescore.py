@@ -11,9 +11,6 @@ from .common import add_model_arguments, finish, model_spec, ray_options, studen
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.rescore.search import METRICS, RescoreOptions
-
-    d = RescoreOptions()
     p.add_argument(
         "--dev", required=True, help="dev N-best list (JSONL, Parquet or ESPnet JSON): weights are tuned here"
     )
@@ -31,6 +28,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(as `dscore score --method unmasked`); --maskless DIR uses a student instead",
     )
     p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
+    _add_search_arguments(p)
+    p.add_argument("--append", default="", help="text appended to each hypothesis before LM scoring ('.' for ASR)")
+
+
+def _add_search_arguments(p: argparse.ArgumentParser) -> None:
+    """How the weights are searched on dev and the metric judged, `RescoreOptions`' fields."""
+    from ..workflows.rescore.search import METRICS, RescoreOptions
+
+    d = RescoreOptions()
     p.add_argument("--metric", choices=METRICS, default=d.metric, help="wer (ASR, minimised) or bleu (MT, maximised)")
     p.add_argument(
         "--mlm-alpha",
@@ -63,7 +69,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"largest LM weight the grid may be extended to (default {d.lambda_limit:g})",
     )
     p.add_argument("--bleu-tokenize", default=d.bleu_tokenize, help="sacrebleu tokenizer ('none' for tokenised text)")
-    p.add_argument("--append", default="", help="text appended to each hypothesis before LM scoring ('.' for ASR)")
 
 
 def run(args: argparse.Namespace) -> int:

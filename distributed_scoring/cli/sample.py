@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from .common import add_corpus_arguments, add_vocab_restrict, finish, prompt_config, ray_options, vocabulary
 
+if TYPE_CHECKING:
+    from ..workflows.sample import SampleOptions
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.sample import ENERGIES, ORDERS, SAMPLERS, STARTS, SampleOptions
+    from ..workflows.sample import SampleOptions
 
     d = SampleOptions()
     add_corpus_arguments(
@@ -22,6 +26,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.answer_column,
         help="column with the true tokens at the sampled positions, space-separated (optional)",
     )
+    _add_chain_arguments(p, d)
+    _add_proposal_arguments(p, d)
+    add_vocab_restrict(p, "the only tokens a proposal may use, space-separated (as in dscore infill)")
+
+
+def _add_chain_arguments(p: argparse.ArgumentParser, d: SampleOptions) -> None:
+    """What each chain samples and for how long: its energy, its sampler, its epochs, how many chains and
+    which positions; `d` gives the defaults."""
+    from ..workflows.sample import ENERGIES, SAMPLERS
+
     p.add_argument(
         "--energy", choices=ENERGIES, default=d.energy, help="raw: -sum of masked logits; norm: -PLL (default norm)"
     )
@@ -43,6 +57,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=d.block_decay,
         help="block size shrinks by this per epoch, down to 1 (default 0)",
     )
+
+
+def _add_proposal_arguments(p: argparse.ArgumentParser, d: SampleOptions) -> None:
+    """How proposals are drawn and accepted along a chain: temperatures and their schedule, the nucleus,
+    the order and start of the positions, what is recorded; `d` gives the defaults."""
+    from ..workflows.sample import ORDERS, STARTS
+
     p.add_argument(
         "--proposal-temperature",
         type=float,
@@ -74,7 +95,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="accept every proposal of the first N epochs (Goyal et al.'s trick after a warm start; "
         "keep N within --burn-in) (default 0)",
     )
-    add_vocab_restrict(p, "the only tokens a proposal may use, space-separated (as in dscore infill)")
 
 
 def run(args: argparse.Namespace) -> int:

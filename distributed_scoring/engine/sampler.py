@@ -1,17 +1,9 @@
 """Metropolis-Hastings sampling from a masked LM's energy (Goyal, Dyer & Berg-Kirkpatrick, 2022).
 
-Energies. A sequence X of token ids has scored positions S (every position but the sequence-level
-specials, see `sequence_positions`); for t in S let l_t(X) be the logits at t of X with t alone masked
-(one masked copy per position, the PLL's copies). Natural log throughout:
-
-    E_raw(X)  = - sum_{t in S} l_t(X)[x_t]                          (raw scores, paper sec. 2.1)
-    E_norm(X) = - sum_{t in S} log softmax(l_t(X))[x_t] = -PLL(X)   (locally normalised, sec. 2.2)
-
-the softmax over the whole vocabulary, as in PLL scoring. The energy is of the whole sequence: with a
-fixed context (conditional generation: only some positions sampled), S still covers the context's
-positions, since every term depends on the sampled tokens through h(X\\t). The target is
-p(X) ∝ exp(-E(X) / T) over the sequences that agree with the start outside the sampled positions and
-hold an `allowed` token at each sampled one.
+Energies. E(X) is E_raw or E_norm of `energy` (raw scores, paper sec. 2.1; locally normalised, -PLL,
+sec. 2.2), of the whole sequence (see `energy`). The target is p(X) ∝ exp(-E(X) / T) over the
+sequences that agree with the start outside the sampled positions and hold an `allowed` token at each
+sampled one.
 
 Proposals. A move resamples a block B of sampled positions (|B| = 1 for `mh`). One forward pass of X
 with all of B masked gives logits l_i at each i in B; the proposal at i is shaped over the allowed
@@ -63,8 +55,8 @@ from typing import Callable, Sequence, TypeVar
 import numpy as np
 import torch
 
+from .energy import EnergyEngine
 from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
-from .masking import Sentence, build, shape_of
 from .packing import Piece, TokenBudget, pack, run_fitting
 from .sampler_settings import ENERGIES, SamplerSettings
 
@@ -77,7 +69,7 @@ class Chain:
 
     input_ids: np.ndarray  # (L,) the start (`given`), or the fixed context around `sample`
     sample: np.ndarray  # (k,) positions to resample, each in `scored`
-    scored: np.ndarray  # (n,) positions the energy sums over (see `sequence_positions`)
+    scored: np.ndarray  # (n,) positions the energy sums over (see `energy.sequence_positions`)
     seed: int = 0
 
 
@@ -117,56 +109,6 @@ class Step:
     accepted: bool
 
 
-def sequence_positions(mlm: MaskedLM, input_ids: np.ndarray) -> np.ndarray:
-    """Every position except the sequence-level specials (CLS/SEP, BOS/EOS, padding): the positions
-    the energy sums over. A mask token counts as an ordinary position (it is there to be filled)."""
-    t = mlm.tokenizer
-    specials = {t.cls_token_id, t.sep_token_id, t.bos_token_id, t.eos_token_id, t.pad_token_id} - {None}
-    return np.array([i for i, token in enumerate(input_ids.tolist()) if token not in specials], dtype=np.int64)
-
-
-class EnergyEngine:
-    """E_raw and E_norm of many sequences, every masked copy of all of them packed under the budget."""
-
-    def __init__(self, mlm: MaskedLM, batch_tokens: int | None = None) -> None:
-        self.mlm = mlm
-        self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
-
-    def energies(self, sequences: Sequence[np.ndarray], scored: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """(raw, norm): (N,) float64 each, sequence j summed over its positions scored[j]."""
-        sentences = [Sentence(ids, positions, np.full(len(ids), -1)) for ids, positions in zip(sequences, scored)]
-        raw_terms = [np.empty(len(s.targets)) for s in sentences]
-        norm_terms = [np.empty(len(s.targets)) for s in sentences]
-        lengths, counts = shape_of(sentences)
-
-        def score(pieces: list[Piece]):
-            batch = build(sentences, pieces, "original", self.mlm.mask_token_id, self.mlm.pad_token_id)
-            return batch, self._forward(batch)
-
-        for pieces in pack(lengths, counts, self.budget):
-            for _, (batch, (raw, norm)) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
-                for j in np.unique(batch.sentence):
-                    rows = batch.sentence == j
-                    raw_terms[j][batch.slot[rows]] = raw[rows]
-                    norm_terms[j][batch.slot[rows]] = norm[rows]
-        raw_e = np.array([-t.sum() for t in raw_terms], dtype=np.float64)
-        norm_e = np.array([-t.sum() for t in norm_terms], dtype=np.float64)
-        return raw_e, norm_e
-
-    @torch.inference_mode()
-    def _forward(self, batch) -> tuple[np.ndarray, np.ndarray]:
-        """(B,) raw logit and log-probability of each row's label at its masked position."""
-        labels = torch.as_tensor(batch.labels, device=self.mlm.device)  # (B,)
-        raw, norm, start = [], [], 0
-        for logits in self.mlm.logits_at(batch.input_ids, batch.attention_mask, batch.positions):  # (c, V)
-            logits = logits.double()
-            picked = logits.gather(1, labels[start : start + len(logits), None]).squeeze(1)  # (c,)
-            raw.append(picked)
-            norm.append(picked - torch.logsumexp(logits, dim=-1))
-            start += len(logits)
-        return torch.cat(raw).cpu().numpy(), torch.cat(norm).cpu().numpy()
-
-
 def shaped_log_proposal(
     logits: torch.Tensor, allowed_ids: torch.Tensor, temperature: float, top_p: float
 ) -> torch.Tensor:
@@ -192,6 +134,23 @@ class _State:
     proposals: int = 0
     accepted: int = 0
     novel: int = 0
+
+    def recorded(self, epoch: int, temperature: float) -> Record:
+        """The state as a record of `epoch` (its energy known), its counts then started again."""
+        raw, norm = self.energy  # type: ignore[misc]
+        record = Record(epoch, self.ids.copy(), raw, norm, temperature, self.proposals, self.accepted, self.novel)
+        self.proposals = self.accepted = self.novel = 0
+        return record
+
+    def settle(self, new: np.ndarray, changed: bool, energy: tuple[float, float] | None, accept: bool) -> None:
+        """Count a proposal, and move to it (`new`, of `energy`) where it was accepted and changed the
+        sequence."""
+        self.proposals += 1
+        self.accepted += accept
+        if accept and changed:
+            self.novel += 1
+            self.ids = new
+            self.energy = energy  # None for gibbs: computed when a record needs it
 
 
 class Sampler:
@@ -252,20 +211,7 @@ class Sampler:
             if after > 0 and (after % settings.record_every == 0 or epoch == last):
                 self._know_energies(states)
                 for state, out in zip(states, records):
-                    raw, norm = state.energy  # type: ignore[misc]
-                    out.append(
-                        Record(
-                            epoch,
-                            state.ids.copy(),
-                            raw,
-                            norm,
-                            temperature,
-                            state.proposals,
-                            state.accepted,
-                            state.novel,
-                        )
-                    )
-                    state.proposals = state.accepted = state.novel = 0
+                    out.append(state.recorded(epoch, temperature))
         return records
 
     def energies(self, sequences: Sequence[np.ndarray], scored: Sequence[np.ndarray]) -> list[tuple[float, float]]:
@@ -355,19 +301,7 @@ class Sampler:
             [d[: len(b)] for d, (_, b) in zip(draws, active)],
             settings,
         )
-        news, changed = [], []
-        for (c, block), (tokens, _, _) in zip(active, proposed):
-            new = states[c].ids.copy()
-            changed.append(bool((new[block] != tokens).any()))
-            new[block] = tokens
-            news.append(new)
-        energies: list[tuple[float, float] | None] = [None] * len(active)
-        if not gibbs:
-            wanted = [j for j, ch in enumerate(changed) if ch]
-            for j, e in zip(
-                wanted, self.energies([news[j] for j in wanted], [states[active[j][0]].chain.scored for j in wanted])
-            ):
-                energies[j] = e
+        news, changed, energies = self._proposals(states, active, [tokens for tokens, _, _ in proposed], gibbs)
         which = ENERGIES.index(settings.energy)
         for j, ((c, block), (_, log_fwd, log_rev)) in enumerate(zip(active, proposed)):
             state = states[c]
@@ -397,12 +331,27 @@ class Sampler:
                         accept,
                     )
                 )
-            state.proposals += 1
-            state.accepted += accept
-            if accept and changed[j]:
-                state.novel += 1
-                state.ids = news[j]
-                state.energy = energies[j]  # None for gibbs: computed when a record needs it
+            state.settle(news[j], changed[j], energies[j], accept)
+
+    def _proposals(
+        self, states: list[_State], active: list[tuple[int, np.ndarray]], tokens: list[np.ndarray], gibbs: bool
+    ) -> tuple[list[np.ndarray], list[bool], list[tuple[float, float] | None]]:
+        """Per active chain: its proposal (its state with `tokens` at its block), whether that differs from
+        the state, and the proposal's energy, computed only where it differs and `gibbs` is off (None
+        elsewhere: an unchanged proposal is accepted at once, a Gibbs move needs none)."""
+        news, changed = [], []
+        for (c, block), drawn in zip(active, tokens):
+            new = states[c].ids.copy()
+            changed.append(bool((new[block] != drawn).any()))
+            new[block] = drawn
+            news.append(new)
+        energies: list[tuple[float, float] | None] = [None] * len(active)
+        if not gibbs:
+            wanted = [j for j, ch in enumerate(changed) if ch]
+            scored = [states[active[j][0]].chain.scored for j in wanted]
+            for j, e in zip(wanted, self.energies([news[j] for j in wanted], scored)):
+                energies[j] = e
+        return news, changed, energies
 
     def _propose(
         self,

@@ -306,18 +306,7 @@ def fit(
     returns the step reached. Metrics per step: step, epoch, loss (of the whole batch), lr (the encoder's),
     examples (in the batch)."""
     module = objective.module
-    optimizer = torch.optim.AdamW(objective.groups(schedule.lr), weight_decay=WEIGHT_DECAY)
-    warmup = max(1, int(WARMUP * schedule.steps))
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (schedule.steps - s) / max(1, schedule.steps - warmup)))
-    )
-    start = 0
-    if resume is not None:
-        state = TrainState.load(resume)
-        module.load_state_dict(state.module)
-        optimizer.load_state_dict(state.optimizer)
-        scheduler.load_state_dict(state.scheduler)
-        start = state.step
+    optimizer, scheduler, start = _optimizer(objective, schedule, resume)
     if len(examples) < schedule.batch_size or schedule.batch_size < world:
         raise ValueError(
             f"{len(examples)} examples, batches of {schedule.batch_size}, {world} workers: a batch "
@@ -350,6 +339,26 @@ def fit(
         on_step(done, metrics, _saver(done, module, optimizer, scheduler) if checkpoint else None)
     module.eval()
     return schedule.steps
+
+
+def _optimizer(
+    objective: Objective, schedule: Schedule, resume: str | None
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR, int]:
+    """(AdamW over the objective's parameter groups, its learning rate warmed up over the first WARMUP share
+    of the steps and then decayed linearly to 0, the step to start from): fresh, or the module, optimiser
+    and schedule restored from the state saved in `resume`."""
+    optimizer = torch.optim.AdamW(objective.groups(schedule.lr), weight_decay=WEIGHT_DECAY)
+    warmup = max(1, int(WARMUP * schedule.steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min((s + 1) / warmup, max(0.0, (schedule.steps - s) / max(1, schedule.steps - warmup)))
+    )
+    if resume is None:
+        return optimizer, scheduler, 0
+    state = TrainState.load(resume)
+    objective.module.load_state_dict(state.module)
+    optimizer.load_state_dict(state.optimizer)
+    scheduler.load_state_dict(state.scheduler)
+    return optimizer, scheduler, state.step
 
 
 def _mean_over_workers(loss: torch.Tensor, world: int) -> float:

@@ -13,14 +13,11 @@ many actors of each and with what CPUs and GPUs is planned in `resources.py`.
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import json
 import logging
-import os
 import queue
 import sys
-import tempfile
 import threading
 import time
 from typing import Callable, Iterable, Iterator
@@ -28,24 +25,21 @@ from typing import Callable, Iterable, Iterator
 import pyarrow as pa
 
 from ..config import InputSpec, RayOptions, RunConfig
-from ..cpus import set_torch_threads, thread_env, usable_cpus
+from ..cpus import set_torch_threads, thread_env
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
 from ..io.provenance import rows_digest
 from ..io.sources import Shard, read_unit, read_units
 from ..io.storage import error_reason
 from ..quiet import quiet_transformers
+from .cluster import cluster_address, ray_session
 from .progress import Pace, Progress, ignore, rows_done
-from .ray_log import RunLog, ray_output_to
 from .resources import IO_CPUS, StageResources, plan_when_ready
-from .watchdog import watching
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
 
 UNIT, SHARD, TABLE, SIGNATURE, DIGEST = "unit", "shard", "table", "signature", "digest"
-LOCAL_SPARE_CPUS = 2  # CPUs an embedded Ray declares beyond the usable ones (cpus.usable_cpus), for read/prepare/write
-GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
 # Errors a map task is retried on (up to MAX_RETRIES times), matched against the message: Ray Data's
 # own transient storage errors and common network failures.
 TRANSIENT_ERRORS = ("Connection reset", "Connection refused", "timed out", "Temporary failure", "503")
@@ -243,66 +237,6 @@ def build_dataset(
 
 
 # Driver.
-
-
-@contextlib.contextmanager
-def ray_session(options: RayOptions) -> Iterator[None]:
-    """Use the Ray this process already has (its logging left as it is), join `address`/`RAY_ADDRESS`,
-    or start an embedded one (shut down again on exit). Unless `options.verbose`, Ray's own messages
-    and its workers' output go to the run log in Ray's session folder, not to the terminal."""
-    import ray
-
-    if ray.is_initialized():
-        yield
-        return
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    address = cluster_address(options.address)
-    with contextlib.ExitStack() as stack:
-        log = None if options.verbose else RunLog()
-        if log is not None:
-            stack.enter_context(ray_output_to(log))
-        kwargs = {} if options.verbose else {"log_to_driver": False}
-        began = time.monotonic()
-        if address:
-            logger.info("joining the Ray cluster at %s", address)
-            context = ray.init(address=address, **kwargs)
-        else:
-            logger.info("starting an embedded Ray (seconds on a quiet machine, a minute on a busy one)")
-            context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
-            stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
-            stack.callback(ray.shutdown)
-        logger.info("Ray is up (%.0f s)", time.monotonic() - began)
-        if log is not None:
-            log.open(_run_log_path(context))
-            logger.info(
-                "Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)", log.path
-            )
-        yield
-
-
-def _run_log_path(context) -> str:
-    """`dscore-driver-<pid>.log` in the Ray session's log folder; in the temporary folder for a Ray Client
-    driver (`ray://`), whose session folder is on the cluster."""
-    session = getattr(context, "address_info", {}).get("session_dir")
-    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
-    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
-
-
-def cluster_address(given: str | None) -> str | None:
-    """The Ray cluster a driver joins: `--address`, else $DSCORE_RAY_ADDRESS (what
-    `cluster/local_cluster.sh env` exports), else $RAY_ADDRESS; None for an embedded Ray.
-
-    $RAY_ADDRESS often holds the job server's http:// address (what `ray job submit` needs), which a
-    driver cannot join: that is refused with the address to use instead.
-    """
-    address = given or os.environ.get(GCS_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS")
-    if address and address.lower().startswith(("http://", "https://")):
-        raise UserError(
-            f"{address!r} is the Ray job server's address (for `ray job submit`), not one a driver can join: pass "
-            f"--address HOST:PORT with the head node's GCS port (6379 unless it was started otherwise; "
-            f"cluster/local_cluster.sh env exports it as {GCS_ADDRESS_VARIABLE}), or submit the run as a job"
-        )
-    return address
 
 
 def consume(

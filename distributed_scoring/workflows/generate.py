@@ -72,29 +72,11 @@ def generate(
     The tokenizer is loaded here first, so a model or a --vocab-restrict token that cannot be used
     stops the run before any file is written.
     """
-    from ..engine.model_files import load_tokenizer
-
-    if bool(inputs.paths) == (options.length is not None):
-        raise UserError("give either INPUTS (texts with mask tokens) or --length N, not both or neither")
-    tokenizer, max_length = load_tokenizer(model)
-    if tokenizer.mask_token is None:
-        raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
-    allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
-    # (a --length over the maximum is refused before its masks are tokenised: it may be absurdly long)
-    if options.length is not None and (
-        options.length > max_length or len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length
-    ):
-        raise UserError(
-            f"--length {options.length} with the special tokens is over the model's maximum of {max_length} tokens"
-        )
-    tokens = text_tokens(max_length) if options.length is None else options.length + 2
-    if options.length is not None:
-        check_memory("dscore generate", _prompts_memory(options, tokenizer.mask_token))
-    check_memory("dscore generate", memory_estimate(options, inputs.shard_rows, tokens, int(allowed.sum())))
+    mask_token = _checked_mask_token(inputs, model, options)
     extra = (options.order_column,) if options.order == "given" else ()
     workload = generate_workload(model, options, inputs.batch_tokens)
     with claim(inputs.output, inputs.paths, [model.name]) as folder:
-        prompts = None if options.length is None else _prompts(tokenizer.mask_token, options)
+        prompts = None if options.length is None else _prompts(mask_token, options)
         paths = inputs.paths if prompts is None else (join(folder.out.location, prompts[0]),)
         config = RunConfig(
             InputSpec(
@@ -120,6 +102,31 @@ def generate(
             summary["model"] = model.name
             out.write_json(SUMMARY_FILE, summary)
     return summary
+
+
+def _checked_mask_token(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions) -> str:
+    """The model's mask token, once everything the tokenizer can tell is checked (the prompts or --length,
+    the mask token, --vocab-restrict, the length against the model's maximum, the memory a shard needs)."""
+    from ..engine.model_files import load_tokenizer
+
+    if bool(inputs.paths) == (options.length is not None):
+        raise UserError("give either INPUTS (texts with mask tokens) or --length N, not both or neither")
+    tokenizer, max_length = load_tokenizer(model)
+    if tokenizer.mask_token is None:
+        raise UserError(f"{model.name!r} has no mask token, so it cannot generate in any order")
+    allowed = allowed_tokens(tokenizer, len(tokenizer), options.vocab_restrict)
+    # (a --length over the maximum is refused before its masks are tokenised: it may be absurdly long)
+    if options.length is not None and (
+        options.length > max_length or len(tokenizer(tokenizer.mask_token * options.length)["input_ids"]) > max_length
+    ):
+        raise UserError(
+            f"--length {options.length} with the special tokens is over the model's maximum of {max_length} tokens"
+        )
+    tokens = text_tokens(max_length) if options.length is None else options.length + 2
+    if options.length is not None:
+        check_memory("dscore generate", _prompts_memory(options, tokenizer.mask_token))
+    check_memory("dscore generate", memory_estimate(options, inputs.shard_rows, tokens, int(allowed.sum())))
+    return tokenizer.mask_token
 
 
 def _prompts_memory(options: GenerateOptions, mask_token: str) -> MemoryEstimate:

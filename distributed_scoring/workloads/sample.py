@@ -39,7 +39,9 @@ if TYPE_CHECKING:
 STARTS = ("auto", *SAMPLER_STARTS)  # auto: settled per row (`SampleScorer._start`)
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
-DECLARED = Declaration("sample", engines=("engine.sampler",), docs="docs/sample.md", row_key=(CHAIN, EPOCH))
+DECLARED = Declaration(
+    "sample", engines=("engine.sampler", "engine.energy"), docs="docs/sample.md", row_key=(CHAIN, EPOCH)
+)
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
 SAMPLE = "sample"  # the prepared rows' positions to sample
@@ -179,7 +181,8 @@ class SampleScorer(Stage):
         self.signature = {**self.mlm.signature, "sampler": options.sampler, "energy": options.energy}
 
     def process(self, rows: list[Row]) -> list[Row]:
-        from ..engine.sampler import Chain, sequence_positions
+        from ..engine.energy import sequence_positions
+        from ..engine.sampler import Chain
 
         groups: dict[str, list[tuple[int, Chain]]] = {}
         for r, row in enumerate(rows):

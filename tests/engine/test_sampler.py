@@ -18,8 +18,9 @@ import pytest
 import torch
 
 from distributed_scoring.config import ModelSpec
+from distributed_scoring.engine.energy import EnergyEngine, sequence_positions
 from distributed_scoring.engine.masked_lm import load_masked_lm
-from distributed_scoring.engine.sampler import Chain, EnergyEngine, Sampler, Step, sequence_positions
+from distributed_scoring.engine.sampler import Chain, Sampler, Step
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 
 from reference import NaiveEnergy, total_variation

@@ -12,7 +12,8 @@ import pytest
 from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
-from distributed_scoring.pipeline.on_ray import StallError, cluster_address, consume
+from distributed_scoring.pipeline.cluster import cluster_address
+from distributed_scoring.pipeline.on_ray import StallError, consume
 from distributed_scoring.pipeline.resources import node_cpus, plan_resources
 from distributed_scoring.workflows.score import score
 

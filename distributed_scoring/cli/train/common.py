@@ -17,13 +17,24 @@ def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
     the command's default learning rate."""
     from ...workflows.train.run import TrainOptions, TrainResources
 
-    d, r = TrainOptions(), TrainResources()
     p.add_argument("--model", required=True, help="the masked LM to start from (local folder or Hub id)")
     p.add_argument(
         "--output",
         required=True,
         help="training folder (local or shared path): checkpoints, metrics.jsonl, report.json, the model",
     )
+    _add_schedule_arguments(p, TrainOptions(), lr)
+    p.add_argument("--batch-tokens", type=int, default=None, help="token budget of the evaluation's forward passes")
+    add_revision(p)
+    p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
+    p.add_argument(
+        "--overwrite", action="store_true", help="start again in a folder that holds a different training run"
+    )
+    _add_resource_arguments(p, TrainResources())
+
+
+def _add_schedule_arguments(p: argparse.ArgumentParser, d: TrainOptions, lr: float) -> None:
+    """The schedule, `TrainOptions`' fields: how long, how fast, on which rows; `d` gives the defaults."""
     p.add_argument("--epochs", type=int, default=d.epochs, help=f"passes over the training split (default {d.epochs})")
     p.add_argument("--steps", type=int, default=None, help="optimiser steps instead of --epochs")
     p.add_argument(
@@ -51,12 +62,10 @@ def add_train_arguments(p: argparse.ArgumentParser, lr: float) -> None:
         default=d.heldout,
         help=f"share of the rows kept out of training for the report (default {d.heldout})",
     )
-    p.add_argument("--batch-tokens", type=int, default=None, help="token budget of the evaluation's forward passes")
-    add_revision(p)
-    p.add_argument("--trust-remote-code", action="store_true", help="let transformers run code shipped with the model")
-    p.add_argument(
-        "--overwrite", action="store_true", help="start again in a folder that holds a different training run"
-    )
+
+
+def _add_resource_arguments(p: argparse.ArgumentParser, r: TrainResources) -> None:
+    """The "Ray Train" group, `TrainResources`' fields: where the workers run; `r` gives the defaults."""
     ray = p.add_argument_group(
         "Ray Train", "training runs on Ray Train: an embedded local Ray unless a cluster is given"
     )

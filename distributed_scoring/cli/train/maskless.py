@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ...config import ModelSpec
 from ...errors import UserError
 from ..common import finish
 from .common import add_train_arguments, train_options
 
+if TYPE_CHECKING:
+    from ...workflows.train.maskless import StudentOptions
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ...engine.model_files import TARGETS
     from ...workflows.train.maskless import LR, SPEED_SENTENCES, StudentOptions
 
     p.add_argument(
@@ -21,7 +24,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the --output folder of a `dscore score` run: its rows' PLLs are the targets (with "
         "--per-token for --target token, and --conditionals K too for --target distribution)",
     )
-    student = StudentOptions()
+    _add_student_arguments(p, StudentOptions())
+    _add_report_arguments(p, SPEED_SENTENCES)
+    add_train_arguments(p, lr=LR)
+
+
+def _add_student_arguments(p: argparse.ArgumentParser, student: StudentOptions) -> None:
+    """What the student learns and from which weights, `StudentOptions`' fields; `student` gives the
+    defaults."""
+    from ...engine.model_files import TARGETS
+
     p.add_argument(
         "--target",
         choices=TARGETS,
@@ -50,6 +62,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=student.token_weight,
         help=f"distribution: weight of the per-token squared error beside the KL (default {student.token_weight:g})",
     )
+
+
+def _add_report_arguments(p: argparse.ArgumentParser, speed_sentences: int) -> None:
+    """What the report measures beyond the held-out PLLs: N-best rescoring and the speed against the PLL
+    engine (`speed_sentences`: the default of --speed-sentences)."""
     p.add_argument(
         "--nbest-dev",
         default=None,
@@ -61,11 +78,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--speed-sentences",
         type=int,
-        default=SPEED_SENTENCES,
+        default=speed_sentences,
         metavar="N",
-        help=f"held-out rows the student and the PLL engine are timed on (default {SPEED_SENTENCES})",
+        help=f"held-out rows the student and the PLL engine are timed on (default {speed_sentences})",
     )
-    add_train_arguments(p, lr=LR)
 
 
 def run(args: argparse.Namespace) -> int:

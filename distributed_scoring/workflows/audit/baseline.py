@@ -297,11 +297,7 @@ class _Judge:
                 "lower --min-rows only if such a scope is meaningful"
             )
             return Check(name, INSUFFICIENT, **figures, reasons=(reason,))
-        cur = _scope_rows(name, self.current_rows, self.current_parts)
-        base = _scope_rows(name, self.baseline_rows, self.baseline_parts)
-        paired = cur is not None and base is not None and _same_ids(cur, base)
-        if paired:
-            cur, base = cur.sort_by(S.ID), base.sort_by(S.ID)
+        cur, base, paired = self._scope_tables(name)
         rng = scope_rng(self.t.seed, name)
         pppl = self._pppl(cur, base, paired, rng) if self.same_scorer else None
         errors = self._error_rate(now, before, cur, base, paired, rng)
@@ -326,6 +322,18 @@ class _Judge:
             paired=paired,
             reasons=reasons,
         )
+
+    def _scope_tables(self, name: str) -> tuple[pa.Table | None, pa.Table | None, bool]:
+        """The scope's per-row figures now and in the baseline (all of them for the corpus, a partition's own:
+        none, an empty table), and whether they pair up (the same ids; then both are sorted by id)."""
+        cur, base = self.current_rows, self.baseline_rows
+        if name != OVERALL:
+            cur = None if cur is None else self.current_parts.get(name, cur.slice(0, 0))
+            base = None if base is None else self.baseline_parts.get(name, base.slice(0, 0))
+        paired = cur is not None and base is not None and _same_ids(cur, base)
+        if paired:
+            cur, base = cur.sort_by(S.ID), base.sort_by(S.ID)
+        return cur, base, paired
 
     def _pppl(
         self, cur: pa.Table | None, base: pa.Table | None, paired: bool, rng: np.random.Generator
@@ -392,13 +400,6 @@ class _Judge:
         if -tol <= interval.low and interval.high <= tol:
             return NO_CHANGE, interval, ""
         return INSUFFICIENT, interval, f"{said} crosses the edge of the no-change band +-{tol * 100:.2f} points"
-
-
-def _scope_rows(name: str, rows: pa.Table | None, parts: dict[str, pa.Table]) -> pa.Table | None:
-    """A scope's per-row figures: all of them for the corpus, a partition's own (none: an empty table)."""
-    if rows is None or name == OVERALL:
-        return rows
-    return parts.get(name, rows.slice(0, 0))
 
 
 def _by_partition(rows: pa.Table) -> dict[str, pa.Table]:

@@ -6,6 +6,7 @@ best.parquet, one 1-best text file per split, report.json and report.md (`render
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
 
@@ -122,15 +123,8 @@ def render_rescore_report(report: dict) -> str:
         + "".join(f", {k} = {report[k]:g}" for k in ("mlm_alpha", "causal_alpha") if report[k] is not None)
         + ".",
         "",
-        "| split | utterances | hypotheses | baseline | rescored | oracle | 1-best changed |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        *_splits_table(report, shown),
     ]
-    for split in SPLITS:
-        r = report[split]
-        lines.append(
-            f"| {split} | {r['utterances']} | {r['hypotheses']} | {shown(r['baseline'])} | {shown(r['rescored'])} "
-            f"| {shown(r['oracle'])} | {r['changed']} |"
-        )
     lines += [
         "",
         "Baseline: the sequence model's own 1-best. Oracle: in each utterance, the hypothesis with "
@@ -157,3 +151,19 @@ def render_rescore_report(report: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _splits_table(report: dict, shown: Callable[[float], str]) -> list[str]:
+    """The report's table: per split, its sizes and the metric of the baseline, the rescored 1-best and
+    the oracle (`shown` formats the metric), and how many 1-bests rescoring changed."""
+    lines = [
+        "| split | utterances | hypotheses | baseline | rescored | oracle | 1-best changed |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for split in SPLITS:
+        r = report[split]
+        lines.append(
+            f"| {split} | {r['utterances']} | {r['hypotheses']} | {shown(r['baseline'])} | {shown(r['rescored'])} "
+            f"| {shown(r['oracle'])} | {r['changed']} |"
+        )
+    return lines

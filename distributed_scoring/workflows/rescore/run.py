@@ -92,13 +92,7 @@ def rescore_nbest(
     scored = [t + inputs.append for t in texts]
     sources = [p for p in (inputs.dev, inputs.test, inputs.dev_refs, inputs.test_refs) if p]
     lm_folder, scorer = SCORERS[method]
-    run = {
-        "workload": RESCORE,
-        **{k: v for k, v in asdict(inputs).items() if k != "output"},
-        "model": model.name if model else None,
-        "causal_model": causal_model.name if causal_model else None,
-        "method": method,
-    }
+    run = _fingerprint(inputs, model, causal_model, method)
     with claim(inputs.output, sources, [m.name for m in (model, causal_model) if m]) as folder:
         folder.begin(
             run,
@@ -121,16 +115,32 @@ def rescore_nbest(
             causal = _scores(config.output, texts, scored, S.LOGP, "causal LM")
         seconds = time.monotonic() - started
         result = rescore(dev, test, mlm, causal, options)
-        result.report["scoring"] = {
-            "hypotheses": dev.num_rows + test.num_rows,
-            "unique_texts": len(texts),
-            "seconds": round(seconds, 3),
-            "hypotheses_per_s": round((dev.num_rows + test.num_rows) / max(seconds, 1e-9), 2),
-            "unique_texts_per_s": round(len(texts) / max(seconds, 1e-9), 2),
-            "note": "each distinct hypothesis text is scored once per LM; a resumed run counts only what it scored",
-        }
+        result.report["scoring"] = _scoring_figures(dev.num_rows + test.num_rows, len(texts), seconds)
         write_outputs(result, folder)
     return result
+
+
+def _fingerprint(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None, method: str) -> dict:
+    """What the folder's run depends on: the inputs (not the folder itself), the models and the method."""
+    return {
+        "workload": RESCORE,
+        **{k: v for k, v in asdict(inputs).items() if k != "output"},
+        "model": model.name if model else None,
+        "causal_model": causal_model.name if causal_model else None,
+        "method": method,
+    }
+
+
+def _scoring_figures(hypotheses: int, unique_texts: int, seconds: float) -> dict:
+    """The report's scoring section: how many texts the LMs scored, and how fast."""
+    return {
+        "hypotheses": hypotheses,
+        "unique_texts": unique_texts,
+        "seconds": round(seconds, 3),
+        "hypotheses_per_s": round(hypotheses / max(seconds, 1e-9), 2),
+        "unique_texts_per_s": round(unique_texts / max(seconds, 1e-9), 2),
+        "note": "each distinct hypothesis text is scored once per LM; a resumed run counts only what it scored",
+    }
 
 
 def check_models(model: ModelSpec | None, causal_model: ModelSpec | None, method: str = "pll") -> None:

@@ -15,21 +15,17 @@ held-out sentences in one process: `maskless_eval` evaluates and writes report.m
 
 from __future__ import annotations
 
-import hashlib
-import logging
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ...config import ModelSpec, check_bounds
 from ...engine.model_files import STUDENT_FILE, TARGET_DISTRIBUTION, TARGET_SENTENCE, TARGET_TOKEN, TARGETS
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim_training
-from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
+from ...io.output import OutputDir
 from ...io.storage import join
 from ...workloads.maskless import RANGE
 from ...workloads.prepare import PLLPreparer
@@ -63,8 +59,7 @@ from .run import (
     training_figures,
     training_fingerprint,
 )
-
-logger = logging.getLogger(__name__)
+from .teacher import TEACHER_CONDITIONALS, TEACHER_TOKENS, Teacher, check_teacher_has, read_teacher
 
 # default peak learning rate of the encoder (the paper used 1e-5 over 10 epochs of LibriSpeech text; the head
 # learns faster, see engine.training)
@@ -74,9 +69,6 @@ PREDICTIONS_FILE = "heldout_predictions.parquet"
 REPORT_MD = "report.md"
 SPEED_SENTENCES = 32  # default held-out sentences both scorers are timed on (the PLL engine's share dominates)
 MIN_HELDOUT = 3  # rows a correlation needs
-TEACHER_COLUMNS = (S.ID, S.TEXT, S.PLL, S.STATUS, S.N_TOKENS)
-TEACHER_TOKENS = (S.TOKENS, S.TOKEN_LOGPROBS)
-TEACHER_CONDITIONALS = (S.COND_IDS, S.COND_LOGPROBS, S.COND_REST)
 
 
 @dataclass(frozen=True)
@@ -120,94 +112,6 @@ class NBest:
 
 
 @dataclass(frozen=True)
-class Teacher:
-    """A PLL scoring run's usable rows (ok, finite PLL: id, text, pll, n_tokens, and the per-token columns
-    it has) and what it says of itself."""
-
-    folder: str
-    rows: pa.Table
-    total: int
-    split_chars: bool
-    variant: str
-    model: str | None
-
-    @property
-    def digest(self) -> str:
-        """Identity of the targets: a different teacher in the same folder is a different run."""
-        pairs = sorted(zip(self.rows[S.ID].to_pylist(), self.rows[S.PLL].to_pylist()))
-        return hashlib.sha256("\n".join(f"{i}\t{p!r}" for i, p in pairs).encode()).hexdigest()
-
-    def has(self, columns: tuple[str, ...]) -> bool:
-        return all(c in self.rows.column_names for c in columns)
-
-
-def read_teacher(folder: str) -> Teacher:
-    """The teacher's rows, refused with what to do when the folder is no finished PLL run with usable rows."""
-    out = OutputDir(folder)
-    if not out.exists(out.root):
-        raise UserError(f"teacher folder {folder!r} does not exist: pass the --output folder of a `dscore score` run")
-    files = out.row_parts()
-    if not files:
-        raise UserError(
-            f"teacher folder {folder!r} holds no scored rows ({ROWS_DIR}/*.parquet): pass the --output "
-            "folder of a finished `dscore score` run"
-        )
-    try:
-        run = out.read_json(RUN_FILE) or {}
-    except ValueError as exc:
-        raise UserError(f"{folder}/{RUN_FILE} is damaged ({exc}); score the teacher again") from exc
-    if run.get("workload", "pll") != "pll":
-        raise UserError(
-            f"teacher folder {folder!r} holds a {run['workload']!r} run; the teacher must be a PLL run (`dscore score`)"
-        )
-    columns = pq.read_schema(files[0], filesystem=out.fs).names
-    missing = [c for c in TEACHER_COLUMNS if c not in columns]
-    if missing:
-        raise UserError(
-            f"the teacher's rows ({files[0]}) have no {', '.join(missing)} column(s) (they have "
-            f"{', '.join(columns)}): pass the folder of a PLL run (`dscore score`)"
-        )
-    wanted = [*TEACHER_COLUMNS, *(c for c in (*TEACHER_TOKENS, *TEACHER_CONDITIONALS) if c in columns)]
-    table = pq.read_table(files, filesystem=out.fs, columns=wanted)
-    usable = pc.and_(pc.equal(table[S.STATUS], S.STATUS_OK), pc.is_finite(table[S.PLL]))
-    rows = table.filter(pc.fill_null(usable, False))
-    if rows.num_rows == 0:
-        raise UserError(
-            f"all {table.num_rows} rows of teacher folder {folder!r} are error rows (or have no PLL): "
-            "nothing to learn from; check its `error` column"
-        )
-    if not out.exists(out.path(SUMMARY_FILE)):
-        logger.warning(
-            "teacher folder %s has no %s: its run may be unfinished (only the rows written are used)",
-            folder,
-            SUMMARY_FILE,
-        )
-    return Teacher(
-        folder,
-        rows.drop_columns([S.STATUS]),
-        table.num_rows,
-        bool(run.get("split_chars")),
-        run.get("variant", "original"),
-        run.get("model"),
-    )
-
-
-def check_teacher_has(teacher: Teacher, student: StudentOptions) -> None:
-    """A per-token target needs the teacher's per-token terms, `distribution` its conditionals too."""
-    if student.target != TARGET_SENTENCE and not teacher.has(TEACHER_TOKENS):
-        raise UserError(
-            f"--target {student.target} needs the teacher's per-token scores, and teacher folder "
-            f"{teacher.folder!r} has none: score it with `dscore score --per-token`"
-        )
-    if student.target == TARGET_DISTRIBUTION and not teacher.has(TEACHER_CONDITIONALS):
-        raise UserError(
-            f"--target distribution needs the teacher's conditionals, and teacher folder {teacher.folder!r} "
-            "has none: score it with `dscore score --per-token --conditionals K` (K >= the vocabulary "
-            "for all of it; see docs/train.md)"
-        )
-
-
-@dataclass(frozen=True)
 class MasklessJob:
     """What the training workers and the evaluation task need (torch-free, pickled to them)."""
 
@@ -244,48 +148,13 @@ def train_maskless(
     teacher, train_table, heldout_table, left_out = _read_and_split(
         teacher_folder, model, options, resources, student, nbest, speed_sentences
     )
-    targets = np.asarray(train_table[TARGET].to_pylist())
-    per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
-    run = training_fingerprint(
-        "maskless",
-        model,
-        options,
-        {
-            "teacher": teacher_folder,
-            "teacher_rows": teacher.digest,
-            **asdict(student),
-            "nbest": asdict(nbest) if nbest else None,
-        },
-    )
+    run = _fingerprint(teacher, model, options, student, nbest)
     inputs = [teacher_folder, *([p for p in (nbest.dev, nbest.test) if p] if nbest else [])]
     with claim_training(output, run, overwrite, inputs, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
-        steps = options.total_steps(train_table.num_rows)
-        meta = {
-            "target": student.target,
-            "teacher": teacher_folder,
-            "teacher_model": teacher.model,
-            "teacher_variant": teacher.variant,
-            "teacher_rows": teacher.digest,
-            "base_model": model.name,
-            "split_chars": teacher.split_chars,
-            RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]},
-        }
-        job = MasklessJob(
-            model,
-            out.location,
-            options,
-            student,
-            steps,
-            resources.checkpoint_every,
-            float(targets.mean()),
-            float(targets.std()) or 1.0,
-            meta,
-            teacher.variant,
-            batch_tokens,
-        )
+        job = _student_job(teacher, train_table, model, out.location, options, student, resources, batch_tokens)
         evaluation, rescored = _train_and_evaluate(folder, job, resources, heldout_path, nbest, speed_sentences)
         predictions = predictions_table(heldout_table, evaluation)
         folder.write_table(PREDICTIONS_FILE, predictions)
@@ -298,20 +167,8 @@ def train_maskless(
             "teacher_model": teacher.model,
             "model": model.name,
             "output": output,
-            "rows": {
-                "teacher": teacher.total,
-                "usable": teacher.rows.num_rows,
-                "train": train_table.num_rows,
-                "heldout": heldout_table.num_rows,
-                "left_out_over_max_length": left_out,
-            },
-            "training": {
-                **training_figures(out, steps, options, LOSSES[student.target]),
-                "target_mean": job.mean,
-                "target_std": job.std,
-                **asdict(student),
-                "training_range": meta[RANGE],
-            },
+            "rows": _rows_report(teacher, train_table, heldout_table, left_out),
+            "training": _training_report(out, job),
             "heldout": heldout,
             "rescoring": rescored,
             "speed": evaluation["speed"],
@@ -319,6 +176,87 @@ def train_maskless(
         folder.write_json(REPORT_FILE, report)
         folder.write_text(REPORT_MD, render_report(report))
     return report
+
+
+def _fingerprint(
+    teacher: Teacher, model: ModelSpec, options: TrainOptions, student: StudentOptions, nbest: NBest | None
+) -> dict:
+    """What the training folder's run depends on: beside the model and the schedule, the teacher (its
+    folder and its rows), the student's options and the N-best lists."""
+    return training_fingerprint(
+        "maskless",
+        model,
+        options,
+        {
+            "teacher": teacher.folder,
+            "teacher_rows": teacher.digest,
+            **asdict(student),
+            "nbest": asdict(nbest) if nbest else None,
+        },
+    )
+
+
+def _student_job(
+    teacher: Teacher,
+    train_table: pa.Table,
+    model: ModelSpec,
+    location: str,
+    options: TrainOptions,
+    student: StudentOptions,
+    resources: TrainResources,
+    batch_tokens: int | None,
+) -> MasklessJob:
+    """The job of a student trained into `location`: its steps, the training PLLs' mean and std (the
+    sentence head's scale) and the meta its folder records (target, teacher, base model, the range of
+    per-token PLLs it was trained on)."""
+    targets = np.asarray(train_table[TARGET].to_pylist())
+    per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
+    meta = {
+        "target": student.target,
+        "teacher": teacher.folder,
+        "teacher_model": teacher.model,
+        "teacher_variant": teacher.variant,
+        "teacher_rows": teacher.digest,
+        "base_model": model.name,
+        "split_chars": teacher.split_chars,
+        RANGE: {"pll_per_token": [float(per_token.min()), float(per_token.max())]},
+    }
+    return MasklessJob(
+        model,
+        location,
+        options,
+        student,
+        options.total_steps(train_table.num_rows),
+        resources.checkpoint_every,
+        float(targets.mean()),
+        float(targets.std()) or 1.0,
+        meta,
+        teacher.variant,
+        batch_tokens,
+    )
+
+
+def _rows_report(teacher: Teacher, train_table: pa.Table, heldout_table: pa.Table, left_out: int) -> dict:
+    """The report's row counts: the teacher's, its usable ones, each split's and those left out as too long."""
+    return {
+        "teacher": teacher.total,
+        "usable": teacher.rows.num_rows,
+        "train": train_table.num_rows,
+        "heldout": heldout_table.num_rows,
+        "left_out_over_max_length": left_out,
+    }
+
+
+def _training_report(out: OutputDir, job: MasklessJob) -> dict:
+    """The report's training section: the losses logged, the targets' scale, the student's options and the
+    range it was trained on."""
+    return {
+        **training_figures(out, job.steps, job.options, LOSSES[job.student.target]),
+        "target_mean": job.mean,
+        "target_std": job.std,
+        **asdict(job.student),
+        "training_range": job.meta[RANGE],
+    }
 
 
 def _read_and_split(

@@ -114,52 +114,17 @@ def train_pmlm(
 ) -> dict:
     """Continue training `model` with u-PMLM on the corpus into `output` (a model folder `dscore score
     --model` loads); returns the report (also DIR/report.json) with held-out perplexities before and after."""
-    from ...engine.model_files import load_tokenizer
-
     check_bounds("--orders", orders, 1)
     check_bounds("--batch-tokens", batch_tokens, 1)
-    tokenizer, model_max = load_tokenizer(model)
-    preparer = PLLPreparer(tokenizer, model_max, corpus.split_chars)
-    train_table, heldout_table, left_out = _split(corpus, preparer, options)
-    if heldout_table.num_rows == 0:
-        raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
-    if train_table.num_rows < max(options.batch_size, resources.num_workers):
-        raise UserError(
-            f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
-            f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
-            "workers: lower --batch-size, raise --max-length or add rows"
-        )
-    run = training_fingerprint(
-        "pmlm",
-        model,
-        options,
-        {
-            "data": list(corpus.paths),
-            "text_column": corpus.text_column,
-            "id_column": corpus.id_column,
-            "split_chars": corpus.split_chars,
-            "data_rows": corpus.digest,
-        },
-    )
+    train_table, heldout_table, left_out = _checked_split(corpus, model, options, resources)
+    run = _fingerprint(corpus, model, options)
     with claim_training(output, run, overwrite, corpus.paths, [model.name], TRAINING_OUTPUTS) as folder:
         out = folder.out
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         steps = options.total_steps(train_table.num_rows)
         job = PMLMJob(model, out.location, options, steps, resources.checkpoint_every, orders, batch_tokens)
-        with on_ray(resources):
-            before = perplexities(folder, "before", model, heldout_path, job, corpus.split_chars, resources)
-            fit_on_ray(pmlm_worker, job, resources, out)
-            folder.record_new()  # the model and tokenizer files worker 0 saved
-            after = perplexities(
-                folder,
-                "after",
-                replace(model, name=out.location, revision=None),
-                heldout_path,
-                job,
-                corpus.split_chars,
-                resources,
-            )
+        before, after = _train_and_evaluate(folder, job, heldout_path, corpus.split_chars, resources)
         report = {
             "command": "train pmlm",
             "data": list(corpus.paths),
@@ -184,6 +149,58 @@ def train_pmlm(
         }
         out.write_json(REPORT_FILE, report)
     return report
+
+
+def _fingerprint(corpus: Corpus, model: ModelSpec, options: TrainOptions) -> dict:
+    """What the training folder's run depends on: beside the model and the schedule, the corpus (its
+    paths, how they are read, its rows)."""
+    return training_fingerprint(
+        "pmlm",
+        model,
+        options,
+        {
+            "data": list(corpus.paths),
+            "text_column": corpus.text_column,
+            "id_column": corpus.id_column,
+            "split_chars": corpus.split_chars,
+            "data_rows": corpus.digest,
+        },
+    )
+
+
+def _checked_split(
+    corpus: Corpus, model: ModelSpec, options: TrainOptions, resources: TrainResources
+) -> tuple[pa.Table, pa.Table, int]:
+    """`_split` of the corpus by the model's tokenizer, refused when a split is too small to train or
+    report on: checked before the folder is touched."""
+    from ...engine.model_files import load_tokenizer
+
+    tokenizer, model_max = load_tokenizer(model)
+    preparer = PLLPreparer(tokenizer, model_max, corpus.split_chars)
+    train_table, heldout_table, left_out = _split(corpus, preparer, options)
+    if heldout_table.num_rows == 0:
+        raise UserError(f"the held-out split of {corpus.rows.num_rows} rows is empty: raise --heldout or add rows")
+    if train_table.num_rows < max(options.batch_size, resources.num_workers):
+        raise UserError(
+            f"{train_table.num_rows} training rows ({left_out} over --max-length {options.max_length} left "
+            f"out) do not fill one batch of --batch-size {options.batch_size} over {resources.num_workers} "
+            "workers: lower --batch-size, raise --max-length or add rows"
+        )
+    return train_table, heldout_table, left_out
+
+
+def _train_and_evaluate(
+    folder: Claim, job: PMLMJob, heldout_path: str, split_chars: bool, resources: TrainResources
+) -> tuple[dict, dict]:
+    """(perplexities before, after): the held-out rows scored by the starting model, the model trained
+    on Ray Train into the held folder, then the held-out rows scored by the trained one."""
+    with on_ray(resources):
+        before = perplexities(folder, "before", job.model, heldout_path, job, split_chars, resources)
+        fit_on_ray(pmlm_worker, job, resources, folder.out)
+        folder.record_new()  # the model and tokenizer files worker 0 saved
+        trained = replace(job.model, name=folder.out.location, revision=None)
+        after = perplexities(folder, "after", trained, heldout_path, job, split_chars, resources)
+    return before, after
 
 
 def _split(corpus: Corpus, preparer: PLLPreparer, options: TrainOptions) -> tuple[pa.Table, pa.Table, int]:

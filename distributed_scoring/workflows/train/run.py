@@ -39,7 +39,7 @@ from ...cpus import set_torch_threads
 from ...io import schema as S
 from ...io.claim import TRAINING
 from ...io.output import OutputDir
-from ...pipeline.on_ray import cluster_address, ray_session
+from ...pipeline.cluster import cluster_address, ray_session
 from ...quiet import quiet_transformers
 
 if TYPE_CHECKING:  # torch code, imported on the training workers only

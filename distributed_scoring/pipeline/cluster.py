@@ -1,0 +1,83 @@
+"""The Ray a driver runs on: the cluster it joins (`cluster_address`) or the local one it embeds, with Ray's
+own messages kept off the terminal (`ray_session`). Scoring on Ray Data (`on_ray`) and training on Ray
+Train (`workflows/train`) both run inside it."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+import time
+from typing import Iterator
+
+from ..config import RayOptions
+from ..cpus import usable_cpus
+from ..errors import UserError
+from .ray_log import RunLog, ray_output_to
+from .watchdog import watching
+
+logger = logging.getLogger(__name__)
+
+LOCAL_SPARE_CPUS = 2  # CPUs an embedded Ray declares beyond the usable ones (cpus.usable_cpus), for read/prepare/write
+GCS_ADDRESS_VARIABLE = "DSCORE_RAY_ADDRESS"  # the cluster a driver joins when no --address is given
+
+
+@contextlib.contextmanager
+def ray_session(options: RayOptions) -> Iterator[None]:
+    """Use the Ray this process already has (its logging left as it is), join `address`/`RAY_ADDRESS`,
+    or start an embedded one (shut down again on exit). Unless `options.verbose`, Ray's own messages
+    and its workers' output go to the run log in Ray's session folder, not to the terminal."""
+    import ray
+
+    if ray.is_initialized():
+        yield
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    address = cluster_address(options.address)
+    with contextlib.ExitStack() as stack:
+        log = None if options.verbose else RunLog()
+        if log is not None:
+            stack.enter_context(ray_output_to(log))
+        kwargs = {} if options.verbose else {"log_to_driver": False}
+        began = time.monotonic()
+        if address:
+            logger.info("joining the Ray cluster at %s", address)
+            context = ray.init(address=address, **kwargs)
+        else:
+            logger.info("starting an embedded Ray (seconds on a quiet machine, a minute on a busy one)")
+            context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
+            stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
+            stack.callback(ray.shutdown)
+        logger.info("Ray is up (%.0f s)", time.monotonic() - began)
+        if log is not None:
+            log.open(_run_log_path(context))
+            logger.info(
+                "Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)", log.path
+            )
+        yield
+
+
+def _run_log_path(context) -> str:
+    """`dscore-driver-<pid>.log` in the Ray session's log folder; in the temporary folder for a Ray Client
+    driver (`ray://`), whose session folder is on the cluster."""
+    session = getattr(context, "address_info", {}).get("session_dir")
+    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
+    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
+
+
+def cluster_address(given: str | None) -> str | None:
+    """The Ray cluster a driver joins: `--address`, else $DSCORE_RAY_ADDRESS (what
+    `cluster/local_cluster.sh env` exports), else $RAY_ADDRESS; None for an embedded Ray.
+
+    $RAY_ADDRESS often holds the job server's http:// address (what `ray job submit` needs), which a
+    driver cannot join: that is refused with the address to use instead.
+    """
+    address = given or os.environ.get(GCS_ADDRESS_VARIABLE) or os.environ.get("RAY_ADDRESS")
+    if address and address.lower().startswith(("http://", "https://")):
+        raise UserError(
+            f"{address!r} is the Ray job server's address (for `ray job submit`), not one a driver can join: pass "
+            f"--address HOST:PORT with the head node's GCS port (6379 unless it was started otherwise; "
+            f"cluster/local_cluster.sh env exports it as {GCS_ADDRESS_VARIABLE}), or submit the run as a job"
+        )
+    return address
