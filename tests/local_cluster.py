@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -66,21 +67,16 @@ def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     assert not any(running(pid) for pid in started)
 
 
-def wait_for_alive_nodes(env: dict, alive: int, limit_s: float = 120) -> None:
-    """Until the cluster counts `alive` live nodes. A killed node stays alive to Ray until its health checks
-    fail (about 15-30 s): a run started before that plans for it and places actors on it."""
-    code = (
-        "import sys, time, ray\n"
-        "ray.init(address=sys.argv[1], logging_level='ERROR', log_to_driver=False)\n"
-        "deadline = time.time() + float(sys.argv[3])\n"
-        "while sum(n['Alive'] for n in ray.nodes()) != int(sys.argv[2]):\n"
-        "    if time.time() > deadline:\n"
-        "        sys.exit(f'still {sum(n[\"Alive\"] for n in ray.nodes())} live nodes')\n"
-        "    time.sleep(1)\n"
-    )
-    subprocess.run(
-        [sys.executable, "-c", code, env["DSCORE_RAY_ADDRESS"], str(alive), str(limit_s)],
-        env={k: v for k, v in env.items() if k != "RAY_ADDRESS"},
-        check=True,
-        timeout=limit_s + 60,
-    )
+def wait_for_alive_nodes(env: dict, state: Path, alive: int, limit_s: float = 120) -> None:
+    """Until the cluster's `status` counts `alive` live nodes. A killed node stays alive to Ray until its
+    health checks fail (about 15-30 s): a run started before that plans for it and places actors on it."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        done = subprocess.run(
+            [*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120
+        )
+        if done.stdout.startswith(f"{alive} of "):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {limit_s:.0f} s, {done.stdout.strip() or done.stderr.strip()}")
+        time.sleep(1)

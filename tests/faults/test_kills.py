@@ -180,7 +180,7 @@ def test_a_killed_worker_node_loses_no_row_and_doubles_none(tmp_path, tiny_model
             if driver.poll() is None:
                 driver.kill()
         if first != 0:  # rerun as an operator would, once Ray has seen the node go
-            wait_for_alive_nodes(env, alive=2)
+            wait_for_alive_nodes(env, state, alive=2)
             rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
             assert rerun.returncode == 0, why(rerun.stderr)
         after = markers(out)
