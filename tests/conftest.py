@@ -68,11 +68,40 @@ def ray_local():
     ray.shutdown()
 
 
-# Markers a test gets from the fixtures it uses, directly or through other fixtures (the local cluster's
-# fixtures in pipeline/test_cluster.py ask for `ray_local`), so that `make test-fast` (-m "not ray and not
-# weights") leaves them out with no hand-kept list. Modules whose tests start Ray without these fixtures (a
-# `dscore ... --ray` driver or a training run in a subprocess, a local cluster of their own) mark themselves:
-# `pytestmark = pytest.mark.ray` in faults/test_kills.py and faults/test_train_kill.py.
+@pytest.fixture(scope="session")
+def local_ray_cluster(ray_local):
+    """(environment, state folder) of one local multi-process cluster (cluster/local_cluster.sh: a head and
+    two workers of 2 CPUs), started once for every test that submits to it or kills its nodes. Those tests run
+    last, the ones that change the cluster after the ones that use it as started (`pytest_collection_modifyitems`).
+    Stopping it ends only its own processes: the session's `ray_local` still answers after."""
+    from local_cluster import local_cluster
+
+    with local_cluster(workers=2, cpus=2) as started:
+        yield started
+    assert ray_local.get(ray_local.put("still alive")) == "still alive"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "changes_cluster(rank): changes the shared local_ray_cluster (kills a node, restarts it): runs after the "
+        "tests that use the cluster as started, in rank order",
+    )
+
+
+def cluster_rank(item: pytest.Item) -> int:
+    """0: the test does not use the shared cluster; 1: it uses it as started; 1 + rank: it changes it."""
+    if "local_ray_cluster" not in getattr(item, "fixturenames", ()):
+        return 0
+    changes = item.get_closest_marker("changes_cluster")
+    return 1 + (changes.args[0] if changes else 0)
+
+
+# Markers a test gets from the fixtures it uses, directly or through other fixtures (`local_ray_cluster` asks
+# for `ray_local`), so that `make test-fast` (-m "not ray and not weights") leaves them out with no hand-kept
+# list. Modules whose tests start Ray without these fixtures (a `dscore ... --ray` driver or a training run in
+# a subprocess) mark themselves: `pytestmark = pytest.mark.ray` in faults/test_kills.py and
+# faults/test_train_kill.py.
 MARKER_FIXTURES = {
     "ray": {"ray_local"},
     "weights": {"offline_model_dir"},
@@ -85,3 +114,4 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for marker, fixtures in MARKER_FIXTURES.items():
             if used & fixtures:
                 item.add_marker(marker)
+    items.sort(key=cluster_rank)  # stable: every other test keeps its place

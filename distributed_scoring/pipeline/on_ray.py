@@ -301,7 +301,8 @@ def execute_ray(
     # traceback; this pipeline's actors would wait for those CPUs. Free them first.
     gc.collect()
     with ray_session(options):
-        resources = plan_when_ready(options, workload.device, joined=cluster_address(options.address) is not None)
+        joined = cluster_address(options.address) is not None
+        resources = plan_when_ready(options, workload.device, joined).at_most(len(todo))
         logger.info("running %d shards of %s on Ray: %s", len(todo), workload.name, resources)
         board = ray.remote(num_cpus=0)(ProgressBoard).remote()
         try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config import RayOptions
 from ..errors import UserError
@@ -38,6 +38,14 @@ class StageResources:
             f"({self.threads_per_actor} torch thread{'s' * (self.threads_per_actor > 1)} each), "
             f"{low}-{high} tokenising actor{'s' * (high > 1)}"
         )
+
+    def at_most(self, shards: int) -> StageResources:
+        """No more scoring or tokenising actors than shards to score: an actor beyond that would start and
+        load the model (seconds of a node's CPUs, a replica's memory, a GPU held) and never get a shard. Small
+        runs and resumed ones with a few shards left are the common case."""
+        actors = max(1, min(self.actors, shards))
+        low, high = self.prepare_actors
+        return replace(self, actors=actors, prepare_actors=(min(low, actors), max(1, min(high, actors))))
 
 
 SPARE_CPUS = 1 + 2 * IO_CPUS  # one tokenising actor and a read and a write task must always find room

@@ -22,7 +22,7 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.score import score
 
 import tiny
-from local_cluster import REPO, local_cluster, running, wait_for_alive_nodes
+from local_cluster import REPO, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
 STALL_S = 120  # a run that stops making progress fails within this, instead of hanging the suite
@@ -159,30 +159,32 @@ def node_holding_a_scorer(workers: list[int]) -> int:
     raise AssertionError("no worker node holds a scoring actor")
 
 
-def test_a_killed_worker_node_loses_no_row_and_doubles_none(tmp_path, tiny_model_dir):
-    """Head and two workers of 2 CPUs: two scoring actors, one node spare. The worker node that holds a
-    scoring actor loses its raylet mid-run (and with it every process on that node). The run either
-    finishes on the nodes left, or stops and a rerun finishes; either way each id is written once."""
+@pytest.mark.changes_cluster(1)
+def test_a_killed_worker_node_loses_no_row_and_doubles_none(local_ray_cluster, tmp_path, tiny_model_dir):
+    """The session's cluster, head and two workers of 2 CPUs: two scoring actors, one node spare. The worker
+    node that holds a scoring actor loses its raylet mid-run (and with it every process on that node). The run
+    either finishes on the nodes left, or stops and a rerun finishes; either way each id is written once.
+    Runs after the tests that need every node (conftest's `cluster_rank`); the cluster's restart test follows."""
     corpus, out = make_corpus(tmp_path / "in", 120), tmp_path / "out"
     command = cli(corpus, str(tiny_model_dir("bert")), out)
-    with local_cluster(workers=2, cpus=2) as (env, state):
-        env = {**env, "PYTHONPATH": str(REPO)}
-        log = (tmp_path / "driver.log").open("w")
-        driver = subprocess.Popen(command, env=env, stdout=log, stderr=log)
-        try:
-            wait_for_markers(out, 3, driver)
-            assert driver.poll() is None, "the run ended before a node could be killed"
-            victim = node_holding_a_scorer(ray_start_processes(state)[1:])
-            raylet_of(victim).kill()
-            finished = markers(out)
-            first = driver.wait(timeout=STALL_S + 120)
-        finally:
-            if driver.poll() is None:
-                driver.kill()
-        if first != 0:  # rerun as an operator would, once Ray has seen the node go
-            wait_for_alive_nodes(env, state, alive=2)
-            rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-            assert rerun.returncode == 0, why(rerun.stderr)
-        after = markers(out)
-        assert len(after) == 60 and {name: after[name] for name in finished} == finished
-        check_each_id_once(out, 120)
+    env, state = local_ray_cluster
+    env = {**env, "PYTHONPATH": str(REPO)}
+    log = (tmp_path / "driver.log").open("w")
+    driver = subprocess.Popen(command, env=env, stdout=log, stderr=log)
+    try:
+        wait_for_markers(out, 3, driver)
+        assert driver.poll() is None, "the run ended before a node could be killed"
+        victim = node_holding_a_scorer(ray_start_processes(state)[1:])
+        raylet_of(victim).kill()
+        finished = markers(out)
+        first = driver.wait(timeout=STALL_S + 120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    if first != 0:  # rerun as an operator would, once Ray has seen the node go
+        wait_for_alive_nodes(env, state, alive=2)
+        rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, why(rerun.stderr)
+    after = markers(out)
+    assert len(after) == 60 and {name: after[name] for name in finished} == finished
+    check_each_id_once(out, 120)

@@ -1,10 +1,11 @@
 """`ray job submit` of every jobs/ entry point, and `dscore submit`, to the local multi-process cluster of
 cluster/local_cluster.sh.
 
-One cluster (a head and two worker processes on loopback, 2 CPUs each, token auth on: docs/ray.md's
-recipe, where no node can hold a 4-CPU actor) serves all the submissions of this module; its last test
-stops it and starts it again in the same folder under a terminal that closes, and the fixture stops it at
-the end and checks that only its own processes were ended.
+The session's one cluster (conftest's `local_ray_cluster`: a head and two worker processes on loopback, 2 CPUs
+each, token auth on: docs/ray.md's recipe, where no node can hold a 4-CPU actor) serves all the submissions
+of this module and faults/test_kills.py's killed node. The restart test runs last of all: it stops the
+cluster and starts it again in the same folder under a terminal that closes; the fixture stops it at the
+end and checks that only its own processes were ended.
 """
 
 from __future__ import annotations
@@ -26,23 +27,15 @@ from distributed_scoring.workflows.score import score
 
 import rescoring_helpers as H
 import tiny
-from local_cluster import REPO, SCRIPT, local_cluster, running
+from local_cluster import REPO, SCRIPT, running
 
 pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")
-def started(ray_local):
-    """(environment, state folder) of a freshly started local cluster."""
-    with local_cluster(workers=2, cpus=2) as started:
-        yield started
-    assert ray_local.get(ray_local.put("still alive")) == "still alive"  # only our cluster was stopped
-
-
-@pytest.fixture(scope="module")
-def cluster(started):
-    """Environment for `ray job submit` against the module's cluster."""
-    return started[0]
+def cluster(local_ray_cluster):
+    """Environment for `ray job submit` against the session's local cluster."""
+    return local_ray_cluster[0]
 
 
 def dscore_submit(env: dict, *entrypoint: str) -> subprocess.CompletedProcess:
@@ -345,12 +338,13 @@ def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):
     assert "unrecognized arguments: --no-such-option" in done.stdout
 
 
-def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_started_it(started):
+@pytest.mark.changes_cluster(2)
+def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_started_it(local_ray_cluster):
     """`stop`, then `start` again in the same folder (the old nodes' logs still there) under a pseudo-terminal
     that closes as soon as `start` returns (SIGHUP to its session, as when an `ssh -t` or a CI step ends):
-    every node comes up and is still alive seconds later. Last in the module: its other tests use the cluster
-    as the fixture started it, and the fixture stops this one."""
-    env, state = started
+    every node comes up and is still alive seconds later. Last of the cluster's tests (after the killed node
+    of faults/test_kills.py, whose node it brings back): the fixture stops this one."""
+    env, state = local_ray_cluster
     subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert "Ray runtime started" in (state / "head.log").read_text()  # what used to pass the start-up check
     start = [

@@ -100,6 +100,18 @@ def test_resources_leave_cpus_for_the_other_stages(cluster, options, device, exp
     assert sum(node_cpus(cluster)) - r.actors * r.cpus_per_actor >= 1.5
 
 
+def test_no_more_actors_start_than_there_are_shards_to_score():
+    planned = plan_resources(nodes(64), RayOptions(), "auto")
+    assert (planned.actors, planned.prepare_actors) == (15, (1, 3))
+    for shards, actors, prepare in ((1, 1, (1, 1)), (2, 2, (1, 2)), (15, 15, (1, 3)), (1000, 15, (1, 3))):
+        capped = planned.at_most(shards)
+        assert (capped.actors, capped.prepare_actors) == (actors, prepare)
+        assert (capped.cpus_per_actor, capped.threads_per_actor) == (4.0, 4)  # each actor as planned
+    assert str(planned.at_most(1)).startswith("1 scoring actor x 4 CPU (4 torch threads each), 1-1 tokenising")
+    gpus = plan_resources(nodes(64, gpus=8), RayOptions(), "auto").at_most(3)
+    assert (gpus.actors, gpus.gpus_per_actor) == (3, 1.0)  # GPUs left to other jobs
+
+
 def test_resource_requests_that_cannot_work_are_refused():
     with pytest.raises(UserError, match="do not fit"):
         plan_resources(nodes(4), RayOptions(num_actors=2, cpus_per_actor=2), "cpu")
