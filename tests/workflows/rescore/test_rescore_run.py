@@ -91,7 +91,7 @@ def test_references_from_separate_files_give_the_same_result(tmp_path, tiny_mode
 
 @pytest.mark.ray
 def test_antibody_rescoring_on_ray_lowers_the_residue_error_rate(ray_local, tmp_path, offline_model_dir, capsys):
-    """Real weights: chains with substitutions and a noisy sequence-model score; AntiBERTy repairs the
+    """Real weights: chains with substitutions and a noisy sequence-model score; Sapiens VH repairs the
     ranking, so the residue error rate (WER over space-separated residues) falls on held-out utterances."""
     genes = sorted(v_genes("human").items())
     picked = dict((name, seq[:30]) for name, seq in random.Random(4).sample(genes, 16))
@@ -107,7 +107,7 @@ def test_antibody_rescoring_on_ray_lowers_the_residue_error_rate(ray_local, tmp_
             "--test",
             write_jsonl(tmp_path / "test.jsonl", test.to_pylist()),
             "--model",
-            str(offline_model_dir("antiberty")),
+            str(offline_model_dir("sapiens-vh")),
             "--output",
             str(out),
             "--ray",
