@@ -26,6 +26,11 @@ def running(pid: int) -> bool:
         return False
 
 
+def node_pids(state: Path) -> list[int]:
+    """The `ray start --block` PIDs of the cluster started in `state`: head first, then the workers."""
+    return [int(p) for p in (state / "pids").read_text().split()]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -55,14 +60,14 @@ def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
         str(free_port()),
     ]
     subprocess.run(start, env=env, check=True, timeout=240)
-    started = [int(p) for p in (state / "pids").read_text().split()]
+    started = node_pids(state)
     exports = subprocess.run([*SCRIPT, "env", "--dir", str(state)], env=env, check=True, capture_output=True, text=True)
     variables = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.split("\n") if line)
     try:
         yield {**env, **variables}, state
     finally:
         if (state / "pids").exists():  # a test may have restarted it: its processes now
-            started += [int(p) for p in (state / "pids").read_text().split()]
+            started += node_pids(state)
         subprocess.run([*SCRIPT, "stop", "--dir", str(state)], env=env, check=True, timeout=120)
     assert not any(running(pid) for pid in started)
 

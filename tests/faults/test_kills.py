@@ -22,7 +22,7 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.score import score
 
 import tiny
-from local_cluster import REPO, running, wait_for_alive_nodes
+from local_cluster import REPO, node_pids, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
 STALL_S = 120  # a run that stops making progress fails within this, instead of hanging the suite
@@ -142,11 +142,6 @@ def test_a_rerun_after_a_killed_driver_scores_only_unfinished_shards(tmp_path, t
     check_each_id_once(out, 160)
 
 
-def ray_start_processes(state: Path) -> list[int]:
-    """The `ray start --block` PIDs of a local_cluster: head first, then the workers."""
-    return [int(p) for p in (state / "pids").read_text().split()]
-
-
 def raylet_of(node_pid: int) -> psutil.Process:
     return next(p for p in psutil.Process(node_pid).children(recursive=True) if p.name() == "raylet")
 
@@ -174,7 +169,7 @@ def test_a_killed_worker_node_loses_no_row_and_doubles_none(local_ray_cluster, t
     try:
         wait_for_markers(out, 3, driver)
         assert driver.poll() is None, "the run ended before a node could be killed"
-        victim = node_holding_a_scorer(ray_start_processes(state)[1:])
+        victim = node_holding_a_scorer(node_pids(state)[1:])
         raylet_of(victim).kill()
         finished = markers(out)
         first = driver.wait(timeout=STALL_S + 120)

@@ -27,7 +27,7 @@ from distributed_scoring.workflows.score import score
 
 import rescoring_helpers as H
 import tiny
-from local_cluster import REPO, SCRIPT, running
+from local_cluster import REPO, SCRIPT, node_pids, running
 
 pytestmark = pytest.mark.ray
 
@@ -371,7 +371,7 @@ def test_the_cluster_restarts_in_its_folder_and_outlives_the_terminal_that_start
     )
     assert done.returncode == 0 and "local Ray cluster up: 1 head + 2 workers" in done.stdout, done.stdout[-3000:]
     time.sleep(5)
-    pids = [int(p) for p in (state / "pids").read_text().split()]
+    pids = node_pids(state)
     assert len(pids) == 3 and all(running(pid) for pid in pids)
     status = subprocess.run(
         [*SCRIPT, "status", "--dir", str(state)], env=env, capture_output=True, text=True, timeout=120
