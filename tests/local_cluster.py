@@ -41,10 +41,15 @@ def free_port() -> int:
 def local_cluster(workers: int, cpus: int) -> Iterator[tuple[dict, Path]]:
     """(environment that points `ray job submit` and `dscore --ray` at it, its state folder with the
     `pids` of its `ray start --block` processes: head first). Stopped on exit; only its own processes end.
-    Its nodes inherit this environment, with conftest's RAY_CAPS (object store, idle workers)."""
+    Its nodes inherit this environment, with conftest's RAY_CAPS (object store, idle workers), and may write
+    bytecode."""
     # Ray's socket paths must stay under 107 bytes, so the cluster's folder is short, not under tmp_path.
     state = Path(tempfile.mkdtemp(prefix="dsc-", dir="/tmp"))
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    # A job imports the package from its unpacked working directory, which holds no bytecode (__pycache__ is
+    # git-ignored, so `ray job submit` leaves it out): where the environment forbids writing bytecode (these
+    # machines set PYTHONDONTWRITEBYTECODE), each of a job's processes would compile the package again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     start = [
         *SCRIPT,
         "start",
