@@ -105,7 +105,7 @@ case "$cmd" in
       exit 2
     fi
     mkdir -p "$dir"
-    rm -rf "$dir/ray"  # a previous cluster's session files would make the new nodes fail to join
+    rm -rf "$dir/ray" "$dir"/w[0-9]*  # a previous cluster's session files would make the new nodes fail to join
     python -c 'import secrets; print(secrets.token_hex(32))' > "$dir/auth_token"
     chmod 600 "$dir/auth_token"
     echo "$dashboard_port" > "$dir/dashboard_port"
@@ -121,8 +121,12 @@ case "$cmd" in
       --temp-dir "$dir/ray" --disable-usage-stats -- "$dir/head.log"
     wait_started "$(tail -n 1 "$dir/pids")" "$dir/head.log" || { "$0" stop --dir "$dir"; exit 1; }
     for i in $(seq 1 "$workers"); do
+      # Each worker node has a session folder of its own (DIR/wN; no longer than DIR/ray, for the socket
+      # paths). Sharing the head's, every node's runtime-env agent unpacked a job's working_dir into the same
+      # folder, deleting it first (Ray 2.60 unpacks with overwrite): a job's driver on the head lost its
+      # current directory as its actors started on a worker node, and concurrent jobs failed.
       detached ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
-        --dashboard-agent-listen-port "$(free_port)" --disable-usage-stats -- "$dir/worker-$i.log"
+        --dashboard-agent-listen-port "$(free_port)" --temp-dir "$dir/w$i" --disable-usage-stats -- "$dir/worker-$i.log"
       wait_started "$(tail -n 1 "$dir/pids")" "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
     done
     joined=$(alive_nodes)
