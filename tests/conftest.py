@@ -57,6 +57,26 @@ def offline_model_dir():
 
 
 @pytest.fixture(scope="session")
+def moto_server(tmp_path_factory):
+    """moto's S3 server on loopback, one per session (per pytest worker): a real S3 API (tests/object_store.py)."""
+    from object_store import MotoServer
+
+    server = MotoServer.start(tmp_path_factory.mktemp("moto") / "moto.log")
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3(moto_server, monkeypatch):
+    """A fresh bucket on the session's S3 server, with AWS_ENDPOINT_URL and test credentials set for this test
+    (and the subprocesses it starts)."""
+    from object_store import Bucket, apply_environment
+
+    apply_environment(moto_server, monkeypatch)
+    return Bucket.create(moto_server)
+
+
+@pytest.fixture(scope="session")
 def ray_local():
     """One local Ray for the whole session: CPUs over-declared (2 cores here) so that scoring actors
     never starve read/write tasks, no dashboard, no usage stats."""

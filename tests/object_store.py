@@ -1,0 +1,127 @@
+"""A real S3 API for the tests: moto's server on loopback, started once per test session (per pytest
+worker), and a fresh bucket per test.
+
+Nothing is mocked in-process: the product talks HTTP to the server through pyarrow's S3 filesystem and
+boto3, exactly as it would to AWS or MinIO, found through `AWS_ENDPOINT_URL` (docs/runs.md).
+Subprocesses (`dscore` drivers, embedded Rays) inherit the environment the `s3` fixture sets.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",  # no wait on an instance-metadata endpoint that is not there
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class MotoServer:
+    """moto's S3 server on 127.0.0.1: `endpoint` is what AWS_ENDPOINT_URL names."""
+
+    endpoint: str
+    process: subprocess.Popen
+
+    @classmethod
+    def start(cls, log: Path) -> "MotoServer":
+        port = free_port()
+        moto = Path(sys.executable).with_name("moto_server")
+        with open(log, "wb") as f:
+            process = subprocess.Popen(
+                [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT
+            )
+        server = cls(f"http://127.0.0.1:{port}", process)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(server.endpoint, timeout=1).close()
+                return server
+            except OSError:
+                if process.poll() is not None:
+                    raise RuntimeError(f"moto_server exited with {process.returncode}: {log.read_text()}") from None
+                time.sleep(0.2)
+        process.kill()
+        raise RuntimeError(f"moto_server did not answer on {server.endpoint} within 60 s: {log.read_text()}")
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+    def environment(self) -> dict[str, str]:
+        return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}
+
+
+@dataclass
+class Bucket:
+    """One test's bucket on the server, with a boto3 client to look at what the product wrote."""
+
+    name: str
+    client: object
+
+    @classmethod
+    def create(cls, server: MotoServer) -> "Bucket":
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=server.endpoint,
+            region_name=CREDENTIALS["AWS_DEFAULT_REGION"],
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+        )
+        name = f"test-{uuid.uuid4().hex[:16]}"
+        client.create_bucket(Bucket=name)
+        return cls(name, client)
+
+    def uri(self, key: str = "") -> str:
+        return f"s3://{self.name}/{key}"
+
+    def put(self, key: str, data: bytes | str) -> str:
+        """Upload `data` at `key`; returns its URI."""
+        self.client.put_object(Bucket=self.name, Key=key, Body=data.encode() if isinstance(data, str) else data)
+        return self.uri(key)
+
+    def upload(self, local: Path, prefix: str) -> str:
+        """A local file or folder's files under `prefix`; returns the URI of `prefix`."""
+        files = [local] if local.is_file() else sorted(p for p in local.rglob("*") if p.is_file())
+        for path in files:
+            relative = path.name if local.is_file() else path.relative_to(local).as_posix()
+            self.put(f"{prefix.rstrip('/')}/{relative}", path.read_bytes())
+        return self.uri(prefix)
+
+    def get(self, key: str) -> bytes:
+        return self.client.get_object(Bucket=self.name, Key=key)["Body"].read()
+
+    def keys(self, prefix: str = "") -> list[str]:
+        pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.name, Prefix=prefix)
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def apply_environment(server: MotoServer, monkeypatch) -> None:
+    """Point this process and its subprocesses at the server (and at nothing else)."""
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in server.environment().items():
+        monkeypatch.setenv(name, value)
+    if "NO_PROXY" not in os.environ:
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
