@@ -8,13 +8,19 @@ as a single stream through smart-open.
 from __future__ import annotations
 
 import io
+import logging
+import os
+import time
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Callable, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..errors import UserError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 PYARROW_SCHEMES = ("file", "s3", "gs", "gcs", "hdfs", "viewfs")
 COMPRESSIONS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".zstd": "zstd"}
@@ -32,6 +38,117 @@ def error_reason(exc: BaseException) -> str:
 
 class StorageError(UserError):
     """A URI that cannot be used (unknown scheme, unreachable store); the message says what to do."""
+
+
+# What an object store's error means, by the words the AWS SDK (under pyarrow) and boto3 use for it, and
+# what to do about it; the first that matches names the cause. Anything else is quoted as it came.
+CAUSES = (
+    (
+        ("NO_SUCH_BUCKET", "NoSuchBucket", "Bucket '", "bucket does not exist"),
+        "the bucket does not exist: create it first",
+    ),
+    (
+        (
+            "ACCESS_DENIED",
+            "AccessDenied",
+            "INVALID_ACCESS_KEY_ID",
+            "InvalidAccessKeyId",
+            "SIGNATURE_DOES_NOT_MATCH",
+            "SignatureDoesNotMatch",
+            "EXPIRED_TOKEN",
+            "ExpiredToken",
+            "UNRECOGNIZED_CLIENT",
+            "Forbidden",
+            "credentials",
+        ),
+        "access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and "
+        "that they may read and write there",
+    ),
+    (
+        (
+            "NETWORK_CONNECTION",
+            "Could not connect",
+            "Couldn't connect",
+            "Could not resolve",
+            "Connection refused",
+            "EndpointConnectionError",
+            "timed out",
+            "Timeout",
+        ),
+        "the storage endpoint is unreachable: check the network and AWS_ENDPOINT_URL (docs/runs.md)",
+    ),
+)
+# Errors worth retrying during a run: the endpoint unreachable or overloaded for a while (an outage, a
+# throttle), never a refusal that the same request would get again.
+TRANSIENT = (
+    "NETWORK_CONNECTION",
+    "Could not connect",
+    "Couldn't connect",
+    "Could not resolve",
+    "Connection refused",
+    "Connection reset",
+    "EndpointConnectionError",
+    "timed out",
+    "Timeout",
+    "SLOW_DOWN",
+    "SlowDown",
+    "SERVICE_UNAVAILABLE",
+    "ServiceUnavailable",
+    "INTERNAL_FAILURE",
+    "InternalError",
+    "THROTTLING",
+    "RequestTimeout",
+    "HTTP status 5",
+    "curlCode",
+)
+
+
+def storage_cause(exc: BaseException) -> str:
+    """What an object store's (or a disk's) error means, in a few words, with what to do."""
+    text = str(exc)
+    for words, cause in CAUSES:
+        if any(w in text for w in words):
+            return cause
+    return error_reason(exc)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a storage error may pass if the request is sent again later (an outage, a throttle)."""
+    text = str(exc)
+    return not isinstance(exc, (FileNotFoundError, PermissionError)) and any(w in text for w in TRANSIENT)
+
+
+# How long a run keeps sending a failed storage request again before it stops ("incomplete", exit 1): long
+# enough to ride out a 60-second outage of an object store. `--storage-retry-s` sets it (through this
+# variable, which Ray's workers inherit from the driver's runtime environment).
+RETRY_ENV = "DSCORE_STORAGE_RETRY_S"
+RETRY_S = 120.0
+
+
+def retry_budget() -> float:
+    return float(os.environ.get(RETRY_ENV, RETRY_S))
+
+
+def retrying(request: Callable[[], T], what: str, budget_s: float | None = None) -> T:
+    """`request()`, sent again with backoff (1, 2, 4 ... 15 s apart) while it fails on a transient storage error
+    (`is_transient`), until `budget_s` (default `retry_budget()`) has passed; then its last error goes on."""
+    budget = retry_budget() if budget_s is None else budget_s
+    deadline = time.monotonic() + budget
+    delay = 1.0
+    while True:
+        try:
+            return request()
+        except OSError as exc:
+            if not is_transient(exc) or time.monotonic() + delay > deadline:
+                raise
+            logger.warning("%s failed (%s); sending it again in %.0f s", what, storage_cause(exc), delay)
+            time.sleep(delay)
+            delay = min(2 * delay, 15.0)
+
+
+def storage_error(uri: str, exc: BaseException, doing: str = "use") -> StorageError:
+    """A one-line refusal before any work: which URI, what went wrong and what to do."""
+    return StorageError(f"cannot {doing} {uri!r}: {storage_cause(exc)}")
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
