@@ -14,6 +14,11 @@ from .errors import UserError
 VARIANTS = ("original", "word_l2r")
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
+# What the storage flags set for every process of a run, through the environment that the run's processes
+# inherit (cli.common.add_storage_arguments): `--storage-retry-s`, read by io.storage.retry_budget, and
+# `--unsafe-lock`, read by io.lock.
+STORAGE_RETRY_ENV = "DSCORE_STORAGE_RETRY_S"
+UNSAFE_LOCK_ENV = "DSCORE_UNSAFE_LOCK"
 
 
 def check_bounds(

@@ -18,7 +18,7 @@ from ..cpus import thread_env
 from ..errors import DataLossError, UserError
 from ..quiet import quiet_transformers
 from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, verify
-from .common import Command, add_commands, add_verbose, dispatch
+from .common import Command, add_commands, add_verbose, dispatch, environment, storage_environment
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
 
@@ -141,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.result = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            return dispatch(COMMANDS, args.command, args)
+            with environment(storage_environment(args)):
+                return dispatch(COMMANDS, args.command, args)
         except UserError as exc:
             print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2

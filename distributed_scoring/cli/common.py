@@ -5,11 +5,25 @@ registry entries commands are added and run through."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 from types import ModuleType
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
-from ..config import DEVICES, DTYPES, VARIANTS, InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
+from ..config import (
+    DEVICES,
+    DTYPES,
+    STORAGE_RETRY_ENV,
+    UNSAFE_LOCK_ENV,
+    VARIANTS,
+    InputSpec,
+    ModelSpec,
+    RayOptions,
+    RunConfig,
+    ScoringOptions,
+    check_bounds,
+)
 from ..errors import UserError
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -85,7 +99,52 @@ def add_model_arguments(
         help=f"rows per shard: the unit of work and resume (default {shard_rows})",
     )
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
+    add_storage_arguments(p)
     add_ray_group(p)
+
+
+def add_storage_arguments(p: argparse.ArgumentParser) -> None:
+    """How the run treats its object store (docs/runs.md), read by `storage_environment`."""
+    p.add_argument(
+        "--storage-retry-s",
+        type=float,
+        default=None,
+        help="during the run, send a storage request that failed on an outage again for up to this many "
+        "seconds before stopping as incomplete (default 120)",
+    )
+    p.add_argument(
+        "--unsafe-lock",
+        action="store_true",
+        help="write to a store that offers dscore no create-if-absent request (gs://, hdfs://) with a lock that two "
+        "runs starting at the same instant could both take; you make sure no two runs share --output",
+    )
+
+
+@contextlib.contextmanager
+def environment(env: dict[str, str]) -> Iterator[None]:
+    """`env` set while the command runs, as it was again after (a command called from Python, a test)."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def storage_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The storage flags as the environment that every process of the run reads (io.storage, io.lock): Ray's
+    workers inherit it from the driver, or get it in their runtime environment on a cluster."""
+    env = {}
+    if getattr(args, "storage_retry_s", None) is not None:
+        check_bounds("--storage-retry-s", args.storage_retry_s, 0)
+        env[STORAGE_RETRY_ENV] = repr(args.storage_retry_s)
+    if getattr(args, "unsafe_lock", False):
+        env[UNSAFE_LOCK_ENV] = "1"
+    return env
 
 
 def add_compute_arguments(p: argparse.ArgumentParser) -> None:

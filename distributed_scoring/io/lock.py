@@ -3,21 +3,29 @@
 Two runs writing one folder would delete each other's temporary files and mix their shards. The lock
 holds the host, pid (and pid namespace), start time and a heartbeat that a daemon thread on the driver
 refreshes every `HEARTBEAT_S`; it is released (deleted) when the run ends, also on error. A second run
-finds it and stops at once, naming the holder. Two kinds of left-over lock:
+finds it and stops at once, naming the holder.
 
-- the holder ran on this host, in this pid namespace, and its pid is gone: the run was killed
-  (`kill -9`, out of memory), so the lock is taken over with a warning, and rerunning the same command
-  resumes as it always did;
-- the heartbeat is older than `STALE_AFTER_S` (a run on another host cannot be checked): reported as
-  stale with how to clear it (delete the file), never broken silently, since that run may be paused.
+Every change of the lock is one request that the store itself makes conditional (`LockFile`), so that two
+runs can never both believe they hold it: the lock is created only if absent (O_EXCL on a local or shared
+filesystem, `If-None-Match: *` on S3), and a heartbeat, a release or the take-over of a left-over lock
+applies only to the version read (the ETag on S3; on a filesystem, the bytes read, swapped by rename).
+A store without such requests (gs://, hdfs://) is refused before any work unless `--unsafe-lock` (env
+`UNSAFE_LOCK_ENV`) accepts a lock that two runs starting at the same instant could both take.
 
-`--overwrite` never breaks a lock. Local folders create the file atomically (O_EXCL); an object store
-has no atomic create, so two runs starting within the same instant there can both get in: the heartbeat
-makes such an overlap visible (the losing run logs that its lock was taken), not impossible.
+Left-over locks are taken over, with a warning, when
+- the holder ran on this host, in this pid namespace, and its pid is gone: the run was killed (`kill -9`,
+  out of memory), and rerunning the same command resumes as it always did;
+- its heartbeat is older than `STALE_AFTER_S`, the holder being on another host or gone silent (a run that
+  stopped on a storage error, a lost node): a rerun on any host resumes. Should the old holder come back,
+  its heartbeat finds the lock taken and says so (`lost`); it never deletes the new holder's lock.
+
+`--overwrite` never breaks a live lock. A heartbeat that fails (a storage outage) is logged and tried again
+at the next beat: the thread outlives failed requests.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -27,11 +35,14 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from typing import Protocol
 
 import pyarrow.fs as pafs
 
+from ..config import UNSAFE_LOCK_ENV
 from ..errors import UserError
 from .output import LOCK_FILE, OutputDir
+from .storage import storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +51,7 @@ STALE_AFTER_S = 600.0
 
 
 class FolderLockedError(UserError):
-    """Another run holds the output folder (or left a stale lock); the message says which and what to do."""
+    """Another run holds the output folder; the message says which and what to do."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +79,11 @@ class Holder:
     def stale_because(self, now: float, stale_after_s: float) -> str | None:
         """Why this lock looks left behind by a run that is gone, or None when it may be live."""
         if now - self.heartbeat > stale_after_s:
-            return f"its heartbeat is {now - self.heartbeat:.0f} s old (stale after {stale_after_s:.0f} s)"
+            return f"whose heartbeat is {now - self.heartbeat:.0f} s old (stale after {stale_after_s:.0f} s)"
         return None
+
+    def encoded(self) -> bytes:
+        return json.dumps(asdict(self), indent=2, sort_keys=True).encode("utf-8")
 
 
 def _when(t: float) -> str:
@@ -94,19 +108,197 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def read_holder(out: OutputDir) -> Holder | None:
-    """The lock's holder, or None when the folder is not locked (an unreadable lock counts as held
-    by an unknown run whose heartbeat is unknown: stale)."""
-    try:
-        data = out.read_json(LOCK_FILE)
-    except ValueError:
-        data = {}
+def _holder(data: bytes | None) -> Holder | None:
+    """The holder a lock's bytes name; unreadable bytes name an unknown run whose heartbeat is unknown (stale)."""
     if data is None:
         return None
     try:
-        return Holder(**data)
-    except TypeError:
+        return Holder(**json.loads(data))
+    except (ValueError, TypeError):
         return Holder("?", -1, None, 0.0, 0.0, "")
+
+
+def read_holder(out: OutputDir) -> Holder | None:
+    """The lock's holder, or None when the folder is not locked."""
+    return _holder(lock_file(out).read()[0])
+
+
+class LockFile(Protocol):
+    """The lock's one object, changed only by requests that the store applies conditionally. A version
+    names what was read; every call returns None (or False) when the condition did not hold."""
+
+    def read(self) -> tuple[bytes | None, str | None]:
+        """(bytes, version), or (None, None) when absent."""
+
+    def create(self, data: bytes) -> str | None:
+        """Write `data` if no lock exists: the new version, or None."""
+
+    def replace(self, data: bytes, version: str) -> str | None:
+        """Write `data` if the lock is still at `version`: the new version, or None."""
+
+    def delete(self, version: str) -> bool:
+        """Delete the lock if it is still at `version`."""
+
+
+class LocalLockFile:
+    """A lock on a local or shared filesystem: created with O_EXCL; deleted by renaming the version read out
+    of the way first (one rename wins), then checking that it was that version; replaced by rename."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> tuple[bytes | None, str | None]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return None, None
+        return data, hashlib.sha256(data).hexdigest()
+
+    def create(self, data: bytes) -> str | None:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return None
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return hashlib.sha256(data).hexdigest()
+
+    def _aside(self) -> str:
+        """A name of this request's own beside the lock, hidden and temporary (a folder's listing skips it)."""
+        return os.path.join(os.path.dirname(self.path), f".{os.path.basename(self.path)}.{uuid.uuid4().hex}.tmp")
+
+    def _take(self, version: str) -> str | None:
+        """Move the lock at `version` aside (one rename wins): that name, or None when it was another's."""
+        aside = self._aside()
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return None
+        with open(aside, "rb") as f:
+            if hashlib.sha256(f.read()).hexdigest() == version:
+                return aside
+        try:  # another run's newer lock: put back unless a third one took the place meanwhile
+            os.link(aside, self.path)
+        except FileExistsError:
+            pass
+        os.unlink(aside)
+        return None
+
+    def replace(self, data: bytes, version: str) -> str | None:
+        """Checked, then swapped in by rename: the lock is never absent (a starting run could take it then).
+        Between the check and the rename only the take-over of a lock whose heartbeat is stale can come,
+        which a heartbeat every `HEARTBEAT_S` rules out unless this process stood still for `STALE_AFTER_S`."""
+        if self.read()[1] != version:
+            return None
+        temporary = self._aside()
+        with open(temporary, "wb") as f:
+            f.write(data)
+        os.replace(temporary, self.path)
+        return hashlib.sha256(data).hexdigest()
+
+    def delete(self, version: str) -> bool:
+        aside = self._take(version)
+        if aside is not None:
+            os.unlink(aside)
+        return aside is not None
+
+
+class S3LockFile:
+    """A lock on S3 (AWS, MinIO, Ceph, moto): PUT with `If-None-Match: *` creates it, PUT and DELETE with
+    `If-Match: <ETag>` change it; pyarrow sends no conditional requests, boto3 does. The endpoint and
+    credentials come from the same environment pyarrow reads (AWS_ENDPOINT_URL, AWS_PROFILE, ...). boto3's
+    errors become OSErrors with its words, as pyarrow's are, so that callers tell storage errors apart once."""
+
+    REFUSED = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "404", "412", "409")
+
+    def __init__(self, fs: pafs.S3FileSystem, path: str) -> None:
+        import boto3
+        from botocore.config import Config
+
+        self.bucket, _, self.key = path.partition("/")
+        self.client = boto3.client("s3", region_name=fs.region or None, config=Config(retries={"mode": "standard"}))
+
+    def _request(self, name: str, **kwargs: object) -> dict | None:
+        """One request; None when its condition did not hold (or the lock is absent)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return getattr(self.client, name)(Bucket=self.bucket, Key=self.key, **kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code", "") in self.REFUSED:
+                return None
+            raise OSError(f"{exc} (s3://{self.bucket}/{self.key})") from exc
+        except BotoCoreError as exc:
+            raise OSError(f"{exc} (s3://{self.bucket}/{self.key})") from exc
+
+    def read(self) -> tuple[bytes | None, str | None]:
+        got = self._request("get_object")
+        return (None, None) if got is None else (got["Body"].read(), got["ETag"])
+
+    def create(self, data: bytes) -> str | None:
+        put = self._request("put_object", Body=data, IfNoneMatch="*")
+        return None if put is None else put["ETag"]
+
+    def replace(self, data: bytes, version: str) -> str | None:
+        put = self._request("put_object", Body=data, IfMatch=version)
+        return None if put is None else put["ETag"]
+
+    def delete(self, version: str) -> bool:
+        return self._request("delete_object", IfMatch=version) is not None
+
+
+class UnsafeLockFile:
+    """`--unsafe-lock` on a store without conditional requests: check, then write (two runs starting at
+    the same instant can both get in)."""
+
+    def __init__(self, out: OutputDir) -> None:
+        self.out = out
+        self.path = out.path(LOCK_FILE)
+
+    def read(self) -> tuple[bytes | None, str | None]:
+        try:
+            with self.out.fs.open_input_stream(self.path) as stream:
+                data = stream.read()
+        except FileNotFoundError:
+            return None, None
+        return data, hashlib.sha256(data).hexdigest()
+
+    def create(self, data: bytes) -> str | None:
+        if self.read()[0] is not None:
+            return None
+        with self.out.fs.open_output_stream(self.path) as stream:
+            stream.write(data)
+        return hashlib.sha256(data).hexdigest()
+
+    def replace(self, data: bytes, version: str) -> str | None:
+        if self.read()[1] != version:
+            return None
+        with self.out.fs.open_output_stream(self.path) as stream:
+            stream.write(data)
+        return hashlib.sha256(data).hexdigest()
+
+    def delete(self, version: str) -> bool:
+        if self.read()[1] != version:
+            return False
+        self.out.fs.delete_file(self.path)
+        return True
+
+
+def lock_file(out: OutputDir) -> LockFile:
+    """The lock of `out` on its store; a store that cannot change it conditionally is refused in one line
+    unless `--unsafe-lock` is given."""
+    if isinstance(out.fs, pafs.LocalFileSystem):
+        return LocalLockFile(out.path(LOCK_FILE))
+    if isinstance(out.fs, pafs.S3FileSystem):
+        return S3LockFile(out.fs, out.path(LOCK_FILE))
+    if os.environ.get(UNSAFE_LOCK_ENV):
+        return UnsafeLockFile(out)
+    raise FolderLockedError(
+        f"--output {out.uri}: dscore cannot lock a folder on {out.fs.type_name} so that two runs never both hold "
+        "it (this store takes no create-if-absent request from dscore); write to a local or shared filesystem or "
+        "s3://, or pass --unsafe-lock if you make sure that no two runs write this folder at once"
+    )
 
 
 class FolderLock:
@@ -117,6 +309,9 @@ class FolderLock:
         self.heartbeat_s = heartbeat_s
         self.stale_after_s = stale_after_s
         self.holder: Holder | None = None
+        self.lost = False  # the lock was taken by another run while this one held it (its heartbeat found out)
+        self._file: LockFile | None = None
+        self._version: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -128,76 +323,66 @@ class FolderLock:
         self.release()
 
     def acquire(self) -> None:
-        """Take the lock, or raise `FolderLockedError` naming the holder (and how to clear a stale one)."""
+        """Take the lock, or raise `FolderLockedError` naming the holder; a storage error is one line too."""
         now = time.time()
         holder = Holder(socket.gethostname(), os.getpid(), current_pid_namespace(), now, now, uuid.uuid4().hex)
-        with self.out.writing():
-            self.out.fs.create_dir(self.out.root, recursive=True)
-            if not self._create(holder):
-                self._take_over_killed(read_holder(self.out))
-                if not self._create(holder):
-                    self._refuse(read_holder(self.out))
+        self._file = lock_file(self.out)
+        try:
+            with self.out.writing():
+                if isinstance(self.out.fs, pafs.LocalFileSystem):  # an object store has no folders to make
+                    self.out.fs.create_dir(self.out.root, recursive=True)
+            self._version = self._file.create(holder.encoded())
+            if self._version is None:
+                self._version = self._take_over(holder)
+        except OSError as exc:
+            raise storage_error(self.out.uri, exc, "lock the output folder") from exc
         self.holder = holder
         self._thread = threading.Thread(target=self._beat, daemon=True, name="dscore-lock-heartbeat")
         self._thread.start()
 
-    def _create(self, holder: Holder) -> bool:
-        """Write the lock unless one exists: atomically on a local disk, check-then-write elsewhere."""
-        path = self.out.path(LOCK_FILE)
-        text = json.dumps(asdict(holder), indent=2, sort_keys=True).encode("utf-8")
-        if isinstance(self.out.fs, pafs.LocalFileSystem):
-            try:
-                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(text)
-            return True
-        if read_holder(self.out) is not None:
-            return False
-        self.out.write_json(LOCK_FILE, asdict(holder))
-        return True
-
-    def _take_over_killed(self, holder: Holder | None) -> None:
-        """Delete the lock of a killed run of this host (a rerun after `kill -9` resumes)."""
-        if holder is None or not holder.killed():
-            return
-        logger.warning(
-            "%s/%s was left by %s, which no longer exists; taking the folder over",
-            self.out.uri,
-            LOCK_FILE,
-            holder.describe(),
-        )
-        current = read_holder(self.out)
-        if current is not None and current.token == holder.token:
-            self.out.fs.delete_file(self.out.path(LOCK_FILE))
-
-    def _refuse(self, holder: Holder | None) -> None:
-        lock = f"{self.out.uri}/{LOCK_FILE}"
-        if holder is None:  # released between our attempt and the read: a run was just there
+    def _take_over(self, holder: Holder) -> str:
+        """Take over a left-over lock (its holder killed, or its heartbeat stale), only at the version read:
+        of two runs taking over the same lock one gets it; else refuse, naming the holder."""
+        data, version = self._file.read()
+        previous = _holder(data)
+        if previous is None:  # released between our attempt and the read: a run was just there
             raise FolderLockedError(f"{self.out.uri} was locked by another run a moment ago; try again")
-        stale = holder.stale_because(time.time(), self.stale_after_s)
-        if stale:
+        why = "which no longer exists" if previous.killed() else previous.stale_because(time.time(), self.stale_after_s)
+        if why is None:
             raise FolderLockedError(
-                f"{lock} is a stale lock of {holder.describe()}: {stale}; if no run is using the folder, "
-                f"delete {lock} and run again"
+                f"{self.out.uri} is in use by another run: {previous.describe()}; wait for it to finish, or use "
+                "another --output"
             )
-        raise FolderLockedError(
-            f"{self.out.uri} is in use by another run: {holder.describe()}; wait for it to finish, or use another "
-            "--output"
-        )
+        if self._file.delete(version):
+            created = self._file.create(holder.encoded())
+            if created is not None:
+                logger.warning(
+                    "%s/%s was left by %s, %s; taking the folder over",
+                    self.out.uri,
+                    LOCK_FILE,
+                    previous.describe(),
+                    why,
+                )
+                return created
+        raise FolderLockedError(f"{self.out.uri} was taken over by another run a moment ago; try again")
 
     def _beat(self) -> None:
-        """Refresh the heartbeat until released; a lock taken over by someone else is reported, not fought."""
+        """Refresh the heartbeat until released. A lock taken over by someone else is reported, not fought;
+        a failed request (a storage outage) is logged and the next beat tries again."""
         while not self._stop.wait(self.heartbeat_s):
-            current = read_holder(self.out)
-            if current is None or current.token != self.holder.token:
+            beat = Holder(**{**asdict(self.holder), "heartbeat": time.time()})
+            try:
+                version = self._file.replace(beat.encoded(), self._version)
+            except Exception as exc:  # noqa: BLE001 - any failed request: the heartbeat must outlive it
+                logger.warning("the heartbeat of %s/%s failed (%s); trying again", self.out.uri, LOCK_FILE, exc)
+                continue
+            if version is None:
+                self.lost = True
                 logger.error(
                     "%s/%s was removed or taken by another run while this run was writing", self.out.uri, LOCK_FILE
                 )
                 return
-            self.holder = Holder(**{**asdict(self.holder), "heartbeat": time.time()})
-            self.out.write_json(LOCK_FILE, asdict(self.holder))
+            self.holder, self._version = beat, version
 
     def release(self) -> None:
         """Stop the heartbeat and delete the lock if it is still this run's."""
@@ -206,7 +391,6 @@ class FolderLock:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        current = read_holder(self.out)
-        if current is not None and current.token == self.holder.token:
-            self.out.fs.delete_file(self.out.path(LOCK_FILE))
         self.holder = None
+        if not self.lost:
+            self._file.delete(self._version)

@@ -17,6 +17,7 @@ from typing import BinaryIO, Callable, TypeVar
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..config import STORAGE_RETRY_ENV
 from ..errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -119,14 +120,12 @@ def is_transient(exc: BaseException) -> bool:
 
 
 # How long a run keeps sending a failed storage request again before it stops ("incomplete", exit 1): long
-# enough to ride out a 60-second outage of an object store. `--storage-retry-s` sets it (through this
-# variable, which Ray's workers inherit from the driver's runtime environment).
-RETRY_ENV = "DSCORE_STORAGE_RETRY_S"
+# enough to ride out a 60-second outage of an object store. `--storage-retry-s` sets it.
 RETRY_S = 120.0
 
 
 def retry_budget() -> float:
-    return float(os.environ.get(RETRY_ENV, RETRY_S))
+    return float(os.environ.get(STORAGE_RETRY_ENV, RETRY_S))
 
 
 def retrying(request: Callable[[], T], what: str, budget_s: float | None = None) -> T:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import queue
 import sys
 import threading
@@ -24,7 +25,7 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
-from ..config import InputSpec, RayOptions, RunConfig
+from ..config import STORAGE_RETRY_ENV, UNSAFE_LOCK_ENV, InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, thread_env
 from ..errors import DataLossError, UserError
 from ..io.output import OutputDir
@@ -233,7 +234,14 @@ def build_dataset(
         **common,
         **({"runtime_env": {"env_vars": env}} if env else {}),
     )
-    return ds.map_batches(write_stage, fn_kwargs={"output": output}, num_cpus=IO_CPUS, **common)
+    storage = {name: os.environ[name] for name in (STORAGE_RETRY_ENV, UNSAFE_LOCK_ENV) if name in os.environ}
+    return ds.map_batches(
+        write_stage,
+        fn_kwargs={"output": output},
+        num_cpus=IO_CPUS,
+        **common,
+        **({"runtime_env": {"env_vars": storage}} if storage else {}),  # the storage flags, on every node
+    )
 
 
 # Driver.
