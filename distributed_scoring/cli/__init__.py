@@ -15,7 +15,7 @@ import sys
 from typing import Sequence
 
 from ..cpus import thread_env
-from ..errors import DataLossError, UserError
+from ..errors import DataLossError, UserError, error_reason, storage_cause
 from ..quiet import quiet_transformers
 from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, verify
 from .common import Command, add_commands, add_verbose, dispatch, environment, storage_environment
@@ -149,3 +149,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except DataLossError as exc:
             print(f"dscore: incomplete: {_one_line(exc)}", file=sys.stderr)
             return 1
+        except OSError as exc:  # storage that cannot be used before the run (a run's own become DataLossError)
+            print(f"dscore: error: {storage_cause(exc)} ({_one_line(error_reason(exc))})", file=sys.stderr)
+            return 2

@@ -30,7 +30,7 @@ import pyarrow.fs as pafs
 
 from .lock import FolderLock
 from .output import DONE_DIR, LOCK_FILE, OUTPUTS, ROWS_DIR, RUN_FILE, SHARDS, OutputDir, OutputError
-from .storage import join, scheme
+from .storage import join, scheme, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +120,17 @@ def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -
     command that claims before it plans), so that a refused run leaves no trace."""
     check_paths(output, inputs, models)
     out = OutputDir(output)
-    created = not out.exists(out.root)
+    try:
+        created = not out.exists(out.root)
+    except OSError as exc:
+        raise storage_error(output, exc, "use the output folder") from exc
     try:
         with FolderLock(out):
             yield Claim(out)
     except BaseException:
         if created:
-            _delete_if_empty(out, out.root)
+            with contextlib.suppress(OSError):  # the error that ended the run is the one to tell
+                _delete_if_empty(out, out.root)
         raise
 
 

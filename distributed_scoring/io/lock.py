@@ -42,7 +42,7 @@ import pyarrow.fs as pafs
 from ..config import UNSAFE_LOCK_ENV
 from ..errors import UserError
 from .output import LOCK_FILE, OutputDir
-from .storage import storage_error
+from .storage import storage_cause, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -392,5 +392,16 @@ class FolderLock:
         if self._thread is not None:
             self._thread.join()
         self.holder = None
-        if not self.lost:
+        if self.lost:
+            return
+        try:
             self._file.delete(self._version)
+        except OSError as exc:  # never raised over the error that ended the run, if one did
+            logger.error(
+                "could not delete the lock %s/%s (%s): a rerun on any host takes it over once its heartbeat is "
+                "%.0f s old, or delete it if no run uses the folder",
+                self.out.uri,
+                LOCK_FILE,
+                storage_cause(exc),
+                self.stale_after_s,
+            )

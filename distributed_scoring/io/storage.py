@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from ..config import STORAGE_RETRY_ENV
-from ..errors import UserError
+from ..errors import UserError, error_reason, is_transient, storage_cause
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -31,92 +31,8 @@ def scheme(uri: str) -> str | None:
     return uri.split("://", 1)[0].lower() if "://" in uri else None
 
 
-def error_reason(exc: BaseException) -> str:
-    """The first line of an exception's message (pyarrow's run over many lines), for one-line errors."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 class StorageError(UserError):
     """A URI that cannot be used (unknown scheme, unreachable store); the message says what to do."""
-
-
-# What an object store's error means, by the words the AWS SDK (under pyarrow) and boto3 use for it, and
-# what to do about it; the first that matches names the cause. Anything else is quoted as it came.
-CAUSES = (
-    (
-        ("NO_SUCH_BUCKET", "NoSuchBucket", "Bucket '", "bucket does not exist"),
-        "the bucket does not exist: create it first",
-    ),
-    (
-        (
-            "ACCESS_DENIED",
-            "AccessDenied",
-            "INVALID_ACCESS_KEY_ID",
-            "InvalidAccessKeyId",
-            "SIGNATURE_DOES_NOT_MATCH",
-            "SignatureDoesNotMatch",
-            "EXPIRED_TOKEN",
-            "ExpiredToken",
-            "UNRECOGNIZED_CLIENT",
-            "Forbidden",
-            "credentials",
-        ),
-        "access denied: check the credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE) and "
-        "that they may read and write there",
-    ),
-    (
-        (
-            "NETWORK_CONNECTION",
-            "Could not connect",
-            "Couldn't connect",
-            "Could not resolve",
-            "Connection refused",
-            "EndpointConnectionError",
-            "timed out",
-            "Timeout",
-        ),
-        "the storage endpoint is unreachable: check the network and AWS_ENDPOINT_URL (docs/runs.md)",
-    ),
-)
-# Errors worth retrying during a run: the endpoint unreachable or overloaded for a while (an outage, a
-# throttle), never a refusal that the same request would get again.
-TRANSIENT = (
-    "NETWORK_CONNECTION",
-    "Could not connect",
-    "Couldn't connect",
-    "Could not resolve",
-    "Connection refused",
-    "Connection reset",
-    "EndpointConnectionError",
-    "timed out",
-    "Timeout",
-    "SLOW_DOWN",
-    "SlowDown",
-    "SERVICE_UNAVAILABLE",
-    "ServiceUnavailable",
-    "INTERNAL_FAILURE",
-    "InternalError",
-    "THROTTLING",
-    "RequestTimeout",
-    "HTTP status 5",
-    "curlCode",
-)
-
-
-def storage_cause(exc: BaseException) -> str:
-    """What an object store's (or a disk's) error means, in a few words, with what to do."""
-    text = str(exc)
-    for words, cause in CAUSES:
-        if any(w in text for w in words):
-            return cause
-    return error_reason(exc)
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Whether a storage error may pass if the request is sent again later (an outage, a throttle)."""
-    text = str(exc)
-    return not isinstance(exc, (FileNotFoundError, PermissionError)) and any(w in text for w in TRANSIENT)
 
 
 # How long a run keeps sending a failed storage request again before it stops ("incomplete", exit 1): long

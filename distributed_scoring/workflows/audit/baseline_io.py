@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 
 from ...errors import UserError
 from ...io import schema as S
-from ...io.storage import filesystem, join, open_binary
+from ...io.storage import filesystem, join, open_binary, storage_error
 from .baseline import AUDIT_FILE, METRICS, READABLE_VERSIONS, ROW_STATS_SCHEMA
 from .records import AuditRecord
 
@@ -27,7 +27,10 @@ def load_baseline(uri: str) -> tuple[AuditRecord, str]:
     returns it with the URI it was read from."""
     fs, path = filesystem(uri)
     if fs is not None:
-        kind = fs.get_file_info(path).type
+        try:
+            kind = fs.get_file_info(path).type
+        except OSError as exc:
+            raise storage_error(uri, exc, "read the baseline") from exc
         if kind == pafs.FileType.NotFound:
             raise UserError(f"baseline {uri!r} does not exist: pass a previous run's {AUDIT_FILE} or its folder")
         if kind == pafs.FileType.Directory:
