@@ -44,21 +44,33 @@ def retry_budget() -> float:
     return float(os.environ.get(STORAGE_RETRY_ENV, RETRY_S))
 
 
+class Backoff:
+    """Waits between tries of a storage request that failed on a transient error (`is_transient`): 1, 2, 4 ...
+    15 s apart, until `budget_s` (default `retry_budget()`) has passed."""
+
+    def __init__(self, what: str, budget_s: float | None = None) -> None:
+        self.what = what
+        self.budget_s = retry_budget() if budget_s is None else budget_s
+        self.deadline = time.monotonic() + self.budget_s
+        self.delay = 1.0
+
+    def wait(self, exc: OSError) -> None:
+        """Sleep before the next try; raise `exc` when it is no transient error or the budget is spent."""
+        if not is_transient(exc) or time.monotonic() + self.delay > self.deadline:
+            raise exc
+        logger.warning("%s failed (%s); trying again in %.0f s", self.what, storage_cause(exc), self.delay)
+        time.sleep(self.delay)
+        self.delay = min(2 * self.delay, 15.0)
+
+
 def retrying(request: Callable[[], T], what: str, budget_s: float | None = None) -> T:
-    """`request()`, sent again with backoff (1, 2, 4 ... 15 s apart) while it fails on a transient storage error
-    (`is_transient`), until `budget_s` (default `retry_budget()`) has passed; then its last error goes on."""
-    budget = retry_budget() if budget_s is None else budget_s
-    deadline = time.monotonic() + budget
-    delay = 1.0
+    """`request()`, sent again after a transient storage error as `Backoff` allows; then its last error goes on."""
+    backoff = Backoff(what, budget_s)
     while True:
         try:
             return request()
         except OSError as exc:
-            if not is_transient(exc) or time.monotonic() + delay > deadline:
-                raise
-            logger.warning("%s failed (%s); sending it again in %.0f s", what, storage_cause(exc), delay)
-            time.sleep(delay)
-            delay = min(2 * delay, 15.0)
+            backoff.wait(exc)
 
 
 def storage_error(uri: str, exc: BaseException, doing: str = "use") -> StorageError:

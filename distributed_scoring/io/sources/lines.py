@@ -25,7 +25,7 @@ import pyarrow as pa
 from ...config import InputSpec
 from .. import schema as S
 from ..inputs import InputError, InputFile
-from ..storage import error_reason, is_seekable, open_binary
+from ..storage import error_reason, is_seekable, is_transient, open_binary
 from .base import Shard, error_row, id_and_text, ok_row, placed, require_columns, rows_table
 
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
@@ -218,6 +218,8 @@ def _plain_errors(f: InputFile, stage: str) -> Iterator[None]:
             'would read as one field; close the quote, or write a literal quote inside a quoted field as ""'
         ) from None
     except (OSError, EOFError) as exc:
+        if isinstance(exc, OSError) and is_transient(exc):  # an outage, not a damaged file: read again
+            raise
         raise InputError(
             f"{f.path}: cannot be read while {stage} ({error_reason(exc)}); the file is damaged or truncated, "
             "or its suffix does not match its compression: check it (e.g. `gzip -t`) or copy it again"

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from ...config import InputSpec
 from ..inputs import InputError, InputFile
-from ..storage import error_reason, filesystem
+from ..storage import error_reason, filesystem, is_transient
 from .base import Shard, named_columns, require_columns, row_shards, table_rows
 
 
@@ -23,6 +23,8 @@ def parquet_file(f: InputFile):
     try:
         return pq.ParquetFile(fs.open_input_file(path))
     except (pa.ArrowInvalid, OSError) as exc:
+        if is_transient(exc):  # an outage, not a damaged file: read again
+            raise
         reason = error_reason(exc)
         raise InputError(f"{f.path}: not a readable Parquet file ({reason}); check it or copy it again") from exc
 
@@ -44,6 +46,8 @@ def parquet_rows(shard: Shard, spec: InputSpec) -> Iterator[dict]:
         columns = named_columns(spec) + [c for c in spec.extra_columns if c in parquet.schema_arrow.names]
         table = read_row_range(parquet, columns, shard.start, shard.rows)
     except (pa.ArrowInvalid, OSError) as exc:
+        if is_transient(exc):
+            raise
         raise InputError(
             f"{shard.file.path}: rows {shard.start + 1}-{shard.start + shard.rows} cannot be read "
             f"({error_reason(exc)}); the file is damaged: check it or copy it again"

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from ...config import InputSpec
 from .. import schema as S
 from ..inputs import InputError, find_inputs
+from ..storage import Backoff
 from .base import Shard, rows_table
 from .hf import hf_plan, hf_rows
 from .lines import LINE_FORMATS, line_plan, read_line_unit
@@ -51,7 +52,23 @@ def read_units(shards: list[Shard]) -> list[list[Shard]]:
 
 
 def read_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
-    """Each shard of the unit with its rows as `schema.read_schema`, in order."""
+    """Each shard of the unit with its rows as `schema.read_schema`, in order. A read cut by a transient
+    storage error (an object store's outage) starts again from the unit's start, the shards already given
+    skipped, for as long as `storage.Backoff` allows."""
+    given = 0
+    backoff = Backoff(f"reading {unit[0].file.path}")
+    while True:
+        try:
+            for i, (shard, rows) in enumerate(_read_unit_once(unit, spec)):
+                if i >= given:
+                    given += 1
+                    yield shard, rows
+            return
+        except OSError as exc:
+            backoff.wait(exc)
+
+
+def _read_unit_once(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, pa.Table]]:
     f = unit[0].file
     if f.fmt == "parquet":
         yield unit[0], rows_table(parquet_rows(unit[0], spec), f, spec)
