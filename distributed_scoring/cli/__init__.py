@@ -17,6 +17,7 @@ from typing import Sequence
 from ..cpus import thread_env
 from ..errors import DataLossError, UserError, error_reason, storage_cause
 from ..quiet import quiet_transformers
+from ..stopping import Stopped, stopping_on_signals
 from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, verify
 from .common import Command, add_commands, add_verbose, dispatch, environment, storage_environment
 
@@ -141,8 +142,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.result = sys.stdout
     with contextlib.redirect_stdout(sys.stderr):
         try:
-            with environment(storage_environment(args)):
+            with environment(storage_environment(args)), stopping_on_signals():
                 return dispatch(COMMANDS, args.command, args)
+        except Stopped as stop:  # SIGTERM or Ctrl-C: the run unwound (lock released, Ray shut down)
+            print(f"dscore: {stop.line()}", file=sys.stderr)
+            return stop.exit_code
         except UserError as exc:
             print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2

@@ -11,6 +11,7 @@ import tempfile
 import time
 from typing import Iterator
 
+from .. import stopping
 from ..config import RayOptions
 from ..cpus import usable_cpus
 from ..errors import UserError
@@ -49,6 +50,7 @@ def ray_session(options: RayOptions) -> Iterator[None]:
             context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
             stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
             stack.callback(ray.shutdown)
+        stopping.install()  # Ray's core worker replaced the SIGTERM handler with its crash dump
         logger.info("Ray is up (%.0f s)", time.monotonic() - began)
         if log is not None:
             log.open(_run_log_path(context))

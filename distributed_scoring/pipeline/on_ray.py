@@ -13,6 +13,7 @@ many actors of each and with what CPUs and GPUs is planned in `resources.py`.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import logging
@@ -49,6 +50,7 @@ MAX_RETRIES = 3
 ACTORS_WAITING = "waiting for the scoring actors to start and load the model"
 REPORT_EVERY_S = 1.0  # the most often a scoring actor posts how far its shard has got
 POLL_S = 1.0  # how often the driver collects those posts
+STOP_WAIT_S = 30.0  # the most a run that stops early waits for Ray Data's execution to end
 FEWER_THREADS = "give the scoring actors fewer CPUs each (--cpus-per-actor 1: one torch thread each)"  # see Pace
 
 
@@ -253,9 +255,12 @@ def consume(
     stall_timeout_s: float,
     on_tick: Callable[[], None] | None = None,
     tick_s: float = POLL_S,
+    stop: Callable[[], None] | None = None,
 ) -> None:
-    """Drain `items`, calling `on_tick` every `tick_s` seconds meanwhile; raises `StallError` when no item
-    arrives within `stall_timeout_s`."""
+    """Drain `items` in a thread of its own, calling `on_tick` every `tick_s` seconds meanwhile; raises
+    `StallError` when no item arrives within `stall_timeout_s`. Should this thread stop early (an error, a
+    signal's `Stopped`), `stop()` ends what produces the items and the draining thread is waited for
+    (`STOP_WAIT_S` at most), so that nothing iterates a Ray that is being shut down."""
     q: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -266,7 +271,25 @@ def consume(
         except BaseException as exc:  # noqa: BLE001 - handed to the driver thread
             q.put(("error", exc))
 
-    threading.Thread(target=pump, daemon=True, name="dscore-consume").start()
+    thread = threading.Thread(target=pump, daemon=True, name="dscore-consume")
+    thread.start()
+    try:
+        _drain(q, on_item, stall_timeout_s, on_tick, tick_s)
+    except BaseException:
+        if stop is not None and thread.is_alive():
+            with contextlib.suppress(Exception):
+                stop()
+            thread.join(STOP_WAIT_S)
+        raise
+
+
+def _drain(
+    q: queue.Queue,
+    on_item: Callable[[dict], None],
+    stall_timeout_s: float,
+    on_tick: Callable[[], None] | None,
+    tick_s: float,
+) -> None:
     last_item = last_tick = time.monotonic()
     while True:
         now = time.monotonic()
@@ -330,6 +353,7 @@ def execute_ray(
                     lambda row: display.finished(row["key"], row["rows"]),
                     options.stall_timeout_s,
                     on_tick=_collector(board, display),
+                    stop=lambda: _shut_down_execution(dataset),
                 )
             except Exception as exc:  # noqa: BLE001 - re-raised, as what it means where it is known
                 plain = plain_error(exc)
@@ -340,6 +364,15 @@ def execute_ray(
                 display.close()
         finally:
             ray.kill(board)
+
+
+def _shut_down_execution(dataset) -> None:
+    """End Ray Data's execution of `dataset` from the driver's thread, so that the thread iterating it sees
+    the end before Ray is shut down: a thread that touches Ray after `ray.shutdown` makes Ray's core worker
+    end the whole process (exit 1, no word). Ray Data keeps the executor of an iteration on the dataset."""
+    executor = getattr(dataset, "_current_executor", None)
+    if executor is not None:
+        executor.shutdown(force=True)
 
 
 class WorkersLostError(DataLossError):

@@ -23,6 +23,7 @@ from ..io.output import ROW_KEY, ROWS_PER_INPUT, SHARDS, OutputDir, fingerprint
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
 from ..io.storage import error_reason
+from ..stopping import Stopped
 from .aggregate import check_complete
 from .progress import Pace, Progress
 from .workload import Workload
@@ -70,6 +71,11 @@ def claimed(
             logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
         try:
             yield plan, out, todo
+        except Stopped as stop:  # SIGTERM, Ctrl-C: say how far the run got (the innermost run, for sub-runs)
+            if stop.shards is None:
+                with contextlib.suppress(OSError):
+                    stop.shards = (len(set(out.marker_keys()) & {s.key for s in plan}), len(plan))
+            raise
         except OSError as exc:  # a full disk, a lost mount: on Ray too, whose task errors arrive as they were
             raise DataLossError(
                 f"the run stopped on an error while writing {out.uri} ({_os_reason(exc)}); the shards finished "
