@@ -70,7 +70,73 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
     if tokenizer.mask_token_id is None:
         raise ModelLoadError(f"the tokenizer of {spec.name!r} has no mask token, so it cannot drive a masked LM")
     check_vocabulary(spec.name, tokenizer, config)
+    check_masked_lm(spec, config)
     return tokenizer, max_input_length(config, tokenizer)
+
+
+# Classes whose checkpoints hold no masked-LM head (transformers would add a random one): a bare encoder's
+# (`MODEL_MAPPING_NAMES`) and these task heads'.
+_HEADLESS_SUFFIXES = (
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ForQuestionAnswering",
+    "ForMultipleChoice",
+)
+
+
+def check_masked_lm(spec: ModelSpec, config: Any) -> None:
+    """What the driver can tell of a model before a run claims its folder, where the actors load the weights
+    only later: that transformers has a masked-LM class for it, that its checkpoint was not saved from a bare
+    encoder or a classifier, and that its safetensors files are whole. The loader checks the rest
+    (`masked_lm.load_masked_lm`)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES, MODEL_MAPPING_NAMES
+
+    custom = "AutoModelForMaskedLM" in (getattr(config, "auto_map", None) or {})
+    if config.model_type not in MODEL_FOR_MASKED_LM_MAPPING_NAMES and not custom:
+        raise ModelLoadError(
+            f"{spec.name!r} cannot be loaded as a masked LM: its model type {config.model_type!r} has no masked-LM "
+            "class in transformers. Masked-LM scoring needs an encoder with an MLM head (BERT, RoBERTa, ALBERT, "
+            "ELECTRA, DeBERTa, ModernBERT, ESM, ...)."
+        )
+    architectures = list(getattr(config, "architectures", None) or [])
+    bare = set(MODEL_MAPPING_NAMES.values())
+    if architectures and all(a in bare or a.endswith(_HEADLESS_SUFFIXES) for a in architectures):
+        raise ModelLoadError(
+            f"{spec.name!r} has no trained masked-LM head: it was saved as {', '.join(architectures)}, a bare encoder "
+            "or a fine-tuned classifier, and scoring it would use a randomly initialised head. Use a checkpoint "
+            "saved with its MLM head."
+        )
+    folder = Path(spec.name).expanduser()
+    if folder.is_dir():
+        for weights in sorted(folder.glob("*.safetensors")):
+            problem = safetensors_problem(weights)
+            if problem:
+                raise ModelLoadError(
+                    f"the safetensors weights of {spec.name!r} are damaged ({weights.name}: {problem}): download or "
+                    "convert the model again (a partial copy or an interrupted download leaves such files)"
+                )
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file is not whole (its header unreadable, or its size not the header's), or None.
+    The format: 8 bytes of header length, the JSON header (each tensor's byte range), then the data."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a header"
+        length = int.from_bytes(head, "little")
+        if length > size - 8:
+            return f"its header of {length} bytes runs past the end of the file ({size} bytes)"
+        try:
+            header = json.loads(f.read(length))
+        except ValueError as exc:
+            return f"its header is not JSON ({exc})"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
+    expected = 8 + length + max(ends, default=0)
+    if size != expected:
+        return f"{size} bytes where its header describes {expected}"
+    return None
 
 
 def check_vocabulary(name: str, tokenizer: Any, config: Any) -> None:

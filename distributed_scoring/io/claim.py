@@ -28,6 +28,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from ..errors import UserError
 from .lock import FolderLock
 from .output import DONE_DIR, LOCK_FILE, OUTPUTS, ROWS_DIR, RUN_FILE, SHARDS, OutputDir, OutputError
 from .storage import join, scheme, storage_error
@@ -126,7 +127,13 @@ def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -
         raise storage_error(output, exc, "use the output folder") from exc
     try:
         with FolderLock(out):
-            yield Claim(out)
+            held = Claim(out)
+            try:
+                yield held
+            except UserError:  # a check that refused the run after the claim: the folder as it was found
+                with contextlib.suppress(OSError):
+                    held.withdraw()
+                raise
     except BaseException:
         if created:
             with contextlib.suppress(OSError):  # the error that ended the run is the one to tell
@@ -178,6 +185,7 @@ class Claim:
         self.written: set[str] = set()  # what it wrote before it was admitted (generated inputs)
         self.run: dict | None = None  # its `_run.json`, once begun
         self._found: set[str] = set()  # the folder's entries when the run was admitted
+        self.fresh = False  # admitted into a folder that held no run (or whose run --overwrite deleted)
 
     def _previous(self) -> dict | None:
         """The folder's `_run.json`, or None; a damaged one is refused with what to do."""
@@ -218,7 +226,20 @@ class Claim:
         else:
             self.out.refuse_another(previous, run, run.keys() if partial else None)
         self._found = self._entries()
+        self.fresh = previous is None
         return previous
+
+    def withdraw(self) -> None:
+        """Undo a run refused by a check after it was begun and before it finished any shard (a model only its
+        loader finds unusable): what it wrote is deleted, so that the folder is as it was found and the corrected
+        command is no "different run". A folder that held a run, a training run's and any with a finished shard
+        keep what they hold."""
+        if self.run is None or not self.fresh or str(self.run.get("workload", "")).startswith(TRAINING):
+            return
+        infos = self.out.fs.get_file_info(pafs.FileSelector(self.out.root, recursive=True, allow_not_found=True))
+        if any(f"/{DONE_DIR}/" in info.path and info.path.endswith(".json") for info in infos):
+            return
+        clear_run(self.out, self.run)
 
     def begin(self, run: dict, previous: dict | None, outputs: Iterable[str] = ()) -> None:
         """Write `_run.json`: `run` and what it writes beside its shards (`outputs`, declared now; those

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import queue
+import re
 import sys
 import threading
 import time
@@ -395,6 +396,11 @@ def plain_error(exc: Exception) -> BaseException:
             "finished before it are kept: rerun the same command to resume, once other work has freed memory, or "
             "with fewer --num-actors or a smaller --batch-tokens"
         )
+    if isinstance(exc, rex.RayActorError) and getattr(exc, "actor_init_failed", False):
+        return ActorStartError(
+            f"an actor of this run could not start: {remote_error(str(exc))}; no rerun can change that: fix the "
+            "cause first"
+        )
     lost = (rex.RayActorError, rex.WorkerCrashedError, rex.NodeDiedError, rex.ObjectLostError)
     if isinstance(exc, lost):
         return WorkersLostError(
@@ -404,6 +410,23 @@ def plain_error(exc: Exception) -> BaseException:
     if isinstance(exc, rex.RayTaskError) and isinstance(exc.cause, (UserError, DataLossError, OSError)):
         return exc.cause
     return exc
+
+
+class ActorStartError(UserError):
+    """An actor's constructor failed (its model cannot be used, a limit of the machine): exit 2, not "rerun"."""
+
+
+# The last line of a remote traceback that names the error: `package.module.SomeError: what went wrong`.
+_REMOTE_ERROR = re.compile(r"^(?:[A-Za-z_][\w]*\.)*([A-Za-z_]\w*(?:Error|Exception|Exit)): (.+)$")
+
+
+def remote_error(text: str) -> str:
+    """The error a remote traceback ends with (`ModelLoadError: ...`), or the text's first line."""
+    for line in reversed(text.splitlines()):
+        found = _REMOTE_ERROR.match(line.strip())
+        if found:
+            return f"{found.group(1)}: {found.group(2)}"
+    return error_reason(Exception(text))
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

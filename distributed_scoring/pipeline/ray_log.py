@@ -47,6 +47,15 @@ _MID_LINE = re.compile(RAY_CORE_LINE.pattern + b"|" + RAYLET_LINE.pattern)
 _MID_STARTS = (_STARTS[0], _STARTS[3], _STARTS[4])
 _ENOUGH = 64  # bytes that always tell whether a line is a core line
 _ENDS = re.compile(rb"[\r\n]")
+# The lines that continue a message of Ray's over several (a `(raylet) ... Error: Traceback` notice, an actor's
+# creation error): blank or indented lines, a traceback's headings, its closing `package.SomeError: ...` (a
+# bare `Error: ...` may be this package's own message and stays on the terminal). They
+# go where the line before them went; `AFTER_RAY` is the state at the start of a line that follows Ray's.
+_CONTINUATION = re.compile(
+    rb"\r?\n|[ \t]|Traceback \(most recent call last\)|During handling of the above|The above exception"
+    rb"|(?:[A-Za-z_]\w*\.)+[A-Za-z_]\w*(?:Error|Exception|Exit)(?::|\r?\n)"
+)
+AFTER_RAY = "after a line of Ray's"
 
 
 def _may_start(tail: bytes, template: bytes) -> bool:
@@ -103,20 +112,23 @@ class _ToRunLog(logging.Handler):
 
 
 def split_core_lines(
-    data: bytes, held: bytes, to_log: bool | None
-) -> tuple[list[tuple[bool, bytes]], bytes, bool | None]:
+    data: bytes, held: bytes, to_log: bool | str | None
+) -> tuple[list[tuple[bool, bytes]], bytes, bool | str | None]:
     """Route a chunk of file descriptor 2's bytes: ([(to the log?, bytes)], bytes held back until more
-    come, how the current line is routed: None at a line's start). Lines end at a newline or at a
-    carriage return (a progress bar redraws itself after one)."""
+    come, how the current line is routed: None at a line's start, `AFTER_RAY` at the start of a line after
+    one of Ray's). Lines end at a newline or at a carriage return (a progress bar redraws itself after one)."""
     out: list[tuple[bool, bytes]] = []
     data = held + data
     while data:
         ended = _ENDS.search(data)
         stop = len(data) if ended is None else ended.end()
-        if to_log is None:
-            if ended is None and len(data) < _ENOUGH and any(_may_start(data, t) for t in _STARTS):
-                return out, data, None
-            to_log = any(pattern.match(data) for pattern in _LINE_STARTS)
+        if to_log is None or to_log == AFTER_RAY:
+            after = to_log == AFTER_RAY
+            if ended is None and len(data) < _ENOUGH and (after or any(_may_start(data, t) for t in _STARTS)):
+                return out, data, to_log
+            to_log = any(pattern.match(data) for pattern in _LINE_STARTS) or (
+                after and _CONTINUATION.match(data) is not None
+            )
         if not to_log:
             core = _MID_LINE.search(data, 0, stop)
             if core is not None:
@@ -133,7 +145,7 @@ def split_core_lines(
             out.append((to_log, data[:stop]))
         data = data[stop:]
         if ended is not None:
-            to_log = None
+            to_log = AFTER_RAY if to_log else None
         elif data:
             to_log = True  # a line of Ray's starts here, in the middle of another line
     return out, b"", to_log

@@ -13,11 +13,13 @@ import contextlib
 import logging
 import os
 import shlex
+import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, TextIO
 
 from ..errors import DataLossError, UserError
+from ..stopping import Stopped
 
 if TYPE_CHECKING:
     from ray.job_submission import JobSubmissionClient
@@ -111,12 +113,42 @@ def submit(submission: Submission, log: TextIO) -> int:
 
     try:
         asyncio.run(_copy_log(client, job, log))
-        return exit_code(job, _finished(client, job))
+        details = _finished(client, job)
+    except Stopped as stop:  # Ctrl-C, SIGTERM: the job runs on the cluster, not here
+        stop.detail = _stop_or_detach(client, job, stop)
+        raise
     except (aiohttp.ClientError, ConnectionError, RuntimeError, OSError) as exc:
-        raise DataLossError(
-            f"lost the job server while job {job} ran ({_first_line(exc)}); it may still run: "
-            f"`ray job status {job}` tells"
-        ) from None
+        details = _ended(client, job)  # the log stream may end with an error when the job is stopped
+        if details is None:
+            raise DataLossError(
+                f"lost the job server while job {job} ran ({_first_line(exc)}); it may still run: "
+                f"`ray job status {job}` tells"
+            ) from None
+    return exit_code(job, details)
+
+
+def _ended(client: JobSubmissionClient, job: str):
+    """The job's details if the server says it has ended, else None (the server cannot be asked either)."""
+    try:
+        details = client.get_job_info(job)
+    except Exception:  # noqa: BLE001 - the server is gone: the caller says so
+        return None
+    return details if details.status.is_terminal() else None
+
+
+def _stop_or_detach(client: JobSubmissionClient, job: str, stop: Stopped, ask=input) -> str:
+    """What a signal does to a submitted job: on a terminal, the user chooses to stop it or to leave it
+    running (detach); elsewhere (a scheduler's SIGTERM, no terminal to ask) it is left running. Returns
+    what was done and how to follow or stop the job."""
+    follow = f"follow it with `ray job logs -f {job}`, stop it with `ray job stop {job}`"
+    answer = ""
+    if sys.stdin is not None and sys.stdin.isatty():
+        with contextlib.suppress(EOFError):
+            answer = ask(f"\n{stop.name}: stop job {job} on the cluster [s], or leave it running [D]? ").strip()
+    if answer.lower().startswith("s"):
+        client.stop_job(job)
+        return f"job {job} stopped on the cluster (`ray job status {job}` tells when it has ended)"
+    return f"job {job} keeps running on the cluster; {follow}"
 
 
 async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:
@@ -143,6 +175,11 @@ def exit_code(job: str, details) -> int:
     if code is not None and code >= 0 and status in ("SUCCEEDED", "FAILED"):
         logger.info("job %s %s: its entrypoint exited with %d", job, status.lower(), code)
         return code
+    if status == "STOPPED":
+        raise DataLossError(
+            f"job {job} was stopped (`ray job stop`) before it finished: what it finished is kept, submit it again "
+            f"to resume; `ray job logs {job}` has its log"
+        )
     ended = f"was ended by signal {-code}" if code is not None and code < 0 else f"is {status}"
     raise DataLossError(
         f"job {job} {ended} without an exit code of its own: {_first_line(details.message)}; "

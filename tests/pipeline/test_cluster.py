@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -336,6 +337,63 @@ def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):
     )
     assert done.returncode == 2, done.stdout[-3000:] + done.stderr[-3000:]
     assert "unrecognized arguments: --no-such-option" in done.stdout
+
+
+def _submitted_sleeper(env: dict) -> subprocess.Popen:
+    """`dscore submit` of a job that prints a line, then sleeps; returned once the job's log is coming."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "distributed_scoring.cli",
+            "submit",
+            "--",
+            "python",
+            "-c",
+            "import time; print('sleeping', flush=True); time.sleep(300)",
+        ],
+        env={**env, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert any(line.strip() == "sleeping" for line in proc.stdout)  # after the job server's own lines
+    return proc
+
+
+def _job_id(stderr: str) -> str:
+    return next(word for word in stderr.split() if word.startswith("raysubmit_"))
+
+
+def _job_status(env: dict, job: str) -> str:
+    done = subprocess.run(["ray", "job", "status", job], env=env, capture_output=True, text=True, timeout=60)
+    return done.stdout + done.stderr
+
+
+def test_dscore_submit_detaches_on_a_signal_and_reports_a_job_stopped_on_the_cluster(cluster):
+    """Ctrl-C (no terminal to ask: detach) leaves the job running and says how to follow or stop it; a job
+    stopped with `ray job stop` is reported as stopped (before: two tracebacks, and "the job server was lost")."""
+    proc = _submitted_sleeper(cluster)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    job = _job_id(err)
+    lines = [line for line in err.splitlines() if line.startswith("dscore: ")]
+    assert proc.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert lines == [
+        f"dscore: stopped by SIGINT: job {job} keeps running on the cluster; follow it with `ray job logs -f {job}`, "
+        f"stop it with `ray job stop {job}`"
+    ], err[-3000:]
+    assert "RUNNING" in _job_status(cluster, job)
+    subprocess.run(["ray", "job", "stop", job], env=cluster, capture_output=True, timeout=120)
+
+    proc = _submitted_sleeper(cluster)
+    job = next(_job_id(line) for line in proc.stderr if "raysubmit_" in line)  # `dscore submit`'s log line
+    stopped = subprocess.run(["ray", "job", "stop", job], env=cluster, capture_output=True, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    rest = proc.stderr.read()
+    assert proc.wait(120) == 1, rest[-3000:]
+    assert "was stopped (`ray job stop`) before it finished" in rest and "may still run" not in rest, rest[-3000:]
 
 
 @pytest.mark.changes_cluster(2)

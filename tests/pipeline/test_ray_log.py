@@ -42,6 +42,24 @@ def test_core_lines_are_told_apart_wherever_the_reads_cut_them(cuts):
     assert terminal == OURS + BAR + BAR + b"\n" + EXIT
 
 
+# A raylet notice whose message is a remote traceback, over many lines (an actor's creation error): before,
+# only its first line went to the run log and the other 100 reached the terminal.
+NOTICE = (
+    b"\x1b[33m(raylet)\x1b[0m Task MapWorker(MapBatches(ScoreStage)).get_location failed. Error: Traceback (most "
+    b'recent call last):\n\n  File "python/ray/_raylet.pyx", line 2198, in ray._raylet.execute_task\n\n'
+    b"During handling of the above exception, another exception occurred:\n\nTraceback (most recent call last):\n"
+    b"    raise ModelLoadError(\ndistributed_scoring.engine.model_files.ModelLoadError: 'x' has no trained head\n\n"
+)
+
+
+@pytest.mark.parametrize("cuts", [[], [3, 90, 91, 300], list(range(1, 900, 5))])
+def test_the_lines_that_continue_a_message_of_rays_go_with_it(cuts):
+    stream = OURS + NOTICE + OURS + CORE + EXIT + BAR + b"\n"
+    terminal, log = route(stream, cuts)
+    assert log == NOTICE + CORE
+    assert terminal == OURS + OURS + EXIT + BAR + b"\n"
+
+
 def test_ray_output_goes_to_the_run_log_and_the_rest_to_the_terminal(tmp_path, capfd, caplog):
     caplog.set_level(logging.INFO)
     log = RunLog()

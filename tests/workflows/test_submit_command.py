@@ -73,7 +73,7 @@ def test_the_entrypoints_exit_code_is_the_commands(status, code, expected):
 @pytest.mark.parametrize(
     "status, code, says",
     [
-        ("STOPPED", None, "is STOPPED"),
+        ("STOPPED", None, r"was stopped \(`ray job stop`\)"),
         ("FAILED", None, "is FAILED"),
         ("FAILED", -9, "ended by signal 9"),
     ],
