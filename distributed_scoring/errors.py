@@ -5,6 +5,8 @@ The CLI prints these as one line and exits 2, and so an OSError that reaches it 
 before any work); anything else is a bug and keeps its traceback.
 """
 
+import errno
+
 
 class UserError(ValueError):
     """A problem the user can fix; the message names the value seen and what to do."""
@@ -83,8 +85,22 @@ TRANSIENT = (
 )
 
 
+# What a system error of a disk or of this machine's limits means, with what to do.
+ERRNO_CAUSES = {
+    errno.ENAMETOOLONG: "a name in the path is longer than the filesystem allows: use shorter folder names",
+    errno.EROFS: "the filesystem is read-only: write elsewhere",
+    errno.ENOSPC: "no space left on the device: free space, or write elsewhere",
+    errno.EDQUOT: "the disk quota is used up: free space, or write elsewhere",
+    errno.EACCES: "permission denied: use a folder you may write to",
+    errno.EMFILE: "too many open files: raise the limit (`ulimit -n 4096`)",
+    errno.ENFILE: "the system's table of open files is full: end other work, or raise fs.file-max",
+}
+
+
 def storage_cause(exc: BaseException) -> str:
     """What an object store's (or a disk's) error means, in a few words, with what to do."""
+    if isinstance(exc, OSError) and exc.errno in ERRNO_CAUSES:
+        return ERRNO_CAUSES[exc.errno]
     text = str(exc)
     for words, cause in CAUSES:
         if any(w in text for w in words):

@@ -9,7 +9,11 @@ Before: an unreachable --output, `verify` and an unreachable --baseline were tra
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +89,27 @@ def test_a_lock_that_cannot_be_released_is_named_not_raised(s3, caplog):
     holder = read_holder(out)
     assert holder is not None and json.loads(s3.get("out/_lock.json"))["token"] == holder.token
     assert holder.heartbeat <= time.time()
+
+
+def test_a_path_part_too_long_is_one_line(corpus, tiny_model_dir, tmp_path, capsys):
+    """Before: a traceback, exit 1 (the clean-up stat()ed the bad path again while handling the first error)."""
+    line = refusal(capsys, score_args(corpus, str(tiny_model_dir("bert")), str(tmp_path / ("a" * 300))))
+    assert "a name in the path is longer than the filesystem allows" in line
+
+
+def test_too_few_open_files_for_ray_is_one_line_before_ray_starts(corpus, tiny_model_dir, tmp_path):
+    """Before, with `ulimit -n 64`: 45 lines of raylet dump and "incomplete ... rerun" (exit 1)."""
+    out = tmp_path / "out"
+    argv = [str(Path(sys.executable).with_name("dscore")), *score_args(corpus, str(tiny_model_dir("bert")), str(out))]
+    done = subprocess.run(
+        [*argv, "--ray"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64)),
+    )
+    lines = [line for line in done.stderr.splitlines() if line.startswith("dscore: ")]
+    assert done.returncode == 2 and len(lines) == 1 and "the open-files limit is 64 (ulimit -n)" in lines[0], (
+        done.stderr
+    )
+    assert "Traceback" not in done.stderr and not out.exists()
