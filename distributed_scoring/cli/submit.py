@@ -30,4 +30,4 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.submit import Submission, submit
 
     words = args.entrypoint[1:] if args.entrypoint[:1] == ["--"] else args.entrypoint
-    return submit(Submission(tuple(words), args.address, args.working_dir), args.result)
+    return submit(Submission(tuple(words), args.address, args.working_dir), args.result, args.verbose)

@@ -14,6 +14,7 @@ import logging
 import os
 import shlex
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterator, TextIO
@@ -99,15 +100,17 @@ def connect(address: str) -> JobSubmissionClient:
             raise UserError(f"the job server at {address} refused the connection: {_first_line(exc)}") from None
 
 
-def submit(submission: Submission, log: TextIO) -> int:
+def submit(submission: Submission, log: TextIO, verbose: bool = False) -> int:
     """Submit, copy the job's log to `log` as it comes, and return the entrypoint's exit code; a job that
-    ended without one (stopped, or its driver lost) raises `DataLossError`."""
-    client = connect(job_server(submission.address))
-    runtime_env = {"working_dir": submission.working_dir} if submission.working_dir else None
-    try:
-        job = client.submit_job(entrypoint=shlex.join(submission.entrypoint), runtime_env=runtime_env)
-    except (RuntimeError, ValueError) as exc:
-        raise UserError(f"the job server refused the job: {_first_line(exc)}") from None
+    ended without one (stopped, or its driver lost) raises `DataLossError`. Ray's own messages while it
+    connects and uploads the working directory go to a log file unless `verbose`."""
+    with _ray_messages_to_file(verbose):
+        client = connect(job_server(submission.address))
+        runtime_env = {"working_dir": submission.working_dir} if submission.working_dir else None
+        try:
+            job = client.submit_job(entrypoint=shlex.join(submission.entrypoint), runtime_env=runtime_env)
+        except (RuntimeError, ValueError) as exc:
+            raise UserError(f"the job server refused the job: {_first_line(exc)}") from None
     logger.info("submitted %s to %s; its log follows (also: ray job logs %s)", job, client.get_address(), job)
     import aiohttp
 
@@ -149,6 +152,24 @@ def _stop_or_detach(client: JobSubmissionClient, job: str, stop: Stopped, ask=in
         client.stop_job(job)
         return f"job {job} stopped on the cluster (`ray job status {job}` tells when it has ended)"
     return f"job {job} keeps running on the cluster; {follow}"
+
+
+@contextlib.contextmanager
+def _ray_messages_to_file(verbose: bool) -> Iterator[None]:
+    """Ray's messages while the job is submitted (its working directory packed and uploaded: a dozen INFO and
+    WARNING lines, each printed by several handlers) into `dscore-submit-<pid>.log` in the temporary folder,
+    as a run keeps them in its run log; `--verbose` shows them."""
+    if verbose:
+        yield
+        return
+    from ..pipeline.ray_log import RunLog, ray_output_to
+
+    log = RunLog()
+    path = os.path.join(tempfile.gettempdir(), f"dscore-submit-{os.getpid()}.log")
+    log.open(path)
+    with ray_output_to(log):
+        yield
+    logger.info("Ray's messages while submitting are in %s (--verbose shows them here)", path)
 
 
 async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:
