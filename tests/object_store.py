@@ -38,6 +38,7 @@ class MotoServer:
 
     endpoint: str
     process: subprocess.Popen
+    log: Path  # the server's request log: one line per HTTP request ("PUT /bucket/key HTTP/1.1" ...)
 
     @classmethod
     def start(cls, log: Path) -> "MotoServer":
@@ -47,7 +48,7 @@ class MotoServer:
             process = subprocess.Popen(
                 [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=f, stderr=subprocess.STDOUT
             )
-        server = cls(f"http://127.0.0.1:{port}", process)
+        server = cls(f"http://127.0.0.1:{port}", process, log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
@@ -66,6 +67,11 @@ class MotoServer:
             self.process.wait(10)
         except subprocess.TimeoutExpired:
             self.process.kill()
+
+    def requests(self) -> list[str]:
+        """Every request the server has answered so far, as its method and target."""
+        time.sleep(0.3)  # it logs a request after answering it
+        return [line.split('"')[1] for line in self.log.read_text().splitlines() if '"' in line]
 
     def environment(self) -> dict[str, str]:
         return {**CREDENTIALS, "AWS_ENDPOINT_URL": self.endpoint}

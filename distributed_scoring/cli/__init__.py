@@ -135,6 +135,8 @@ def _one_line(exc: Exception) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
+    if getattr(args, "verbose", False):  # which object-store endpoint a run uses (io.storage)
+        logging.getLogger("distributed_scoring.io.storage").setLevel(logging.DEBUG)
     quiet_transformers()
     os.environ.update(thread_env())  # before torch starts: OpenMP reads its wait policy once
     # Standard output carries the command's result alone (JSON that scripts parse); while a command runs,

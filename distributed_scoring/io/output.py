@@ -34,7 +34,7 @@ from ..config import RunConfig
 from ..errors import UserError
 from .provenance import DIGEST, INPUT_FILES, changed_files
 from .sources import Shard
-from .storage import filesystem, join, scheme
+from .storage import filesystem, join, retrying, scheme
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +53,7 @@ ROW_KEY = "row_key"
 OUTPUTS = "outputs"
 BOOKKEEPING = (INPUT_FILES, SHARDS, ROWS_PER_INPUT, ROW_KEY, OUTPUTS)
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
+FILE_BYTES = "file_bytes"  # and its size, checked against a listing on resume (no request per file)
 
 
 class OutputError(UserError):
@@ -115,6 +116,9 @@ class OutputDir:
             raise OutputError(f"cannot write to {uri!r}: use a local path or an s3://, gs:// or file:// URI")
         # What other processes (Ray workers, whatever their working folder) open as the same folder.
         self.location = self.root if scheme(uri) in (None, "file") else uri
+        # An object store: no folders to make, a PUT is whole (no temporary name and rename: a copy and a
+        # delete there), and storage errors are sent again for a while (`storage.retrying`).
+        self.object_store = not isinstance(self.fs, pafs.LocalFileSystem)
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[None]:
@@ -137,8 +141,9 @@ class OutputDir:
         """Make `rows/` and `_done/` ready for an admitted run (`claim.Claim.admit`): temporary files of a
         killed run removed; returns the keys of the shards already done."""
         with self.writing():
-            self.fs.create_dir(self.path(DONE_DIR), recursive=True)
-            self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
+            if not self.object_store:
+                self.fs.create_dir(self.path(DONE_DIR), recursive=True)
+                self.fs.create_dir(self.path(ROWS_DIR), recursive=True)
             for stale in self.files(ROWS_DIR, suffix=".tmp") + self.files(DONE_DIR, suffix=".tmp"):
                 self.fs.delete_file(stale)
         return self.done_keys()
@@ -210,9 +215,10 @@ class OutputDir:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts
         equal. Any other marker is removed (saying why), so its shard is scored again."""
         done = set()
+        sizes = self.sizes(ROWS_DIR)  # one listing, not a request per shard file
         for marker in self.files(DONE_DIR, suffix=".json"):
             key = posixpath.basename(marker).removesuffix(".json")
-            problem = self.shard_problem(key)
+            problem = self.shard_problem(key, sizes)
             if problem is None:
                 done.add(key)
                 continue
@@ -220,16 +226,22 @@ class OutputDir:
             self.fs.delete_file(marker)
         return done
 
-    def shard_problem(self, key: str) -> str | None:
-        """Why shard `key`'s marker cannot be trusted, or None."""
+    def shard_problem(self, key: str, sizes: dict[str, int] | None = None) -> str | None:
+        """Why shard `key`'s marker cannot be trusted, or None. `sizes`: the folder's listing of `rows/` (path
+        -> bytes); a marker that records its file's size is then checked against it without reading the file."""
         try:
             marker = self.read_marker(key)
         except ValueError:
             return "its completion marker is not valid JSON (a write was cut off)"
         if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
             return "its completion marker has no row count"
-        if not self.exists(self.part_path(key)):
+        path = self.part_path(key)
+        if path not in sizes if sizes is not None else not self.exists(path):
             return "its Parquet file is missing"
+        if sizes is not None and isinstance(marker.get(FILE_BYTES), int):
+            if sizes[path] != marker[FILE_BYTES]:
+                return f"its Parquet file holds {sizes[path]} bytes, its marker says {marker[FILE_BYTES]}"
+            return None
         try:
             rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
         except (OSError, pa.ArrowInvalid) as exc:
@@ -242,16 +254,19 @@ class OutputDir:
         """Write the shard's rows, then its marker: the scorer's signature, the digest of the input rows
         (checked on resume, see `provenance.py`) and of the file's bytes (checked by `dscore verify`)."""
         final = self.part_path(key)
-        temporary = self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp")
         buffer = pa.BufferOutputStream()
         pq.write_table(table, buffer)
         data = buffer.getvalue()
-        self._write_through(temporary, final, data)
+        if self.object_store:  # one PUT, whole or not at all; the marker written after it commits the shard
+            self._put(final, data)
+        else:
+            self._write_through(self.path(ROWS_DIR, f".{part_name(key)}.{uuid.uuid4().hex}.tmp"), final, data)
         marker = {
             "rows": table.num_rows,
             "signature": signature,
             DIGEST: input_digest,
             FILE_DIGEST: hashlib.sha256(data).hexdigest(),
+            FILE_BYTES: data.size,
         }
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
 
@@ -268,12 +283,23 @@ class OutputDir:
         """Write a file whole or not at all: locally through a hidden temporary file and a rename (a
         reader never sees half a marker); an object store's single PUT is already all or nothing."""
         path = self.path(name)
-        if not isinstance(self.fs, pafs.LocalFileSystem):
-            with self.fs.open_output_stream(path) as stream:
-                stream.write(data)
+        if self.object_store:
+            self._put(path, data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
         self._write_through(temporary, path, data)
+
+    def _put(self, path: str, data: bytes | pa.Buffer) -> None:
+        """One object written whole (an object store's PUT), sent again after a transient error."""
+
+        def put() -> None:
+            with self.fs.open_output_stream(path) as stream:
+                stream.write(data)
+
+        retrying(put, f"writing {self.location_of(path)}")
+
+    def location_of(self, path: str) -> str:
+        return join(self.uri, posixpath.relpath(path, self.root))
 
     def _write_through(self, temporary: str, final: str, data: bytes | pa.Buffer) -> None:
         """`data` into `temporary`, then renamed to `final`; a write that fails (a full disk) deletes its
@@ -289,18 +315,31 @@ class OutputDir:
 
     def write_table(self, name: str, table: pa.Table) -> str:
         """Write `table` as Parquet at `name` (its folder created); returns where other processes find it."""
-        self.fs.create_dir(posixpath.dirname(self.path(name)), recursive=True)
+        if not self.object_store:
+            self.fs.create_dir(posixpath.dirname(self.path(name)), recursive=True)
         pq.write_table(table, self.path(name), filesystem=self.fs)
         return join(self.location, name)
 
     def read_json(self, name: str) -> dict | None:
-        if not self.exists(self.path(name)):
+        def read() -> bytes | None:
+            try:
+                with self.fs.open_input_stream(self.path(name)) as stream:
+                    return stream.read()
+            except FileNotFoundError:
+                return None
+
+        if not self.object_store and not self.exists(self.path(name)):
             return None
-        with self.fs.open_input_stream(self.path(name)) as stream:
-            return json.loads(stream.read())
+        data = retrying(read, f"reading {self.location_of(self.path(name))}") if self.object_store else read()
+        return None if data is None else json.loads(data)
 
     def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def sizes(self, folder: str) -> dict[str, int]:
+        """The files in `folder` (one listing) and their sizes in bytes."""
+        infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
+        return {i.path: i.size for i in infos if i.type == pafs.FileType.File}
 
     def files(self, folder: str, suffix: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))

@@ -89,13 +89,48 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
             "datasets.load_dataset(...).save_to_disk(DIR)) and pass DIR, or a copy of its files on local disk or s3://"
         )
     if s in PYARROW_SCHEMES:
+        check_object_uri(uri, s)
         try:
+            if s == "s3":  # small writes as one PUT each, not a multipart upload of three requests
+                fs, path = pafs.FileSystem.from_uri(f"{uri}?allow_delayed_open=true")
+                _say_endpoint(uri, fs)
+                return fs, path
             return pafs.FileSystem.from_uri(uri)
         except (OSError, pa.ArrowInvalid) as exc:
             raise StorageError(
                 f"cannot reach {uri!r} ({error_reason(exc)}); check the URI, the network and the credentials"
             ) from exc
     return None, uri
+
+
+def check_object_uri(uri: str, s: str) -> None:
+    """Refuse an object-store URI that later joins would break: a query (`?endpoint_override=...` works for
+    one file but not for the files of a folder or a baseline's neighbours: the endpoint is set by the
+    environment instead) or an empty path component (`s3://bucket//x`)."""
+    if s in ("file", "hdfs", "viewfs"):
+        return
+    if "?" in uri:
+        raise StorageError(
+            f"{uri!r}: options in the URI's query are not taken (they would be lost on the files dscore finds "
+            "under it); set the endpoint with AWS_ENDPOINT_URL or AWS_ENDPOINT_URL_S3 (docs/runs.md) and pass the "
+            "URI without '?...'"
+        )
+    if "//" in uri.split("://", 1)[1].rstrip("/"):
+        raise StorageError(f"{uri!r} has an empty path component ('//'): write it with single slashes")
+
+
+_said: set[str] = set()
+
+
+def _say_endpoint(uri: str, fs: pafs.FileSystem) -> None:
+    """Once per bucket and process, at the level `--verbose` shows: which endpoint and region serve it."""
+    bucket = uri.split("://", 1)[1].split("/", 1)[0]
+    if bucket in _said:
+        return
+    _said.add(bucket)
+    variable = next((v for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(v)), None)
+    endpoint = f"{os.environ[variable]} ({variable})" if variable else "AWS's own endpoint"
+    logger.debug("s3://%s: endpoint %s, region %s", bucket, endpoint, getattr(fs, "region", "?"))
 
 
 def join(base: str, relative: str) -> str:
