@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -31,6 +32,7 @@ from ..config import InputSpec
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import TRAINING
+from ..io.lock import STALE_AFTER_S, read_holder
 from ..io.output import (
     DONE_DIR,
     FILE_DIGEST,
@@ -82,6 +84,7 @@ class Verification:
     unchecked: tuple[str, ...] = ()
     parts: tuple["Verification", ...] = ()
     what: str | None = None  # the verdict's description, for folders that are not one scoring run
+    in_use: str | None = None  # the live run that holds the folder, which is then not checked
 
     @property
     def damaged(self) -> bool:
@@ -93,13 +96,16 @@ class Verification:
 
     @property
     def ok(self) -> bool:
-        return self.complete and not self.damaged
+        return self.complete and not self.damaged and self.in_use is None
 
 
 def verify_folder(uri: str) -> Verification:
     """Check the folder at `uri`: a run's, or one holding runs (rescore, joints, older ones without a
     `_run.json` of their own); raises `NotARunFolderError` when it is neither."""
     out = OutputDir(uri)
+    holder = in_use_by(out)
+    if holder is not None:
+        return Verification(uri, in_use=holder)
     try:
         run = out.read_json(RUN_FILE)
     except ValueError as exc:
@@ -114,7 +120,7 @@ def verify_folder(uri: str) -> Verification:
         return Verification(
             uri,
             parts=parts,
-            problems=tuple(_lock(out)),
+            missing=tuple(_lock(out)),
             what=f"{len(parts)} run(s)",
             unchecked=(
                 f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",
@@ -141,18 +147,28 @@ def _sub_runs(out: OutputDir) -> list[str]:
 
 
 def _lock(out: OutputDir) -> list[str]:
-    if out.exists(out.path(LOCK_FILE)):
-        return [f"{LOCK_FILE} is present: a run holds the folder (or was killed and left it)"]
-    return []
+    """A lock left by a run that is gone (killed, or silent for `STALE_AFTER_S`): the run did not finish, and a
+    rerun of the same command takes the folder over and finishes it."""
+    holder = read_holder(out)
+    if holder is None:
+        return []
+    return [f"{LOCK_FILE} was left by {holder.describe()}, which is gone: the run did not finish"]
+
+
+def in_use_by(out: OutputDir) -> str | None:
+    """Who holds the folder, when a live run does (its files are being written: no verdict can be given)."""
+    holder = read_holder(out)
+    if holder is None or holder.killed() or holder.stale_because(time.time(), STALE_AFTER_S):
+        return None
+    return holder.describe()
 
 
 # A scoring run's folder.
 
 
 def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verification:
-    missing: list[str] = []
+    missing: list[str] = _lock(out)
     unchecked: list[str] = []
-    problems += _lock(out)
     keys = _check_markers(out, problems)
     plan = run.get(SHARDS)
     if plan is None and run:
@@ -360,8 +376,7 @@ def _verify_parent(out: OutputDir, run: dict) -> Verification:
     missing = [f"{name} is missing: the run did not finish" for name in outputs if not out.exists(out.path(name))]
     return Verification(
         out.uri,
-        problems=tuple(_lock(out)),
-        missing=tuple(missing),
+        missing=tuple([*_lock(out), *missing]),
         parts=parts,
         what=f"{run['workload']} run with {len(parts)} run(s)",
     )
@@ -370,7 +385,7 @@ def _verify_parent(out: OutputDir, run: dict) -> Verification:
 def _verify_training(out: OutputDir, run: dict) -> Verification:
     """A training folder: its report (written last), the model, and the evaluation runs inside it."""
     parts = tuple(verify_folder(join(out.uri, name)) for name in _sub_runs(out))
-    missing, problems = [], _lock(out)
+    missing, problems = _lock(out), []
     if not out.exists(out.path(REPORT_FILE)):
         steps = sorted(
             posixpath.basename(p)
@@ -396,6 +411,8 @@ def _verify_training(out: OutputDir, run: dict) -> Verification:
 def report(result: Verification) -> str:
     """The lines `dscore verify` prints: the runs inside the folder first, then one per problem, per
     missing part and per thing not checked, then the verdict."""
+    if result.in_use is not None:
+        return f"IN USE: {result.folder}: a run is writing it ({result.in_use}); verify it once that run has ended"
     lines = [report(part) for part in result.parts]
     lines += [*result.problems, *result.missing, *(f"not checked: {u}" for u in result.unchecked)]
     what = result.what or f"{result.shards} shards, {result.rows} rows"

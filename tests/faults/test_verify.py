@@ -4,8 +4,13 @@ folder that is no run folder is exit 2."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import socket
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +97,6 @@ DAMAGE = {
         lambda out: (out / "summary.json").write_text(json.dumps({"rows": 99})),
         "counts 99 rows, the files hold 14",
     ),
-    "left-over lock": (lambda out: (out / "_lock.json").write_text("{}"), "_lock.json is present"),
 }
 
 
@@ -109,6 +113,31 @@ def test_damage_is_named_and_fails(out, how, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[-1].startswith(f"FAILED: {out}")
     assert any(re.search(problem, line) for line in lines[:-1]), lines
+
+
+def _lock_of(pid: int, heartbeat: float) -> str:
+    from distributed_scoring.io.lock import Holder, current_pid_namespace
+
+    return Holder(socket.gethostname(), pid, current_pid_namespace(), heartbeat, heartbeat, "x").encoded().decode()
+
+
+def test_a_folder_left_by_a_killed_run_is_incomplete_not_failed(out, capsys):
+    """kill -9 leaves the lock of a pid that is gone: the run did not finish, and the same command finishes it
+    (before: FAILED, as if the folder were damaged)."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (out / "_lock.json").write_text(_lock_of(dead.pid, time.time()))
+    assert main(["verify", str(out)]) == 1
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith(f"INCOMPLETE: {out}") and "which is gone" in lines[0], lines
+
+
+def test_a_folder_a_live_run_holds_is_in_use(out, capsys):
+    """verify on a folder a live run is writing said FAILED (13 of 13 tries); now IN USE, naming the holder."""
+    (out / "_lock.json").write_text(_lock_of(os.getpid(), time.time()))
+    assert main(["verify", str(out)]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith(f"IN USE: {out}: a run is writing it (pid {os.getpid()} on ") and "\n" not in line
 
 
 def test_a_folder_that_is_not_a_run_folder_is_exit_2(tmp_path, capsys):
