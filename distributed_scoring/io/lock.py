@@ -217,7 +217,9 @@ class S3LockFile:
         from botocore.config import Config
 
         self.bucket, _, self.key = path.partition("/")
-        self.client = boto3.client("s3", region_name=fs.region or None, config=Config(retries={"mode": "standard"}))
+        custom = any(os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
+        config = Config(retries={"mode": "standard"}, s3={"addressing_style": "path"} if custom else None)
+        self.client = boto3.client("s3", region_name=fs.region or None, config=config)  # as pyarrow addresses it
 
     def _request(self, name: str, **kwargs: object) -> dict | None:
         """One request; None when its condition did not hold (or the lock is absent)."""
