@@ -8,6 +8,7 @@ started together into one s3 folder both got in (5 of 8 tries), and the folder m
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -25,9 +26,20 @@ TRIES = 20
 SLOT_S = 0.25  # try k starts at start + k * SLOT_S in every process
 
 
-def take_locks(base: str, start: float) -> list[bool]:
-    """In one process: at each try's instant, try to take the lock of the try's own folder; a lock taken is
-    held to the end (so that a late try of another process still finds it) and the folder written under it."""
+def _wait_for(condition, limit_s: float = 240.0) -> None:
+    deadline = time.time() + limit_s
+    while not condition():
+        assert time.time() < deadline, "the racing processes did not all get there"
+        time.sleep(0.02)
+
+
+def take_locks(base: str, sync: Path) -> list[bool]:
+    """In one process: once every racer is ready, at each try's instant, try to take the lock of the try's own
+    folder; a lock taken is held until every racer has made all its tries (so that a late try still finds it),
+    and the folder is written under it."""
+    (sync / f"ready-{os.getpid()}").touch()
+    _wait_for(lambda: (sync / "start").exists())
+    start = float((sync / "start").read_text())
     held, won = [], []
     for k in range(TRIES):
         time.sleep(max(0.0, start + k * SLOT_S - time.time()))
@@ -41,22 +53,26 @@ def take_locks(base: str, start: float) -> list[bool]:
         out.write_text(f"writer-{lock.holder.token}", "written under the lock")
         held.append(lock)
         won.append(True)
-    time.sleep(max(0.0, start + TRIES * SLOT_S + 1.0 - time.time()))
+    (sync / f"done-{os.getpid()}").touch()
+    _wait_for(lambda: len(list(sync.glob("done-*"))) == PROCESSES)
     for lock in held:
         lock.release()
     return won
 
 
-def race(base: str) -> list[list[bool]]:
-    """`PROCESSES` processes racing for `TRIES` folders under `base`: who won each try, per process."""
-    start = time.time() + 8.0  # time for every process to import pyarrow and boto3 first
+def race(base: str, sync: Path) -> list[list[bool]]:
+    """`PROCESSES` processes racing for `TRIES` folders under `base`: who won each try, per process. They start
+    together once all have imported what they need (`sync`: a local folder for the start and end signals)."""
+    sync.mkdir(parents=True, exist_ok=True)
     procs = [
-        subprocess.Popen([sys.executable, __file__, base, repr(start)], stdout=subprocess.PIPE, text=True)
+        subprocess.Popen([sys.executable, __file__, base, str(sync)], stdout=subprocess.PIPE, text=True)
         for _ in range(PROCESSES)
     ]
+    _wait_for(lambda: len(list(sync.glob("ready-*"))) == PROCESSES)
+    (sync / "start").write_text(repr(time.time() + 0.5))
     results = []
     for proc in procs:
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=240)
         assert proc.returncode == 0
         results.append(json.loads(out.strip().splitlines()[-1]))
     return results
@@ -69,14 +85,14 @@ def check_one_winner(results: list[list[bool]], writers: list[list[str]]) -> Non
 
 
 def test_simultaneous_starts_on_local_disk_leave_exactly_one_holder(tmp_path):
-    results = race(str(tmp_path))
-    writers = [[p.name for p in (tmp_path / f"try-{k}").glob("writer-*")] for k in range(TRIES)]
+    results = race(str(tmp_path / "race"), tmp_path / "sync")
+    writers = [[p.name for p in (tmp_path / "race" / f"try-{k}").glob("writer-*")] for k in range(TRIES)]
     check_one_winner(results, writers)
-    assert not list(tmp_path.glob("try-*/_lock.json")) and not list(tmp_path.glob("try-*/.*tmp"))
+    assert not list(tmp_path.glob("race/try-*/_lock.json")) and not list(tmp_path.glob("race/try-*/.*tmp"))
 
 
-def test_simultaneous_starts_on_s3_leave_exactly_one_holder(s3):
-    results = race(s3.uri("race").rstrip("/"))
+def test_simultaneous_starts_on_s3_leave_exactly_one_holder(s3, tmp_path):
+    results = race(s3.uri("race").rstrip("/"), tmp_path / "sync")
     keys = s3.keys("race/")
     writers = [[key for key in keys if key.startswith(f"race/try-{k}/writer-")] for k in range(TRIES)]
     check_one_winner(results, writers)
@@ -165,5 +181,5 @@ def test_two_score_runs_started_together_into_one_s3_folder_one_writes(s3, tiny_
 
 
 if __name__ == "__main__":
-    print(json.dumps(take_locks(sys.argv[1], float(sys.argv[2]))))
+    print(json.dumps(take_locks(sys.argv[1], Path(sys.argv[2]))))
     sys.exit(0)
