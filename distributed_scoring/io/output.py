@@ -53,7 +53,6 @@ ROW_KEY = "row_key"
 OUTPUTS = "outputs"
 BOOKKEEPING = (INPUT_FILES, SHARDS, ROWS_PER_INPUT, ROW_KEY, OUTPUTS)
 FILE_DIGEST = "file_sha256"  # the key of a shard's marker that holds its Parquet file's digest
-FILE_BYTES = "file_bytes"  # and its size, checked against a listing on resume (no request per file)
 
 
 class OutputError(UserError):
@@ -215,10 +214,10 @@ class OutputDir:
         """Keys of the shards that are really done: marker readable, file present and whole, row counts
         equal. Any other marker is removed (saying why), so its shard is scored again."""
         done = set()
-        sizes = self.sizes(ROWS_DIR)  # one listing, not a request per shard file
+        present = set(self.files(ROWS_DIR, suffix=".parquet"))  # one listing, not a request per shard file
         for marker in self.files(DONE_DIR, suffix=".json"):
             key = posixpath.basename(marker).removesuffix(".json")
-            problem = self.shard_problem(key, sizes)
+            problem = self.shard_problem(key, present)
             if problem is None:
                 done.add(key)
                 continue
@@ -226,9 +225,9 @@ class OutputDir:
             self.fs.delete_file(marker)
         return done
 
-    def shard_problem(self, key: str, sizes: dict[str, int] | None = None) -> str | None:
-        """Why shard `key`'s marker cannot be trusted, or None. `sizes`: the folder's listing of `rows/` (path
-        -> bytes); a marker that records its file's size is then checked against it without reading the file."""
+    def shard_problem(self, key: str, present: set[str] | None = None) -> str | None:
+        """Why shard `key`'s marker cannot be trusted, or None. `present`: the files a listing of `rows/` found
+        (else each is looked up); the file's footer is read either way, so that its row count is its own."""
         try:
             marker = self.read_marker(key)
         except ValueError:
@@ -236,12 +235,8 @@ class OutputDir:
         if not isinstance(marker, dict) or not isinstance(marker.get("rows"), int):
             return "its completion marker has no row count"
         path = self.part_path(key)
-        if path not in sizes if sizes is not None else not self.exists(path):
+        if path not in present if present is not None else not self.exists(path):
             return "its Parquet file is missing"
-        if sizes is not None and isinstance(marker.get(FILE_BYTES), int):
-            if sizes[path] != marker[FILE_BYTES]:
-                return f"its Parquet file holds {sizes[path]} bytes, its marker says {marker[FILE_BYTES]}"
-            return None
         try:
             rows = pq.read_metadata(self.part_path(key), filesystem=self.fs).num_rows
         except (OSError, pa.ArrowInvalid) as exc:
@@ -266,7 +261,6 @@ class OutputDir:
             "signature": signature,
             DIGEST: input_digest,
             FILE_DIGEST: hashlib.sha256(data).hexdigest(),
-            FILE_BYTES: data.size,
         }
         self.write_json(posixpath.join(DONE_DIR, f"{key}.json"), marker)
 
@@ -335,11 +329,6 @@ class OutputDir:
 
     def exists(self, path: str) -> bool:
         return self.fs.get_file_info(path).type != pafs.FileType.NotFound
-
-    def sizes(self, folder: str) -> dict[str, int]:
-        """The files in `folder` (one listing) and their sizes in bytes."""
-        infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))
-        return {i.path: i.size for i in infos if i.type == pafs.FileType.File}
 
     def files(self, folder: str, suffix: str) -> list[str]:
         infos = self.fs.get_file_info(pafs.FileSelector(self.path(folder), allow_not_found=True))

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 from ..config import RunConfig
 from ..errors import DataLossError
 from ..io import schema as S
-from ..io.output import FILE_BYTES, ROWS_DIR, SUMMARY_FILE, OutputDir
+from ..io.output import SUMMARY_FILE, OutputDir
 from ..io.sources import Shard
 from .stats import STAT_COLUMNS, CorpusStats
 
@@ -35,7 +35,6 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
     problems = []
     signatures: dict[str, dict] = {}
     marked = set(out.marked_parts())  # a file in rows/ without a marker is named in a warning, never counted
-    sizes = out.sizes(ROWS_DIR)
     for shard in plan:
         marker = out.read_marker(shard.key) if out.part_path(shard.key) in marked else None
         if marker is None:
@@ -44,7 +43,7 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
             )
             continue
         signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
-        rows = marked_rows(out, shard.key, marker, sizes)
+        rows = pq.read_metadata(out.part_path(shard.key), filesystem=out.fs).num_rows
         if rows != shard.rows * rows_per_input:
             problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows * rows_per_input}")
     if problems:
@@ -55,15 +54,6 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
             + ". Rerun the same command to score the unfinished shards."
         )
     return list(signatures.values())
-
-
-def marked_rows(out: OutputDir, key: str, marker: dict, sizes: dict[str, int]) -> int:
-    """A finished shard's rows: its marker's count when the file is the size the marker records (the marker is
-    written after the file, from the same bytes: no request to the file), else read from the file's footer."""
-    path = out.part_path(key)
-    if isinstance(marker.get(FILE_BYTES), int) and sizes.get(path) == marker[FILE_BYTES]:
-        return marker["rows"]
-    return pq.read_metadata(path, filesystem=out.fs).num_rows
 
 
 def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
