@@ -33,10 +33,10 @@ def requests_since(log: Path, start: int) -> list[str]:
 
 
 def measure(shards: int, folder: Path) -> dict:
+    from distributed_scoring.cli import main
+
     import tiny
     from object_store import Bucket, MotoServer
-
-    from distributed_scoring.cli import main
 
     log = folder / "moto.log"
     server = MotoServer.start(log)
