@@ -38,6 +38,10 @@ class StorageError(UserError):
 # How long a run keeps sending a failed storage request again before it stops ("incomplete", exit 1): long
 # enough to ride out a 60-second outage of an object store. `--storage-retry-s` sets it.
 RETRY_S = 120.0
+# How long the GCS client sends a failed request again on its own: without it, a machine with no Google
+# credentials waits minutes on an unreachable metadata server before the first error. A run sends its writes
+# again itself (`retrying`), as on S3, whose client tries only three times.
+GCS_RETRY_S = 5
 
 
 def retry_budget() -> float:
@@ -95,6 +99,8 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
                 fs, path = pafs.FileSystem.from_uri(f"{uri}?allow_delayed_open=true")
                 _say_endpoint(uri, fs)
                 return fs, path
+            if s in ("gs", "gcs"):
+                return pafs.FileSystem.from_uri(f"{uri}?retry_limit_seconds={GCS_RETRY_S}")
             return pafs.FileSystem.from_uri(uri)
         except (OSError, pa.ArrowInvalid) as exc:
             raise StorageError(

@@ -122,13 +122,16 @@ def test_a_datasets_folder_on_s3_is_read_from_s3_never_from_a_local_folder_of_it
     "uri, says",
     [
         ("s3://{bucket}//x", "empty path component"),
-        ("s3://{bucket}/x?endpoint_override=127.0.0.1:9000", "AWS_ENDPOINT_URL"),
+        # the server's own endpoint, so that only the query is wrong: it names both variables
+        ("s3://{bucket}/x?endpoint_override={host}&scheme=http", "AWS_ENDPOINT_URL_S3"),
     ],
 )
-def test_uris_that_joins_would_break_are_refused_in_one_line(uri, says, s3, tiny_model_dir, tmp_path, capsys):
+def test_uris_that_joins_would_break_are_refused_in_one_line(
+    uri, says, s3, moto_server, tiny_model_dir, tmp_path, capsys
+):
     corpus = tmp_path / "c.txt"
     corpus.write_text("one line\n")
-    output = uri.format(bucket=s3.name)
+    output = uri.format(bucket=s3.name, host=moto_server.endpoint.split("://", 1)[1])
     line = refusal(capsys, ["score", str(corpus), "--model", str(tiny_model_dir("bert")), "--output", output])
     assert says in line
 
