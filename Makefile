@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 # otherwise pip would pull several GB of CUDA wheels. GPU machines keep pip's default (CUDA) build.
 TORCH_CPU ?= torch==2.13.0
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+# Each step of the set-up that can take long says what it does before, and how long it took after
+# (`$(call timed,WHAT)` after a command: "  WHAT (N s)", N counted from `began`).
+timed = echo "  $(1) ($$(( $$(date +%s) - began )) s)"
 
 .PHONY: setup browser demo lint bytecode test test-fast bench bench-smoke clean
 
@@ -15,11 +18,15 @@ setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@echo "setting up $(VENV): pip installs torch, transformers, Ray and the rest (about 1.9 GB); this may take a few minutes"
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	if ! command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install --quiet "$(TORCH_CPU)"; fi
-	$(BIN)/pip install --quiet -e '.[test]'
-	rm -f $(VENV)/.installed-*
-	touch $@
+	@test -x $(BIN)/python || { echo "creating $(VENV) ($(PYTHON) -m venv; up to a minute)"; began=$$(date +%s); \
+	  $(PYTHON) -m venv $(VENV) && $(call timed,created); }
+	@if ! command -v nvidia-smi >/dev/null 2>&1; then \
+	  echo "pip install $(TORCH_CPU), the CPU build (about 190 MB; a minute or more, longer when it downloads)"; \
+	  began=$$(date +%s); $(BIN)/pip install --quiet "$(TORCH_CPU)" && $(call timed,torch installed); fi
+	@echo "pip install -e '.[test]': this package, transformers, Ray, pyarrow and the test tools (a few minutes)"
+	@began=$$(date +%s); $(BIN)/pip install --quiet -e '.[test]' && $(call timed,installed)
+	@rm -f $(VENV)/.installed-*
+	@touch $@
 
 demo: setup
 	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite --ray
@@ -29,7 +36,9 @@ demo: setup
 # and this is root on a Debian machine (as in CI); elsewhere that one test is skipped, and says why.
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "installing Chromium with apt-get for the audit report's browser test (a minute or so)" && \
+	  began=$$(date +%s) && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null && $(call timed,Chromium installed); } || \
 	  echo "chromium could not be installed: the report's browser test will be skipped"
 
 # The checks that take seconds, before any test: the import contracts (pyproject.toml [tool.importlinter]: the

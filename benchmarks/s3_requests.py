@@ -1,11 +1,13 @@
-"""Requests an object store sees from a run: `dscore score` of N one-row shards into an s3 folder on moto's S3
-server (loopback), then a rerun of the finished run and `dscore verify`, each counted from the server's own
-request log (one line per HTTP request).
+"""Requests an object store sees from a run: `dscore score` of N one-row shards into an s3 folder on moto's S3 server
+(loopback), then a rerun of the finished run and `dscore verify`, each counted by a proxy in front of the server
+(tests/s3_proxy.py), which can add a fixed latency to every request, as a store across a network would.
 
-    .venv/bin/python benchmarks/s3_requests.py --shards 100 [--json out.json]
+    .venv/bin/python benchmarks/s3_requests.py --shards 1000 --latency-ms 0 25 [--json out.json]
 
-Prints requests per shard written, and the requests and seconds of the rerun and of verify. The tiny BERT of
-tests/tiny.py scores; the input is a local text file, so every request counted is the output folder's.
+Prints, per latency, requests per shard written, and the requests and seconds of the run, of the rerun and of
+verify, with the load average (/proc/loadavg) before each step. The tiny BERT of tests/tiny.py scores; the input
+is a local text file, so every request counted is the output folder's. To measure another version of the
+package, put its folder first on PYTHONPATH (the script prints which package it imported).
 """
 
 from __future__ import annotations
@@ -26,57 +28,80 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-def requests_since(log: Path, start: int) -> list[str]:
-    """The request lines the server logged after line `start` (`"PUT /bucket/key HTTP/1.1"`)."""
-    time.sleep(0.3)  # the server logs a request after answering it
-    return [line.split('"')[1] for line in log.read_text().splitlines()[start:] if '"' in line]
+def load_average() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
-def measure(shards: int, folder: Path) -> dict:
+def kinds(seen: list[str]) -> dict[str, int]:
+    """Requests by method and, for a listing or a multipart step, its first query parameter."""
+    counted: dict[str, int] = {}
+    for line in seen:
+        method, target = line.split(" ", 1)
+        query = target.split("?", 1)[1].split("=")[0].split("&")[0] if "?" in target else ""
+        kind = f"{method} ?{query}" if query else method
+        counted[kind] = counted.get(kind, 0) + 1
+    return dict(sorted(counted.items()))
+
+
+def measure(server, shards: int, latency_ms: float, folder: Path, model: Path) -> dict:
+    """One run, its rerun and verify through a proxy adding `latency_ms` to each request, into a fresh bucket."""
+    from s3_proxy import CountingProxy
+
     from distributed_scoring.cli import main
 
     import tiny
-    from object_store import Bucket, MotoServer
+    from object_store import Bucket
 
-    log = folder / "moto.log"
-    server = MotoServer.start(log)
+    proxy = CountingProxy(server.endpoint, latency_ms / 1000).start()
     try:
-        os.environ.update(server.environment())
+        os.environ.update({**server.environment(), "AWS_ENDPOINT_URL": proxy.endpoint})
         bucket = Bucket.create(server)
-        corpus = folder / "in.txt"
+        corpus = folder / f"in-{shards}.txt"
         corpus.write_text("".join(f"{tiny.CORPUS[i % len(tiny.CORPUS)]}\n" for i in range(shards)))
-        model = tiny.save_tiny("bert", folder / "bert")
         argv = ["score", str(corpus), "--model", str(model), "--output", bucket.uri("out"), "--shard-rows", "1"]
-        figures = {"shards": shards}
+        figures: dict = {"shards": shards, "latency_ms": latency_ms}
         for step, args in (("run", argv), ("rerun", argv), ("verify", ["verify", bucket.uri("out")])):
-            start = len(log.read_text().splitlines())
+            start = len(proxy.requests())
+            figures[step] = {"load_average": load_average()}
             began = time.monotonic()
             with contextlib.redirect_stdout(io.StringIO()):
                 rc = main(args)
-            seconds = time.monotonic() - began
-            seen = requests_since(log, start)
-            figures[step] = {"rc": rc, "requests": len(seen), "seconds": round(seconds, 2)}
-            figures[step]["by_kind"] = {}
-            for line in seen:
-                kind = line.split()[0] + (" ?" + line.split("?")[1].split("=")[0] if "?" in line else "")
-                figures[step]["by_kind"][kind] = figures[step]["by_kind"].get(kind, 0) + 1
+            seen = proxy.requests()[start:]
+            figures[step].update(rc=rc, requests=len(seen), seconds=round(time.monotonic() - began, 2))
+            figures[step]["by_kind"] = kinds(seen)
         figures["requests_per_shard"] = round(figures["run"]["requests"] / shards, 2)
         return figures
     finally:
-        server.stop()
+        proxy.stop()
 
 
 def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shards", type=int, default=100)
+    parser.add_argument("--shards", type=int, default=1000)
+    parser.add_argument("--latency-ms", type=float, nargs="+", default=[0.0, 25.0])
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        figures = measure(args.shards, Path(folder))
-    figures["load_average"] = open("/proc/loadavg").read().split()[:3]
-    print(json.dumps(figures, indent=2))
+    import distributed_scoring
+
+    import tiny
+    from object_store import MotoServer
+
+    results = {"package": str(Path(distributed_scoring.__file__).parent), "runs": []}
+    print(f"package: {results['package']}", file=sys.stderr)
+    with tempfile.TemporaryDirectory() as name:
+        folder = Path(name)
+        server = MotoServer.start(folder / "moto.log")
+        try:
+            model = tiny.save_tiny("bert", folder / "bert")
+            for latency in args.latency_ms:
+                figures = measure(server, args.shards, latency, folder, model)
+                print(json.dumps(figures), file=sys.stderr)
+                results["runs"].append(figures)
+        finally:
+            server.stop()
+    print(json.dumps(results, indent=2))
     if args.json:
-        args.json.write_text(json.dumps(figures, indent=2))
+        args.json.write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ Measurements, each in a process of its own (so that its peak memory is its own):
               scoring actors. Measured: rows/s, time to the first finished shard (its marker), rows/s
               after it (without the fixed start), aggregation (summary.json), driver peak RSS, scoring
               and tokenising actors' peak RSS (each actor records its own), files and bytes written.
-  resume      the no-op run started in a subprocess and SIGKILLed (its whole process tree, Ray's
-              included) once half its shards are marked, then rerun: the rerun's start-up, its claim
-              (planning, checking the done shards' markers and files) and the time until its first new
-              marker appears.
+  resume      the no-op run started in a subprocess, held once it has scored half its shards
+              (`scale_stages.Holding`: where it stops does not depend on how soon a busy harness looks)
+              and SIGKILLed (its whole process tree, Ray's included) once their markers are written, then
+              rerun: the rerun's start-up, its claim (planning, checking the done shards' markers and
+              files) and the time until its first new marker appears.
   audit       no-op rows with pseudo-random scores (`--scores hash`: outliers exist) and per-token
               columns in 10 partitions, scored in a subprocess; then `workflows.audit.run_audit` in
               this process as `dscore audit` runs it after scoring (statistics, outliers, report), and
@@ -54,7 +55,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -74,7 +75,7 @@ AUDIT_PARTITIONS = 10
 ROWS_PER_SMALL_FILE = 10
 LARGE_LINE_BYTES = 512  # newline included
 MIN_SHARDS_TO_RESUME = 4  # fewer shards leave no half way to kill at
-POLL_S = 0.02  # how often markers are counted to kill a run at half way
+POLL_S = 0.02  # how often markers are counted to kill a held run at half way
 
 # The estimate printed at the start: (seconds fixed, microseconds per row), rough guesses for 2 quiet cores
 # (the development machine was too busy to calibrate them); the journal's own wall times replace them
@@ -334,7 +335,7 @@ class RunJob:
 
     paths: tuple[str, ...]
     output: str
-    memory: str  # folder where the stages record their peak memory
+    memory: str  # folder where the stages record their peak memory (and, with hold_after, the shards scored)
     scorer: str = "noop"  # noop, or tiny (the PLL workload on `model`)
     model: str | None = None
     mode: str = "in-process"
@@ -343,6 +344,7 @@ class RunJob:
     scores: str = "zero"  # the no-op scorer's
     per_token: bool = False
     partition_column: str | None = None
+    hold_after: int | None = None  # shards scored before the run holds until killed (`scale_stages.Holding`)
 
 
 class NewMarkers:
@@ -460,13 +462,15 @@ def run_job(job: RunJob) -> dict:
     from distributed_scoring.pipeline.aggregate import summarize
     from distributed_scoring.pipeline.runner import claimed, execute
 
-    from scale_stages import actor_peaks, peak_rss_kb, recorded
+    from scale_stages import actor_peaks, holding, peak_rss_kb, recorded
 
     process_start = _process_start()
     inputs = InputSpec(job.paths, shard_rows=job.shard_rows, partition_column=job.partition_column)
     config, workload = RUNS[job.scorer](job, inputs)
     os.makedirs(job.memory, exist_ok=True)
     workload = recorded(workload, job.memory)
+    if job.hold_after is not None:
+        workload = holding(workload, job.hold_after, os.path.join(job.memory, "hold"))
     ray_options = start_ray(job.mode)
     rss_start = peak_rss_kb()
     new_markers = NewMarkers(job.output)
@@ -579,12 +583,15 @@ def finished_child(process: subprocess.Popen, result: Path, scratch: Path, name:
 
 
 def measure_resume(spec: Spec, settings: Settings, scratch: Path) -> dict:
-    """Kill the run once half its shards are marked, then rerun it into the same folder."""
+    """Kill the run at half way, then rerun it into the same folder. The run holds once it has scored half
+    its shards and is killed once their markers are written: watched from here alone, a run of fast shards
+    on a busy machine could mark all of them before this process looked, and its rerun had nothing to do."""
     job = _job(spec, settings, scratch, (str(sentence_corpus(Path(settings.corpora), spec.n)),))
     shards = math.ceil(spec.n / settings.shard_rows)
-    first, _ = run_in_child(job, scratch, "killed")
+    half = shards // 2
+    first, _ = run_in_child(replace(job, hold_after=half), scratch, "killed")
     started = time.perf_counter()
-    while first.poll() is None and markers(Path(job.output)) < shards / 2:
+    while first.poll() is None and markers(Path(job.output)) < half:
         time.sleep(POLL_S)
     killed = first.poll() is None
     kill_tree(first.pid)

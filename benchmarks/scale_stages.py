@@ -1,4 +1,5 @@
-"""What the scale harness runs on workers: a no-op workload, and a stage wrapper that records peak memory.
+"""What the scale harness runs on workers: a no-op workload, a stage wrapper that records peak memory, and
+one that holds a run at a given shard until it is killed.
 
 The no-op workload (`noop_workload`) has the PLL workload's output schema (`schema.output_schema`) and
 scores nothing: its prepare stage passes the read rows through and its score stage writes, per row, a
@@ -10,6 +11,11 @@ reading, the Arrow plumbing of the stages, writing, markers, aggregation.
 `PeakMemory` wraps any stage factory and, after each table, writes the process's peak resident memory
 (`peak_rss_kb`) to a side folder: Ray actors are separate processes whose memory the driver cannot see.
 
+`Holding` wraps a score stage so that the run scores a given number of shards, then stops where it stands
+until it is killed: the resume measurement kills a run at half way, and a harness that polled the markers
+and killed the run when it saw half of them (as it once did) could, on a busy machine, look only after the
+run had marked every shard, leaving the rerun nothing to do.
+
 Ray workers import this module by name, so `benchmarks/` must be on their PYTHONPATH (scale.py sets it
 before Ray starts).
 """
@@ -17,10 +23,12 @@ before Ray starts).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import resource
+import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Callable, Sequence
 
@@ -31,6 +39,8 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.measures import pppl
 from distributed_scoring.pipeline.stage import Row, Stage
 from distributed_scoring.pipeline.workload import Workload
+
+logger = logging.getLogger(__name__)
 
 NOOP_MODEL = "noop"  # the `model` column and the run's model name
 SCORES = ("zero", "hash")
@@ -171,3 +181,40 @@ def actor_peaks(folder: str, exclude_pid: int) -> dict[str, int]:
             if record["pid"] != exclude_pid:
                 peaks[record["role"]] = max(peaks.get(record["role"], 0), record["maxrss_kb"])
     return peaks
+
+
+class Holding:
+    """A score stage (built by `make`) that lets the run score `shards` tables in all, over every process
+    of the run, and holds on the next one until its process is killed. Each table takes a slot first, a
+    file `folder/slot-<i>` created exclusively, so that scoring actors in separate processes count
+    together; in process, where shards are written one after another, exactly `shards` are marked when it
+    holds (on Ray, those already scored may still be written)."""
+
+    def __init__(self, make: Callable[[], Any], shards: int, folder: str) -> None:
+        self.stage = make()
+        self.shards, self.folder = shards, folder
+        if hasattr(self.stage, "signature"):
+            self.signature = self.stage.signature
+
+    def __call__(self, table: pa.Table, *args: Any) -> pa.Table:
+        if not self._take_slot():
+            logger.info("holding after %d shards scored, until this run is killed", self.shards)
+            while True:
+                time.sleep(60)
+        return self.stage(table, *args)
+
+    def _take_slot(self) -> bool:
+        os.makedirs(self.folder, exist_ok=True)
+        for i in range(self.shards):
+            try:
+                os.close(os.open(os.path.join(self.folder, f"slot-{i}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue
+            return True
+        return False
+
+
+def holding(workload: Workload, shards: int, folder: str) -> Workload:
+    """`workload` whose score stage holds after `shards` shards (`Holding`, its slots in `folder`); same name
+    and options, so that a rerun without the hold resumes its folder."""
+    return replace(workload, make_scorer=partial(Holding, workload.make_scorer, shards, folder))

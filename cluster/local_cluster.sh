@@ -11,6 +11,9 @@
 # a CI step or a tmux pane sends SIGHUP to that terminal's session only).
 # `stop` ends only the processes `start` launched (their PIDs are in DIR/pids; each `ray start --block`
 # shuts its own node down on SIGTERM). It never runs `ray stop`, which would kill every Ray on the machine.
+# On SIGTERM a node first drains (for Ray Serve's proxies) for up to RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
+# seconds, 30 by Ray's default, which made `stop` wait 30 s in silence: `start` sets it to 0 (no Serve here)
+# unless the environment sets it, and `stop` says how long it may wait, then how long it took.
 # The token lives in DIR/auth_token, not ~/.ray, so the cluster does not touch the user's own Ray setup.
 set -euo pipefail
 
@@ -111,6 +114,8 @@ case "$cmd" in
     echo "$dashboard_port" > "$dir/dashboard_port"
     echo "$port" > "$dir/port"
     export RAY_AUTH_MODE=token RAY_AUTH_TOKEN_PATH="$dir/auth_token" RAY_USAGE_STATS_ENABLED=0
+    export RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S=${RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S:-0}
+    echo "$RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S" > "$dir/drain_s"  # read by `stop`
     # A RAY_ADDRESS left in the shell (say by an earlier `eval "$(local_cluster.sh env)"`) makes the worker
     # nodes fail to join this head while the head itself comes up: the nodes get their addresses only here.
     unset RAY_ADDRESS DSCORE_RAY_ADDRESS
@@ -152,20 +157,29 @@ case "$cmd" in
   stop)
     [ -f "$dir/pids" ] || { echo "no cluster started from $dir" >&2; exit 0; }
     started=$(cat "$dir/pids")
+    drain=$(cat "$dir/drain_s" 2>/dev/null || echo 30)  # a cluster started before drain_s was kept: Ray's default
+    drain=${drain%.*}
     # shellcheck disable=SC2086
     all=$(descendants $started)  # noted before any exits, so that no child is orphaned unnoticed
+    if [ "${drain:-0}" -gt 0 ]; then
+      echo "stopping the $(echo $started | wc -w) Ray nodes started from $dir: each drains first (Ray's" \
+        "graceful shutdown), for up to $drain s"
+    else
+      echo "stopping the $(echo $started | wc -w) Ray nodes started from $dir"
+    fi
+    began=$SECONDS
     for pid in $started; do kill -TERM "$pid" 2>/dev/null || true; done
     # shellcheck disable=SC2086
-    if ! wait_gone 30 $all; then  # a node that ignored SIGTERM: end it and everything below it
+    if ! wait_gone $((${drain:-0} + 30)) $all; then  # a node that ignored SIGTERM: end it and everything below it
       for pid in $all; do running "$pid" && kill -KILL "$pid" 2>/dev/null; done
       # shellcheck disable=SC2086
       wait_gone 10 $all || { echo "processes of the cluster still run: $all" >&2; exit 1; }
     fi
     rm -f "$dir/pids"
-    echo "stopped the cluster started from $dir"
+    echo "stopped the cluster started from $dir ($((SECONDS - began)) s)"
     ;;
   *)
-    sed -n '2,16p' "$0" >&2
+    sed -n '2,18p' "$0" >&2
     exit 2
     ;;
 esac

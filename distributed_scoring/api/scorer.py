@@ -15,6 +15,9 @@ the PLL stages' tokenisation.
 A text that cannot be scored (empty or blank, longer than the model takes, not a string) is never an
 exception: `score` says why in its `status` and `error`; `pll` gives NaN for it and `token_score`,
 `word_score` None, with one warning per call; `pppl` leaves it out of the sums, with the same warning.
+Texts the tokenizer cannot read (English into a protein model: every token the unknown token) still
+score; a call where they are many gives one `UnknownTokensWarning`, by the rule of the CLI's summary,
+and `score` gives each text's `n_unknown`.
 Mistakes that concern every text (an unknown model, device, dtype or variant; a single string where a
 list is expected) raise `UserError` before any work.
 """
@@ -23,6 +26,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -32,7 +37,9 @@ from ..config import ModelSpec, ScoringOptions
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from ..errors import UserError
 from ..io import schema as S
+from ..io.output import unknown_tokens
 from ..measures import pppl
+from ..pipeline.aggregate import unknown_warnings
 from ..pipeline.progress import Progress
 from ..pipeline.stage import Row
 from ..workloads.infill import InfillOptions, InfillPreparer, InfillScorer, example_seed
@@ -41,7 +48,7 @@ from ..workloads.joints import CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, A, B, Joint
 from ..workloads.pll import PLLScorer
 from ..workloads.prepare import PLLPreparer, split_characters, whitespace_words
 from ..workloads.sample import OUTPUT_SCHEMA, SampleOptions, SamplePreparer, SampleScorer
-from .naming import python_errors
+from .naming import python_errors, python_names
 from .rows import added_schema, public, read_rows
 
 if TYPE_CHECKING:
@@ -57,6 +64,11 @@ JOINT_CHUNK_ROWS = 50
 Step = Callable[[list[Row]], list[Row]]
 
 
+class UnknownTokensWarning(UserWarning):
+    """Many of a call's texts are mostly the tokenizer's unknown token: the model cannot read them (text
+    that does not suit the model, or protein sequences written without spaces), so their scores say little."""
+
+
 def _warn_unscored(rows: list[Row], instead: str) -> None:
     failed = [row for row in rows if row[S.STATUS] != S.STATUS_OK]
     if failed:
@@ -70,15 +82,27 @@ def _warn_unscored(rows: list[Row], instead: str) -> None:
         )
 
 
+def _warn_unknown(rows: list[Row]) -> None:
+    """One `UnknownTokensWarning` for a call whose texts the tokenizer cannot read, by the rule and in the
+    words of `dscore score`'s summary (`pipeline.aggregate.unknown_warnings`), its flags as keyword arguments."""
+    counts = pa.table({name: [row[name] for row in rows] for name in (S.STATUS, S.N_TOKENS, S.N_UNKNOWN)})
+    _, mostly_unknown = unknown_tokens(counts)
+    ok = sum(row[S.STATUS] == S.STATUS_OK for row in rows)
+    for message in unknown_warnings(mostly_unknown, ok):
+        # The caller of the public method: this function, the method, `python_errors`, then the caller.
+        warnings.warn(python_names(message), UnknownTokensWarning, stacklevel=4)
+
+
 class MLMScorer:
     """One masked LM, loaded once, and the scores of lists of texts.
 
-    `model` is a Hub id or a local folder (see `ModelSpec`); `device` one of `config.DEVICES` or
-    `cuda:N` (`auto`: CUDA when present); `dtype` one of `config.DTYPES` (`auto`: bfloat16 autocast on
-    CUDA, float32 on CPU; the LM head and log-softmax stay in float32). `variant` is the PLL's masking
-    (`original`, or `word_l2r`); `batch_tokens` bounds rows x padded length of one forward pass (None:
-    the device's default); `split_chars` reads each text as space-separated characters (per-residue
-    protein models). `progress` shows a bar per call, moving every `CHUNK_ROWS` texts.
+    `model` is a Hub id or a local folder (a string or a path; see `ModelSpec`); `device` one of
+    `config.DEVICES` or `cuda:N` (`auto`: CUDA when present); `dtype` one of `config.DTYPES` (`auto`:
+    bfloat16 autocast on CUDA, float32 on CPU; the LM head and log-softmax stay in float32). `variant`
+    is the PLL's masking (`original`, or `word_l2r`); `batch_tokens` bounds rows x padded length of one
+    forward pass (None: the device's default); `split_chars` reads each text as space-separated
+    characters (per-residue protein models). `progress` shows a bar per call, moving every `CHUNK_ROWS`
+    texts.
 
         >>> scorer = MLMScorer(model, device="cpu", variant="word_l2r")
         >>> scorer.signature["model"] == model, scorer.signature["device"]
@@ -88,7 +112,7 @@ class MLMScorer:
     @python_errors
     def __init__(
         self,
-        model: str,
+        model: str | os.PathLike,
         device: str = "auto",
         dtype: str = "auto",
         variant: str = "original",
@@ -100,7 +124,7 @@ class MLMScorer:
     ) -> None:
         from ..engine.masked_lm import load_masked_lm
 
-        self.spec = ModelSpec(model, revision, device, dtype, trust_remote_code)
+        self.spec = ModelSpec(os.fspath(model), revision, device, dtype, trust_remote_code)
         # Every optional column is computed (a small cost beside the forward passes); calls pick theirs.
         self.options = ScoringOptions(variant, batch_tokens, per_token=True, word_scores=True, split_chars=split_chars)
         self.mlm = load_masked_lm(self.spec)
@@ -135,6 +159,7 @@ class MLMScorer:
             ('error', 'empty or whitespace-only text', None)
         """
         rows = self._scored(texts, self.progress)
+        _warn_unknown(rows)
         return [public(row, [S.TEXT, *added_schema(per_token, word_scores).names]) for row in rows]
 
     @python_errors
@@ -148,6 +173,7 @@ class MLMScorer:
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "NaN")
+        _warn_unknown(rows)
         return [row[S.PLL] if row[S.STATUS] == S.STATUS_OK else math.nan for row in rows]
 
     @python_errors
@@ -160,6 +186,7 @@ class MLMScorer:
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "None")
+        _warn_unknown(rows)
         return [
             list(zip(row[S.TOKENS], row[S.TOKEN_LOGPROBS])) if row[S.STATUS] == S.STATUS_OK else None for row in rows
         ]
@@ -174,6 +201,7 @@ class MLMScorer:
         """
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "None")
+        _warn_unknown(rows)
         return [
             list(zip(self._words(row[S.TEXT]), row[S.WORD_SCORES])) if row[S.STATUS] == S.STATUS_OK else None
             for row in rows
@@ -193,6 +221,7 @@ class MLMScorer:
             raise UserError(f"per must be 'token' or 'word', got {per!r}")
         rows = self._scored(texts, self.progress)
         _warn_unscored(rows, "no terms to the sums")
+        _warn_unknown(rows)
         ok = [row for row in rows if row[S.STATUS] == S.STATUS_OK]
         value = pppl(math.fsum(row[S.PLL] for row in ok), sum(row[counts[per]] for row in ok))
         return math.nan if value is None else value
@@ -204,6 +233,7 @@ class MLMScorer:
         """The columns of `added_schema` for the texts, as one Arrow table in their order: what
         `PLLStage` and `score_dataset` add to a batch."""
         rows = self._scored(texts, progress=False, chunk=max(len(texts), 1))  # the caller's batch, whole
+        _warn_unknown(rows)
         schema = added_schema(per_token, word_scores)
         return pa.Table.from_pylist(
             [{prefix + name: row[name] for name in schema.names} for row in rows],
@@ -343,8 +373,9 @@ class MLMScorer:
         `engine.chain`): log p(x) = sum_k log p(x_s(k) | x_s(<k), the later positions of the order masked).
         `order` is `l2r` or `r2l` (one order each) or `random` (`orders` permutations, drawn from (seed,
         id)). Per text: `logp`, one per order; `orders`, each as 0-based indices of the text's non-special
-        tokens; `n_tokens`, `status`, `error` (texts that cannot be scored as in `score`). For an MLM not
-        trained as a u-PMLM the sum depends on the order and only approximates a likelihood.
+        tokens; `n_tokens`, `n_unknown` (as in `score`), `status`, `error` (texts that cannot be scored as
+        in `score`). For an MLM not trained as a u-PMLM the sum depends on the order and only
+        approximates a likelihood.
 
             >>> row = scorer.chain(["the quick brown fox"], order="random", orders=3, seed=1)[0]
             >>> len(row["logp"]), sorted(row["orders"][0]) == list(range(row["n_tokens"])), row["status"]
@@ -370,7 +401,9 @@ class MLMScorer:
             logps = iter(engine.log_likelihoods(sequences, [o for row in ok for o in drawn[row[S.ID]]]).tolist())
             return [_chain_row(row, drawn.get(row[S.ID]), logps) for row in part]
 
-        return self._run(read_rows(texts, ids), [self.preparer.process, chained], CHUNK_ROWS)
+        rows = self._run(read_rows(texts, ids), [self.preparer.process, chained], CHUNK_ROWS)
+        _warn_unknown(rows)
+        return rows
 
     # Plumbing.
 
@@ -409,6 +442,7 @@ def _chain_row(row: Row, drawn: list[np.ndarray] | None, logps: Iterator[float])
             "logp": None,
             "orders": None,
             S.N_TOKENS: 0,
+            S.N_UNKNOWN: 0,
             S.STATUS: S.STATUS_ERROR,
             S.ERROR: row[S.ERROR],
         }
@@ -418,6 +452,7 @@ def _chain_row(row: Row, drawn: list[np.ndarray] | None, logps: Iterator[float])
         "logp": [next(logps) for _ in drawn],
         "orders": [np.searchsorted(targets, o).tolist() for o in drawn],
         S.N_TOKENS: len(targets),
+        S.N_UNKNOWN: row[S.N_UNKNOWN],
         S.STATUS: S.STATUS_OK,
         S.ERROR: None,
     }

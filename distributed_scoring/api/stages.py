@@ -2,8 +2,11 @@
 
     ds = ray.data.read_parquet("s3://bucket/corpus/")
     ds = ds.map_batches(PLLStage, fn_constructor_kwargs={"model": "bert-base-cased", "text_column": "sentence"},
-                        compute=ray.data.ActorPoolStrategy(size=4), num_gpus=1, batch_size=1024)
+                        **PLLStage.actor_pool(), batch_size=1024)
     ds.write_parquet("s3://bucket/scored/")
+
+`PLLStage.actor_pool()` sizes the pool from the cluster (an actor per GPU, else CPU actors that leave a
+CPU to the pipeline's other tasks) and refuses a size that could never start (`api.pool`).
 
 Each actor loads the model once (an `MLMScorer`); each batch comes back with every input column and
 the columns of `scorer.added_schema` (pll, n_tokens, n_words, n_unknown, pppl_token, pppl_word,
@@ -34,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..pipeline.stage import ColumnError
+from .pool import actor_pool
 from .rows import added_schema
 from .scorer import MLMScorer
 
@@ -63,6 +67,14 @@ class PLLStage:
         self._check(columns)
         added = self.scorer.score_table(_texts(batch, self.text_column), self.per_token, self.word_scores, self.prefix)
         return _with_columns(batch, added)
+
+    @staticmethod
+    def actor_pool(size: int | None = None, num_cpus: float | None = None, num_gpus: float | None = None) -> dict:
+        """`map_batches`' `compute`, `num_cpus` and `num_gpus` for PLLStage actors this Ray cluster can start:
+        left out, an actor per GPU (1 CPU each) on a cluster with GPUs, else as many 1-CPU actors as leave a
+        CPU free for the pipeline's read and write tasks. A pool that could never start beside them (Ray Data
+        would wait for it forever) raises `ActorPoolError`, saying what fits. See `api.pool.plan_pool`."""
+        return actor_pool(size, num_cpus, num_gpus)
 
     def _check(self, columns: list[str]) -> None:
         if self.text_column not in columns:

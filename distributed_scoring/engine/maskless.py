@@ -17,14 +17,16 @@ A PLL costs one masked copy per token; these scorers read the sentence once, unm
 
 A student folder is an ordinary masked-LM folder (the fine-tuned encoder with the MLM's head, and the
 tokenizer: `load_masked_lm` reads it) plus `maskless.json` (format, target, teacher, held-out figures, the
-range of the training rows) and, for `sentence`, the head's weights.
+range of the training rows, the calibration) and, for `sentence`, the head's weights. A student's
+predictions pass through its calibration (`model_files.Calibration`, an affine map per token fitted on its
+held-out rows) before anyone sees them; the training's own evaluation loads it uncalibrated to fit that map.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
@@ -42,8 +44,11 @@ from .model_files import (
     STUDENT_FORMAT,
     STUDENT_HEAD_FILE,
     TARGET_SENTENCE,
+    UNCALIBRATED,
+    Calibration,
     check_student_tokenizer,
     read_student_info,
+    student_calibration,
     tokenizer_digest,
 )
 from .packing import TokenBudget, pack, run_fitting
@@ -109,12 +114,14 @@ def save_student(mlm: MaskedLM, folder: str | Path, info: dict, regressor: Sente
 @dataclass
 class Student:
     """A loaded maskless scorer: the masked LM (fine-tuned, or the base model for `unmasked`), the sentence
-    head of a `sentence` student (None otherwise), its maskless.json (empty for `unmasked`) and signature."""
+    head of a `sentence` student (None otherwise), its maskless.json (empty for `unmasked`), signature, and
+    the map its predictions pass through (the identity for `unmasked` and uncalibrated students)."""
 
     mlm: MaskedLM
     regressor: SentenceRegressor | None
     info: dict
     signature: dict
+    calibration: Calibration = UNCALIBRATED
 
     @property
     def per_token(self) -> bool:
@@ -122,8 +129,10 @@ class Student:
         return self.regressor is None
 
 
-def load_student(spec: ModelSpec) -> Student:
-    """Load a student folder (`save_student`) for inference."""
+def load_student(spec: ModelSpec, calibrated: bool = True) -> Student:
+    """Load a student folder (`save_student`) for inference: its predictions calibrated as its maskless.json
+    says (uncalibrated where it records no calibration, or with `calibrated` False: what the calibration is
+    fitted on)."""
     info = read_student_info(spec.name)
     mlm = load_masked_lm(spec)
     check_student_tokenizer(spec.name, info, mlm.tokenizer)
@@ -133,8 +142,15 @@ def load_student(spec: ModelSpec) -> Student:
         head = load_file(str(Path(spec.name).expanduser() / STUDENT_HEAD_FILE))
         regressor.head.load_state_dict({k: v.to(regressor.head.weight.dtype) for k, v in head.items()})
         regressor.eval()
-    signature = {**mlm.signature, "scorer": "maskless", "target": info["target"], "teacher": info.get("teacher")}
-    return Student(mlm, regressor, info, signature)
+    calibration = student_calibration(info) if calibrated else None
+    signature = {
+        **mlm.signature,
+        "scorer": "maskless",
+        "target": info["target"],
+        "teacher": info.get("teacher"),
+        "calibration": None if calibration is None else asdict(calibration),
+    }
+    return Student(mlm, regressor, info, signature, calibration or UNCALIBRATED)
 
 
 def unmasked_scorer(spec: ModelSpec) -> Student:
@@ -175,15 +191,19 @@ class MasklessEngine:
         return out
 
     def _forward(self, sentences: list[Sentence]) -> list[Prediction]:
+        """The calibrated predictions of a batch (a per-token student's terms calibrated one by one, their sum
+        the PLL)."""
         ids, mask = padded([s.input_ids for s in sentences], self.student.mlm.pad_token_id)
+        calibration = self.student.calibration
         if self.student.regressor is not None:
-            return [Prediction(float(p), None) for p in self.forward_sentence(ids, mask)]
+            plls = self.forward_sentence(ids, mask)  # (B,)
+            return [Prediction(calibration.pll(float(p), len(s.targets)), None) for p, s in zip(plls, sentences)]
         rows = np.concatenate([np.full(len(s.targets), r, dtype=np.int64) for r, s in enumerate(sentences)])
         positions = np.concatenate([s.targets for s in sentences]).astype(np.int64)
-        terms = np.split(
-            self.forward_tokens(ids, mask, rows, positions), np.cumsum([len(s.targets) for s in sentences])[:-1]
-        )
-        return [Prediction(float(t.sum()), t) for t in terms]
+        terms = calibration.terms(self.forward_tokens(ids, mask, rows, positions))  # (Q,)
+        return [
+            Prediction(float(t.sum()), t) for t in np.split(terms, np.cumsum([len(s.targets) for s in sentences])[:-1])
+        ]
 
     @torch.inference_mode()
     def forward_sentence(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

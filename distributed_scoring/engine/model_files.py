@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +184,39 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
 # A maskless scorer's folder (`engine.maskless`): a masked-LM folder plus these two files.
 STUDENT_FILE = "maskless.json"
 STUDENT_HEAD_FILE = "maskless_head.safetensors"
-STUDENT_FORMAT = 2  # of maskless.json: 2 added targets, the tokenizer's digest and the -softplus sentence head
+# maskless.json's format: 2 added the targets, the tokenizer's digest and the -softplus sentence head; 3 the calibration
+STUDENT_FORMAT = 3
+READABLE_FORMATS = (2, 3)  # a format-2 student has no calibration: it scores uncalibrated, with a warning
 TARGET_SENTENCE, TARGET_TOKEN, TARGET_DISTRIBUTION = "sentence", "token", "distribution"
 TARGETS = (TARGET_SENTENCE, TARGET_TOKEN, TARGET_DISTRIBUTION)
+CALIBRATION = "calibration"  # maskless.json: the student's map to its teacher's scale, {"intercept", "slope", ...}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A student's map to its teacher's scale, fitted on its held-out rows (`dscore train maskless`): each
+    scored token's predicted term t becomes intercept + slope * t, so a sentence's predicted PLL s over n
+    tokens becomes intercept * n + slope * s. Per token, not per sentence: corpus PPPL = exp(-sum PLL /
+    sum n) is a per-token figure, and a per-sentence intercept would shift it by how long the corpus's
+    sentences are. intercept <= 0 and slope > 0: no term rises above 0 and the student's order is kept."""
+
+    intercept: float
+    slope: float
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.intercept) and math.isfinite(self.slope) and self.intercept <= 0 < self.slope):
+            raise ValueError(f"a calibration needs intercept <= 0 < slope, got {self.intercept} and {self.slope}")
+
+    def pll(self, predicted: float, n_tokens: int) -> float:
+        """The calibrated PLL of a sentence whose n_tokens terms the student predicted to sum to `predicted`."""
+        return self.intercept * n_tokens + self.slope * predicted
+
+    def terms(self, predicted: Any) -> Any:
+        """The calibrated terms of predicted per-token terms (a float or an array of them)."""
+        return self.intercept + self.slope * predicted
+
+
+UNCALIBRATED = Calibration(0.0, 1.0)  # the identity: a student without a calibration scores as it predicts
 
 
 def read_student_info(name: str) -> dict:
@@ -197,15 +229,29 @@ def read_student_info(name: str) -> dict:
             "folder of a finished `dscore train maskless` run"
         )
     info = json.loads(path.read_text())
-    if info.get("format") != STUDENT_FORMAT:
+    if info.get("format") not in READABLE_FORMATS:
         raise ModelLoadError(
-            f"{path} has format {info.get('format')!r}; this dscore reads format {STUDENT_FORMAT} "
-            "(format 1 students could predict log-likelihoods above 0): train the student again "
-            "with `dscore train maskless`"
+            f"{path} has format {info.get('format')!r}; this dscore reads formats "
+            f"{', '.join(map(str, READABLE_FORMATS))} (format 1 students could predict log-likelihoods above 0): "
+            "train the student again with `dscore train maskless`"
         )
     if info.get("target") not in TARGETS:
         raise ModelLoadError(f"{path} names target {info.get('target')!r}, not one of {', '.join(TARGETS)}")
+    try:
+        student_calibration(info)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelLoadError(
+            f"{path} holds a {CALIBRATION} that cannot be used ({exc!r}): train the student again with "
+            "`dscore train maskless`"
+        ) from exc
     return info
+
+
+def student_calibration(info: dict) -> Calibration | None:
+    """The calibration a student's maskless.json records; None for a student without one (format 2, or a
+    training run stopped before its evaluation), which scores uncalibrated."""
+    stored = info.get(CALIBRATION)
+    return None if stored is None else Calibration(float(stored["intercept"]), float(stored["slope"]))
 
 
 def tokenizer_digest(tokenizer: Any) -> str:

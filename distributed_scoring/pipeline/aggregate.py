@@ -1,13 +1,17 @@
-"""Driver-side aggregation over the written Parquet files: the no-loss check and `summary.json`.
+"""Driver-side aggregation over the written shards: the no-loss check and `summary.json`.
 
-Reads only four small columns, one file at a time, so memory stays flat however large the corpus.
+Both come from the shards' markers, which record each shard's rows and the figures the summary adds up
+(`io.output.row_sums`), checked against the files by one look at the folder (`OutputDir.check_shards`): no
+shard is read again on a store that lists the files' checksums. A shard whose marker records no figures
+(written by an earlier dscore) is read, a few small columns of one file at a time, so memory stays flat
+however large the corpus.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, fields
-from typing import Callable, TypeVar
+from typing import Callable, Iterable, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,7 +20,8 @@ import pyarrow.parquet as pq
 from ..config import RunConfig
 from ..errors import DataLossError
 from ..io import schema as S
-from ..io.output import SUMMARY_FILE, OutputDir
+from ..io.output import MOSTLY_UNKNOWN, ROW_SUMS, SUMMARY_FILE, OutputDir, row_sums
+from ..io.output import unknown_tokens as unknown_tokens  # for the workflows that summarise their own rows
 from ..io.sources import Shard
 from .stats import STAT_COLUMNS, CorpusStats
 
@@ -24,28 +29,27 @@ logger = logging.getLogger(__name__)
 
 Stats = TypeVar("Stats")  # a summable record of rows' figures (`a + b`), as `CorpusStats`
 
-MOSTLY_UNKNOWN = 0.5  # a row is "mostly unknown" when more than this share of its scored tokens are unknown
 SUMMARY_VERSION = 1  # of summary.json
 UNKNOWN_ROWS_WARNING = 0.1  # summary.json warns when more than this share of ok rows are mostly unknown
 
 
-def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> list[dict]:
-    """Every planned shard marked done and holding exactly its rows (rows in x `rows_per_input` ==
-    rows out), from the markers and the files' metadata alone; returns the scorers' distinct signatures."""
+def complete_markers(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> dict[str, dict]:
+    """Every planned shard marked done and holding exactly its rows (rows in x `rows_per_input` == rows
+    out), from one check of the markers against their files (`OutputDir.check_shards`); returns the planned
+    shards' markers, which the folder then keeps in its index for a rerun or `dscore verify`."""
+    check = out.check_shards()
+    out.warn_unmarked(set(check.files) - {out.part_path(key) for key in (*check.markers, *check.problems)})
     problems = []
-    signatures: dict[str, dict] = {}
-    marked = set(out.marked_parts())  # a file in rows/ without a marker is named in a warning, never counted
     for shard in plan:
-        marker = out.read_marker(shard.key) if out.part_path(shard.key) in marked else None
+        marker = check.markers.get(shard.key)
         if marker is None:
+            why = check.problems.get(shard.key)
             problems.append(
                 f"shard {shard.key} ({shard.file.path}, rows {shard.start + 1}-{shard.start + shard.rows}) is not done"
+                + (f" ({why})" if why else "")
             )
-            continue
-        signatures[repr(sorted(marker["signature"].items()))] = marker["signature"]
-        rows = pq.read_metadata(out.part_path(shard.key), filesystem=out.fs).num_rows
-        if rows != shard.rows * rows_per_input:
-            problems.append(f"shard {shard.key} has {rows} rows, expected {shard.rows * rows_per_input}")
+        elif marker["rows"] != shard.rows * rows_per_input:
+            problems.append(f"shard {shard.key} has {marker['rows']} rows, expected {shard.rows * rows_per_input}")
     if problems:
         raise DataLossError(
             f"{sum(s.rows for s in plan)} rows in, fewer out: "
@@ -53,28 +57,38 @@ def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -
             + (" ..." if len(problems) > 5 else "")
             + ". Rerun the same command to score the unfinished shards."
         )
-    return list(signatures.values())
+    out.keep_index(check, [s.key for s in plan])
+    return {s.key: check.markers[s.key] for s in plan}
+
+
+def check_complete(out: OutputDir, plan: list[Shard], rows_per_input: int = 1) -> list[dict]:
+    """`complete_markers`; returns the scorers' distinct signatures."""
+    return signatures(complete_markers(out, plan, rows_per_input).values())
+
+
+def signatures(markers: Iterable[dict]) -> list[dict]:
+    """The distinct signatures of the scorers that wrote the shards of `markers`."""
+    distinct = {repr(sorted(m["signature"].items())): m["signature"] for m in markers}
+    return list(distinct.values())
 
 
 def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
-    signatures = check_complete(out, plan)
+    markers = complete_markers(out, plan)
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
     by_partition: dict[str | None, CorpusStats] = {}
     n_unknown, mostly_unknown = 0, 0
-    columns = STAT_COLUMNS + ([S.PARTITION] if config.inputs.partitioned else [])
     for shard in plan:
-        part = pq.ParquetFile(out.part_path(shard.key), filesystem=out.fs)
-        counted = columns + ([S.N_UNKNOWN] if S.N_UNKNOWN in part.schema_arrow.names else [])
-        for batch in part.iter_batches(columns=counted):
-            unknown, mostly = unknown_tokens(batch)
-            n_unknown, mostly_unknown = n_unknown + unknown, mostly_unknown + mostly
-            batch_stats = CorpusStats.of_table(batch)
-            stats += batch_stats
-            by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + batch_stats
+        groups = markers[shard.key].get(ROW_SUMS)
+        for group in groups if groups is not None else _read_sums(out, shard.key):
+            n_unknown, mostly_unknown = n_unknown + group["n_unknown"], mostly_unknown + group["mostly_unknown"]
+            shard_stats = _stats(group)
+            stats += shard_stats
+            by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + shard_stats
             if config.inputs.partitioned:
-                add_by_partition(by_partition, pa.Table.from_batches([batch]), CorpusStats.of_table)
+                value = group.get("partition")
+                by_partition[value] = by_partition.get(value, CorpusStats()) + shard_stats
     expected = sum(s.rows for s in plan)
     if stats.rows != expected:
         raise DataLossError(f"{expected} rows in, {stats.rows} rows out; rerun the same command")
@@ -85,7 +99,7 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         variant=config.scoring.variant,
         inputs=list(config.inputs.paths),
         shards=len(plan),
-        signature=one_or_all(signatures),
+        signature=one_or_all(signatures(markers.values())),
         by_input=by_input,
         n_unknown=n_unknown,
         mostly_unknown_rows=mostly_unknown,
@@ -98,6 +112,15 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         logger.warning(warning)
     out.write_json(SUMMARY_FILE, summary.to_json())
     return summary.to_json()
+
+
+def _read_sums(out: OutputDir, key: str) -> list[dict]:
+    """The figures of a shard whose marker records none (an earlier dscore wrote it): a few columns of its file read."""
+    part = pq.ParquetFile(out.part_path(key), filesystem=out.fs)
+    names = part.schema_arrow.names
+    sums = row_sums(part.read(columns=[c for c in (*STAT_COLUMNS, S.N_UNKNOWN, S.PARTITION) if c in names]))
+    assert sums is not None, f"shard {key} holds no PLL"  # summarize is the PLL workloads'
+    return sums
 
 
 @dataclass(frozen=True)
@@ -162,17 +185,6 @@ class Summary:
 def _stats(data: dict) -> CorpusStats:
     """The summable fields of a `CorpusStats.to_dict` object (its PPPLs are derived)."""
     return CorpusStats(**{f.name: data[f.name] for f in fields(CorpusStats)})
-
-
-def unknown_tokens(batch: pa.RecordBatch | pa.Table) -> tuple[int, int]:
-    """(unknown tokens, rows mostly unknown) over the ok rows of a batch or table; (0, 0) for shards written
-    before the `n_unknown` column existed."""
-    if S.N_UNKNOWN not in batch.schema.names:
-        return 0, 0
-    ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
-    unknown, tokens = pc.filter(batch[S.N_UNKNOWN], ok), pc.filter(batch[S.N_TOKENS], ok)
-    mostly = pc.greater(pc.multiply(unknown.cast(pa.float64()), 1 / MOSTLY_UNKNOWN), tokens)
-    return int(pc.sum(unknown).as_py() or 0), int(pc.sum(mostly.cast(pa.int64())).as_py() or 0)
 
 
 def unknown_warnings(mostly_unknown: int, ok_rows: int) -> list[str]:

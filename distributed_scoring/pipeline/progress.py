@@ -7,9 +7,11 @@ its engine counts: masked copies, beam steps, sampler steps), and the display mo
 the shard's rows, in fractions of a row (`3.4/24 rows`). So a shard that takes minutes, even a single row
 that does (a long protein scored on two cores), shows progress after every forward pass, not only at its end.
 Until the first forward pass is done the line says what it waits for and for how long: starting Ray's
-actors and loading the model on them can take a minute. Where the forward passes themselves grow several
-times slower than the run's first ones (`Pace`: torch's threads fighting other work for the CPUs), the
-display says so once, with what to do.
+actors and loading the model on them can take a minute. The rate and the ETA leave that start and the
+first, slower forward passes out: until the run has gone at its own pace for a few seconds the line says
+`ETA after warm-up` (a rate taken from the first passes once read "ETA 23:58" for a run of 4:19). Where
+the forward passes themselves grow several times slower than the run's first ones (`Pace`: torch's
+threads fighting other work for the CPUs), the display says so once, with what to do.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ WAITING = "waiting for the first forward pass"
 # same token budget all run long, so its time stays about the same: sentence lengths alone do not make it 5-fold.
 WARM_PASSES, BASELINE_PASSES, RECENT_PASSES = 2, 5, 5
 COLLAPSE_RATIO = 5.0
+# The display's rate, for the same reason, starts at its WARM_PASSES-th move (a forward pass in process, a
+# shard or an actor's post on Ray) and is shown, with an ETA, once it spans RATE_MIN_S seconds and more rows.
+RATE_MIN_S = 5.0
+WARMING = "ETA after warm-up"
 
 
 def ignore(done: int, total: int) -> None:
@@ -118,13 +124,19 @@ def collapse_warning(first_s: float, now_s: float, threads: int | None, fix: str
 
 
 class _Bar(tqdm):
-    """tqdm's bar with the count as the log line writes it (tqdm prints a float count with all its digits)."""
+    """tqdm's bar with the count as the log line writes it (tqdm prints a float count with all its digits)
+    and the log line's rate and ETA (`pace`) in place of tqdm's own, which would count start-up in."""
 
-    FORMAT = "{l_bar}{bar}| {count}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]"
+    FORMAT = "{l_bar}{bar}| {count}/{total_fmt} [{elapsed}{pace}{postfix}]"
+
+    def __init__(self, pace: Callable[[], str], **kwargs) -> None:
+        self.pace = pace
+        super().__init__(**kwargs)
 
     @property
     def format_dict(self) -> dict:
-        return {**super().format_dict, "count": count(self.n)}
+        pace = self.pace()
+        return {**super().format_dict, "count": count(self.n), "pace": f", {pace}" if pace else ""}
 
 
 class Progress:
@@ -143,11 +155,12 @@ class Progress:
         self._in_flight: dict[str, float] = {}
         self._finished: set[str] = set()
         self.started = self.last_log = time.monotonic()
-        self.first_moved: tuple[float, float] | None = None  # (when, rows shown) at the first rows done
+        self.moves = 0  # how many times the count has moved
+        self.warm: tuple[float, float] | None = None  # (when, rows shown) at the WARM_PASSES-th move
         self.warned = False
         show_bar = sys.stderr.isatty() if bar is None else bar
         self.bar = (
-            _Bar(total=total, unit=what, dynamic_ncols=True, smoothing=0.1, postfix=waiting, bar_format=_Bar.FORMAT)
+            _Bar(self.pace, total=total, unit=what, dynamic_ncols=True, postfix=waiting, bar_format=_Bar.FORMAT)
             if show_bar
             else None
         )
@@ -183,9 +196,11 @@ class Progress:
     def _show(self) -> None:
         value = min(self.total, max(self.shown, self.finished_rows + sum(self._in_flight.values())))
         moved, self.shown = value - self.shown, value
-        if moved and self.first_moved is None:
-            self.first_moved = (time.monotonic(), value)
-            if self.bar is not None:
+        if moved:
+            self.moves += 1
+            if self.moves == WARM_PASSES:
+                self.warm = (time.monotonic(), value)
+            if self.moves == 1 and self.bar is not None:
                 self.bar.set_postfix_str("", refresh=False)
         if self.bar is not None:
             if moved:
@@ -198,24 +213,37 @@ class Progress:
 
     def line(self) -> str:
         """`1,200/3,000 rows (40%), 120 rows/s, ETA 00:15` (three significant digits of the rate); before
-        the first forward pass, `0/3,000 rows (0%), waiting for the first forward pass for 00:40`."""
-        elapsed = tqdm.format_interval(time.monotonic() - self.started)
+        the first forward pass, `0/3,000 rows (0%), waiting for the first forward pass for 00:40`; until
+        the rate is known, `12/3,000 rows (0%), ETA after warm-up`; at the end, `3,000/3,000 rows (100%),
+        120 rows/s in 00:25`."""
+        elapsed = time.monotonic() - self.started
         percent = int(100 * self.shown // self.total) if self.total else 100
         head = f"{count(self.shown)}/{self.total:,} {self.what} ({percent}%), "
-        if self.first_moved is None and self.total:
-            return head + f"{self.waiting} for {elapsed}"
-        rate = self.rate()
-        left = self.total - self.shown
-        eta = tqdm.format_interval(left / rate) if rate > 0 else "?"
-        return head + f"{rate:.3g} {self.what}/s, " + (f"ETA {eta}" if left else f"in {elapsed}")
+        if self.moves == 0 and self.total:
+            return head + f"{self.waiting} for {tqdm.format_interval(elapsed)}"
+        if self.shown < self.total:
+            return head + self.pace()
+        rate = self.rate() or self.shown / max(elapsed, 1e-9)  # a run over before its rate was known: all of it
+        return head + f"{rate:.3g} {self.what}/s in {tqdm.format_interval(elapsed)}"
 
-    def rate(self) -> float:
-        """Rows per second since the first rows were done, so that start-up (loading models, starting
-        actors) does not weigh on the ETA; since the start until rows have moved twice."""
-        now = time.monotonic()
-        if self.first_moved is not None and self.shown > self.first_moved[1] and now > self.first_moved[0]:
-            return (self.shown - self.first_moved[1]) / (now - self.first_moved[0])
-        return self.shown / max(now - self.started, 1e-9)
+    def pace(self) -> str:
+        """`120 rows/s, ETA 00:15`, or `ETA after warm-up` until the rate is known; nothing before the first
+        rows are done (the display says what it waits for) or once all are."""
+        if self.moves == 0 or self.shown >= self.total:
+            return ""
+        rate = self.rate()
+        if rate is None:
+            return WARMING
+        return f"{rate:.3g} {self.what}/s, ETA {tqdm.format_interval((self.total - self.shown) / rate)}"
+
+    def rate(self) -> float | None:
+        """Rows per second since the display's WARM_PASSES-th move, once that spans RATE_MIN_S seconds and
+        more rows; None before. Start-up (loading models, starting actors) and the first, slower forward
+        passes are left out, so that the ETA follows the run's own pace."""
+        if self.warm is None:
+            return None
+        since, rows = time.monotonic() - self.warm[0], self.shown - self.warm[1]
+        return rows / since if since >= RATE_MIN_S and rows > 0 else None
 
     def close(self) -> None:
         if self.bar is not None:

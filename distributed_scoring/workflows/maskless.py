@@ -1,7 +1,8 @@
 """One forward pass per sentence: `dscore score --maskless DIR` (a student's predicted PLLs) and `dscore score
 --method unmasked` (the masked LM read unmasked), in the PLL's rows and summary. `summary.json` says which:
 `variant` (and `method`) `maskless` or `unmasked`; a student's summary adds its target, its teacher, its
-held-out figures and how many rows it predicted outside the range of its training rows, with a warning."""
+held-out figures, the calibration its predictions passed through (a warning when it has none) and how many
+rows it predicted outside the range of its training rows, with a warning."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import RayOptions, RunConfig
+from ..engine.model_files import CALIBRATION, student_calibration
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import Claim
@@ -41,12 +43,17 @@ def score_maskless(
     """
     info = check_student(config)
     workload = maskless_workload(config.model, config.scoring, MASKLESS)
+    uncalibrated = [uncalibrated_warning(config.model.name, info)] if student_calibration(info) is None else []
+    for warning in uncalibrated:
+        logger.warning(warning)
     with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = summarize(out, plan, config)
         outside = count_out_of_range(out, plan)
         span = info.get(RANGE, {}).get("pll_per_token")
-        warnings = summary["warnings"] + ([range_warning(outside, summary["ok"], span)] if outside else [])
+        warnings = (
+            summary["warnings"] + uncalibrated + ([range_warning(outside, summary["ok"], span)] if outside else [])
+        )
         if outside:
             logger.warning(warnings[-1])
         summary = {
@@ -56,6 +63,7 @@ def score_maskless(
             "target": info["target"],
             "teacher": info.get("teacher"),
             "heldout": info.get(HELDOUT),
+            CALIBRATION: info.get(CALIBRATION),
             "out_of_range": outside,
             "training_range": {"pll_per_token": span},
             "warnings": warnings,
@@ -116,6 +124,15 @@ def count_out_of_range(out: OutputDir, plan: list[Shard]) -> int:
             or 0
         )
         for s in plan
+    )
+
+
+def uncalibrated_warning(name: str, info: dict) -> str:
+    """The warning for a student that records no calibration: its raw predictions can be biased."""
+    return (
+        f"student {name!r} (maskless.json format {info.get('format')}) has no calibration: its PLLs are its raw "
+        "predictions, whose corpus PPPL can be several percent off its teacher's; train it again with this "
+        "dscore (`dscore train maskless`) to have it calibrated on its held-out rows"
     )
 
 

@@ -1,19 +1,28 @@
 """`dscore verify`: whether an output folder is complete, incomplete or damaged, for every command's layout.
 
-Resume trusts markers cheaply (row counts from Parquet metadata); this reads everything once. A folder of
-a scoring run (score, audit, infill, sample, generate, and the runs inside rescore, joints and train
-folders) is complete when every shard of its plan (`_run.json` records their keys and rows) is marked
-done, each marker agrees with its file (rows and the file's digest) and with the plan, the rows read as
-one dataset with the required columns and each row's key (`id` and the columns its workload declares, as
-`_run.json` records them) once, and `summary.json` (for the runs that write one)
-is there and counts those rows; an audit's `audit.json` and `row_stats.parquet` count them too. A
-missing shard or summary makes it incomplete (rerunning the same command finishes it); anything that
-disagrees with the bookkeeping, or is left over (temporary files, a Parquet file without a marker, a
-marker without its file, a lock), makes it damaged. Folders of `rescore` and `joints` are verified
-through their runs (`mlm/`, `causal/`, `scores/`, ...) and their reports, training folders through their
-report and evaluation runs. An older folder's plan, recorded only as a digest, is made again from its
-inputs; what cannot be checked is said. Reads only the id column's values, so memory grows with the
-number of rows' ids, not with their scores.
+Resume trusts markers cheaply (row counts from Parquet metadata); this reads everything once (on S3, all
+that a listing does not show unchanged: below). A folder of a scoring run (score, audit, infill, sample,
+generate, and the runs inside rescore, joints and train folders) is complete when every shard of its plan
+(`_run.json` records their keys and rows) is marked done, each marker agrees with its file (rows and the
+file's digest) and with the plan, the rows read as one dataset with the required columns and each row's key
+(`id` and the columns its workload declares, as `_run.json` records them) once, and `summary.json` (for the
+runs that write one) is there and counts those rows; an audit's `audit.json` and `row_stats.parquet` count
+them too. A missing shard or summary, or a lock left by a run that is gone, makes it incomplete (rerunning
+the same command finishes it), and so do the temporary files in `rows/` and `_done/` of such an unfinished
+run (the rerun removes them); anything that disagrees with the bookkeeping, or is left over in a finished
+folder (temporary files, a Parquet file without a marker, a marker without its file), makes it damaged.
+Folders of `rescore` and `joints` are verified through their runs (`mlm/`, `causal/`, `scores/`, ...) and
+their reports, training folders through their report and evaluation runs. An older folder's plan, recorded
+only as a digest, is made again from its inputs; what cannot be checked is said. Reads only the id column's
+values, so memory grows with the number of rows' ids, not with their scores.
+
+On S3 a finished run's folder is verified from a few listings: a file listed with the MD5 its marker records
+(the ETag of an object written in one PUT) holds the bytes its run wrote, so their digest is theirs and
+they are not read again; markers the run checked when it finished are read from its index
+(`io.output.INDEX_FILE`) while a listing shows them unchanged. When every marked file is such a file, the rows
+are counted from the markers and not read as one dataset: they are the rows their run wrote, from input rows
+whose ids it checked unique before any work. Anything else (a file or marker changed since, a store that
+lists no checksums, a local disk) is read and checked in full.
 """
 
 from __future__ import annotations
@@ -45,6 +54,7 @@ from ..io.output import (
     SHARDS,
     SUMMARY_FILE,
     OutputDir,
+    ShardCheck,
     part_name,
     plan_digest,
 )
@@ -169,20 +179,31 @@ def in_use_by(out: OutputDir) -> str | None:
 def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verification:
     missing: list[str] = _lock(out)
     unchecked: list[str] = []
-    keys = _check_markers(out, problems)
+    check = out.check_shards()
+    markers = _check_markers(out, check, problems)
+    keys = set(markers)
     plan = run.get(SHARDS)
     if plan is None and run:
         plan, reason = _earlier_plan(run)
         if reason:
             unchecked.append(f"the shard plan: {reason}")
-    problems += _strays(out, keys | set(plan or ()))
+    strays, cut_off = _strays(out, keys | set(plan or ()))
+    problems += strays
     if plan is not None:
-        _check_plan(out, run, plan, keys, problems, missing)
+        _check_plan(out, run, plan, markers, check, problems, missing)
         keys &= set(plan)
-    rows = _check_rows(out, keys, run.get(ROW_KEY), problems)
+    if keys and keys <= check.proven:  # every file the bytes its run wrote: counted from the markers
+        rows = sum(markers[k]["rows"] for k in keys)
+    else:
+        rows = _check_rows(out, keys, run.get(ROW_KEY), problems)
     _check_summary(out, run, plan, rows, problems, missing)
     if AUDIT_FILE in run.get(OUTPUTS, ()) or out.exists(out.path(AUDIT_FILE)):
         _check_audit(out, rows, problems, missing)
+    # A write cut off by the end of a run that did not finish (killed, stopped): the rerun removes it. In a
+    # finished folder no run left it, so it is damage.
+    (missing if missing else problems).extend(
+        f"{name}: a temporary file of a write the run did not finish (the rerun removes it)" for name in cut_off
+    )
     return Verification(
         out.uri,
         len(keys),
@@ -194,22 +215,23 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
     )
 
 
-def _check_markers(out: OutputDir, problems: list[str]) -> set[str]:
-    """Keys of the sound markers; each checked against its Parquet file (rows, and its digest when recorded)."""
-    keys = set()
-    for key in out.marker_keys():
-        problem = out.shard_problem(key)
+def _check_markers(out: OutputDir, check: ShardCheck, problems: list[str]) -> dict[str, dict]:
+    """The sound markers (key -> marker): each agrees with its Parquet file (rows, and its digest when recorded,
+    read unless a listing showed the file to hold the bytes its marker describes: `ShardCheck.proven`)."""
+    markers = {}
+    for key in sorted({*check.markers, *check.problems}):
+        problem = check.problems.get(key)
+        if problem is None and key not in check.proven:
+            problem = _digest_problem(out, key, check.markers[key])
         if problem is None:
-            problem = _digest_problem(out, key)
-        if problem is None:
-            keys.add(key)
+            markers[key] = check.markers[key]
         else:
             problems.append(f"shard {key}: {problem}")
-    return keys
+    return markers
 
 
-def _digest_problem(out: OutputDir, key: str) -> str | None:
-    recorded = out.read_marker(key).get(FILE_DIGEST)
+def _digest_problem(out: OutputDir, key: str, marker: dict) -> str | None:
+    recorded = marker.get(FILE_DIGEST)
     if recorded is None:
         return None
     with out.fs.open_input_stream(out.part_path(key)) as stream:
@@ -245,39 +267,51 @@ def _earlier_plan(run: dict) -> tuple[dict | None, str | None]:
     return {s.key: s.rows for s in plan}, None
 
 
-def _check_plan(out: OutputDir, run: dict, plan: dict, keys: set[str], problems: list[str], missing: list[str]) -> None:
-    """Every planned shard marked and holding its rows (input rows x rows per input, when recorded); no
-    marked shard outside the plan."""
+def _check_plan(
+    out: OutputDir,
+    run: dict,
+    plan: dict,
+    markers: dict[str, dict],
+    check: ShardCheck,
+    problems: list[str],
+    missing: list[str],
+) -> None:
+    """Every planned shard marked (`markers`: the sound ones) and holding its rows (input rows x rows per input,
+    when recorded); no marked shard outside the plan."""
     per_input = run.get(ROWS_PER_INPUT)
-    for key in sorted(keys - set(plan)):
+    for key in sorted(set(markers) - set(plan)):
         problems.append(f"shard {key} is marked done but is not in the run's plan")
     for key, rows in sorted(plan.items()):
-        if key not in keys:
+        if key not in markers:
+            unmarked = key not in check.markers and key not in check.problems
             written = (
                 " (its file is there without a marker: the run stopped while writing it)"
-                if out.exists(out.part_path(key)) and not out.exists(out.path(DONE_DIR, f"{key}.json"))
+                if unmarked and out.part_path(key) in check.files
                 else ""
             )
             missing.append(f"shard {key} ({rows} input rows) is not done{written}")
-        elif per_input is not None and (marked := out.read_marker(key)["rows"]) != rows * per_input:
+        elif per_input is not None and (marked := markers[key]["rows"]) != rows * per_input:
             problems.append(f"shard {key} holds {marked} rows, its plan {rows * per_input}")
 
 
-def _strays(out: OutputDir, keys: set[str]) -> list[str]:
-    """Temporary files anywhere, and files under rows/ that are not a shard's of `keys` (the marked and
-    the planned ones: a planned shard's file without a marker is an unfinished shard, not a stray)."""
+def _strays(out: OutputDir, keys: set[str]) -> tuple[list[str], list[str]]:
+    """(problems, cut off): temporary files anywhere but in rows/ and _done/, and files under rows/ that are not
+    a shard's of `keys` (the marked and the planned ones: a planned shard's file without a marker is an
+    unfinished shard, not a stray); and the temporary files in rows/ and _done/, which a rerun removes."""
     wanted = {posixpath.join(ROWS_DIR, part_name(k)) for k in keys}
-    problems = []
+    problems, cut_off = [], []
     infos = out.fs.get_file_info(pafs.FileSelector(out.root, recursive=True))
     for info in sorted(infos, key=lambda i: i.path):
         name = posixpath.relpath(info.path, out.root)
         if info.type != pafs.FileType.File:
             continue
-        if name.endswith(".tmp"):
+        if name.endswith(".tmp") and posixpath.dirname(name) in (ROWS_DIR, DONE_DIR):
+            cut_off.append(name)
+        elif name.endswith(".tmp"):
             problems.append(f"{name}: a temporary file left by a run that did not finish")
         elif name.startswith(f"{ROWS_DIR}/") and name not in wanted:
             problems.append(f"{name}: a file without a completion marker (no row of the run: readers leave it out)")
-    return problems
+    return problems, cut_off
 
 
 def _check_rows(out: OutputDir, keys: set[str], row_key: list[str] | None, problems: list[str]) -> int:

@@ -1,7 +1,8 @@
 """The maskless workloads: each sentence's PLL in one forward pass of the unmasked sentence, written in the
 PLL's row schema.
 
-- `maskless` (`dscore score --maskless DIR`): predicted by a student (`dscore train maskless`); the rows
+- `maskless` (`dscore score --maskless DIR`): predicted by a student (`dscore train maskless`), through
+  the calibration its folder records (an affine map per token, fitted on its held-out rows); the rows
   add `out_of_range`, true where the predicted PLL per token lies outside the range the teacher's
   training rows spanned (the student extrapolates there).
 - `unmasked` (`dscore score --method unmasked`): the masked LM itself read unmasked, sum over the scored

@@ -1,5 +1,6 @@
 """Maskless scoring: `unmasked` and the students against the naive one-sentence references under any batching,
-no prediction above 0 whatever the weights, and student folders saved, loaded and refused."""
+no prediction above 0 whatever the weights, a student's calibration applied to every prediction, and student
+folders saved, loaded (a format-2 one uncalibrated) and refused."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ from distributed_scoring.engine.maskless import (
     save_student,
     unmasked_scorer,
 )
-from distributed_scoring.engine.model_files import STUDENT_FILE, ModelLoadError, read_student_info
+from distributed_scoring.engine.model_files import (
+    STUDENT_FILE,
+    UNCALIBRATED,
+    Calibration,
+    ModelLoadError,
+    read_student_info,
+)
 from distributed_scoring.workloads.prepare import PLLPreparer
 
 import tiny
@@ -114,6 +121,52 @@ def test_a_token_student_is_a_masked_lm_read_unmasked(tiny_model_dir, tmp_path):
     assert load_masked_lm(ModelSpec(str(tmp_path))).head is not None  # also an ordinary masked-LM folder
 
 
+def save_either_student(mlm, folder, target: str, info: dict) -> None:
+    """A `sentence` student (a head of a trained head's scale) or a per-token one, saved with `info`."""
+    regressor = None
+    if target == "sentence":
+        regressor = regressor_for(mlm, mean=-50.0, std=20.0)
+        torch.nn.init.normal_(regressor.head.weight, std=0.5)
+    save_student(mlm, folder, {"target": target, **info}, regressor)
+
+
+@pytest.mark.parametrize("target", ["sentence", "token"])
+def test_a_calibrated_student_predicts_exactly_the_mapped_plls(target, tiny_model_dir, tmp_path):
+    """maskless.json's calibration maps every prediction: a term t to intercept + slope * t, a PLL s of n
+    tokens to intercept * n + slope * s; loaded with calibrated=False (what the training fits it on) it does not."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    save_either_student(mlm, tmp_path, target, {"calibration": {"intercept": -0.35, "slope": 1.25, "rows": 9}})
+    calibrated, raw = load_student(ModelSpec(str(tmp_path))), load_student(ModelSpec(str(tmp_path)), calibrated=False)
+    assert calibrated.calibration == Calibration(-0.35, 1.25) and raw.calibration == UNCALIBRATED
+    assert calibrated.signature["calibration"] == {"intercept": -0.35, "slope": 1.25}
+    assert raw.signature["calibration"] is None
+    sentences = sentences_of(mlm)
+    for budget in BUDGETS:
+        got, base = (
+            MasklessEngine(calibrated, budget).predict(sentences),
+            MasklessEngine(raw, budget).predict(sentences),
+        )
+        for s, g, b in zip(sentences, got, base):
+            assert g.pll == pytest.approx(-0.35 * len(s.targets) + 1.25 * b.pll, rel=0, abs=1e-6), budget
+            if target == "token":
+                np.testing.assert_allclose(g.token_logprobs, -0.35 + 1.25 * b.token_logprobs, rtol=0, atol=1e-6)
+                assert g.pll == pytest.approx(g.token_logprobs.sum(), rel=0, abs=1e-9)
+
+
+def test_a_format_2_student_without_calibration_still_loads_uncalibrated(tiny_model_dir, tmp_path):
+    """A student saved before calibrations existed (format 2, no `calibration`) scores as it predicts."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    save_either_student(mlm, tmp_path, "sentence", {"teacher": "t"})
+    info = json.loads((tmp_path / STUDENT_FILE).read_text())
+    assert info["format"] == 3 and "calibration" not in info
+    (tmp_path / STUDENT_FILE).write_text(json.dumps({**info, "format": 2}))
+    old = load_student(ModelSpec(str(tmp_path)))
+    assert old.calibration == UNCALIBRATED and old.signature["calibration"] is None
+    sentences = sentences_of(mlm)
+    expected = MasklessEngine(load_student(ModelSpec(str(tmp_path)), calibrated=False)).predict(sentences)
+    assert [p.pll for p in MasklessEngine(old).predict(sentences)] == [p.pll for p in expected]
+
+
 def test_student_folders_that_cannot_be_used_are_refused(tiny_model_dir, tmp_path):
     with pytest.raises(ModelLoadError, match="not a maskless scorer folder"):
         read_student_info(str(tiny_model_dir("bert")))
@@ -123,7 +176,13 @@ def test_student_folders_that_cannot_be_used_are_refused(tiny_model_dir, tmp_pat
     student = tmp_path / "student"
     save_student(mlm, student, {"target": "token"})
     info = json.loads((student / STUDENT_FILE).read_text())
-    for changed, message in (({"format": 1}, "format 1"), ({"target": "words"}, "target 'words'")):
+    for changed, message in (
+        ({"format": 1}, "format 1"),
+        ({"target": "words"}, "target 'words'"),
+        ({"calibration": {"intercept": 0.5, "slope": 1.0}}, "calibration that cannot be used"),  # terms above 0
+        ({"calibration": {"intercept": -0.5, "slope": -1.0}}, "calibration that cannot be used"),  # order reversed
+        ({"calibration": {"slope": 1.0}}, "calibration that cannot be used"),
+    ):
         (student / STUDENT_FILE).write_text(json.dumps({**info, **changed}))
         with pytest.raises(ModelLoadError, match=message):
             load_student(ModelSpec(str(student)))

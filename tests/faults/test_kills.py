@@ -4,7 +4,6 @@ After each, rows in == rows out with each id once, and shards finished before th
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,19 +20,12 @@ from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConf
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.score import score
 
-import tiny
+from driver_helpers import embedded_env, make_corpus, why
 from local_cluster import REPO, node_pids, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
 STALL_S = 120  # a run that stops making progress fails within this, instead of hanging the suite
 RAY = RayOptions(stall_timeout_s=STALL_S)
-
-
-def make_corpus(folder: Path, n_lines: int) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "many.txt"
-    path.write_text("\n".join(tiny.CORPUS[i % len(tiny.CORPUS)] for i in range(n_lines)) + "\n")
-    return str(path)
 
 
 def markers(out: Path) -> dict[str, int]:
@@ -72,18 +64,6 @@ def cli(corpus: str, model: str, out: Path) -> list[str]:
         "--stall-timeout",
         str(STALL_S),
     ]
-
-
-def why(stderr: str) -> str:
-    """A failed run's first error lines, then the end of its stderr (which may be only Ray's shutdown)."""
-    errors = [line for line in stderr.splitlines() if "dscore: " in line or " ERROR " in line or "Error" in line]
-    return "\n".join(errors[:10]) + "\n...\n" + stderr[-2000:]
-
-
-def embedded_env() -> dict:
-    """A driver that starts its own Ray: never the test session's, nor a cluster left in the shell."""
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "DSCORE_RAY_ADDRESS")}
-    return {**env, "RAY_USAGE_STATS_ENABLED": "0", "PYTHONPATH": str(REPO)}
 
 
 def _kill_scoring_actor_when(out: Path, min_done: int, killed: list) -> None:

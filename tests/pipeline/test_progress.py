@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ from distributed_scoring.io.sources import plan_shards, read_unit, read_units
 from distributed_scoring.pipeline import on_ray, progress, runner
 from distributed_scoring.pipeline.progress import (
     BASELINE_PASSES,
+    RATE_MIN_S,
     RECENT_PASSES,
     WARM_PASSES,
+    WARMING,
     Pace,
     Progress,
     count,
@@ -57,8 +60,8 @@ def test_the_display_adds_shards_in_flight_and_never_goes_back(caplog):
     display.finished("c", 100)
     assert display.shown == 300 and display.finished_rows == 300
     lines = [r.getMessage() for r in caplog.records]
-    assert lines[0].startswith("50/300 rows (16%), ") and "rows/s, ETA " in lines[0]
-    assert lines[-1].startswith("300/300 rows (100%), ") and " in 00:0" in lines[-1]
+    assert lines[0] == f"50/300 rows (16%), {WARMING}"  # one move: no rate yet
+    assert lines[-1].startswith("300/300 rows (100%), ") and " rows/s in 00:0" in lines[-1]
 
 
 def test_counts_read_in_tenths_of_a_row_rounded_down():
@@ -79,7 +82,10 @@ def test_the_line_moves_within_a_row_and_says_what_it_waits_for_before_the_first
     clock[0] = 43.0
     report(30, 100)
     assert display.shown == pytest.approx(2.4)
-    assert display.line().startswith("2.4/24 rows (10%), 0.72 rows/s, ETA ")
+    assert display.line() == f"2.4/24 rows (10%), {WARMING}"
+    clock[0] = 53.0
+    report(60, 100)  # 2.4 rows in the 10 s since the second pass
+    assert display.line() == "4.8/24 rows (20%), 0.24 rows/s, ETA 01:20"
 
 
 def test_the_bar_moves_within_a_row_and_says_what_it_waits_for(capsys):
@@ -87,23 +93,62 @@ def test_the_bar_moves_within_a_row_and_says_what_it_waits_for(capsys):
     assert "| 0/24 " in str(display.bar) and "waiting for the scoring actors" in str(display.bar)
     display.partial("a", 0.35)
     assert "| 0.3/24 " in str(display.bar) and "waiting" not in str(display.bar)
+    assert f", {WARMING}]" in str(display.bar)
     display.finished("a", 8)
     assert "| 8/24 " in str(display.bar)
     display.close()
 
 
-def test_the_rate_leaves_start_up_out(monkeypatch):
-    """100 s of start-up (model loading), then 10 rows/s: the rate is 10 rows/s and the ETA follows it."""
+def test_the_rate_leaves_start_up_and_the_first_passes_out(monkeypatch):
+    """100 s of start-up (model loading), a first pass, a second (still warming up), then 10 rows/s: no rate
+    until RATE_MIN_S seconds after the second pass, then 10 rows/s, and the ETA follows it."""
     clock = [0.0]
     monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
     display = Progress(1000, every_s=0, bar=False)
     clock[0] = 100.0
     display.partial("a", 10)
-    assert display.rate() == pytest.approx(0.1)  # one movement: only the rate since the start is known
     clock[0] = 110.0
-    display.partial("a", 110)
+    display.partial("a", 20)
+    assert display.rate() is None
+    clock[0] = 110.0 + RATE_MIN_S - 1
+    display.partial("a", 60)
+    assert display.rate() is None and display.line().endswith(WARMING)
+    clock[0] = 110.0 + RATE_MIN_S
+    display.partial("a", 70)
     assert display.rate() == pytest.approx(10.0)
-    assert "10 rows/s, ETA 01:29" in display.line()
+    assert display.line().endswith("10 rows/s, ETA 01:33")
+
+
+def eta_s(line: str) -> int | None:
+    """The seconds of a line's `ETA [H:]MM:SS`, None without one."""
+    found = re.search(r"ETA (\d+(?::\d\d)+)", line)
+    if found is None:
+        return None
+    seconds = 0
+    for field in found.group(1).split(":"):
+        seconds = 60 * seconds + int(field)
+    return seconds
+
+
+def test_the_eta_waits_for_the_pace_after_warm_up(monkeypatch):
+    """The README's demo shape: 90 s of start-up, a first forward pass of 10 s and a second of 3 s (allocations,
+    lazy initialisation), then one every 0.5 s, a tenth of a row each. Every line until RATE_MIN_S seconds
+    after the second pass says `ETA after warm-up`; every ETA after is the time really left (to the second).
+    A rate that counted the start or the first passes in once read "ETA 23:58" for a run of 4:19."""
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    display = Progress(24, every_s=10, bar=False)
+    report = display.report("a", 24)
+    steps = [100.0, 3.0] + [0.5] * 238  # a tenth of a row each
+    end, warm = sum(steps), sum(steps[:WARM_PASSES])
+    for done, step in enumerate(steps[:-1], 1):
+        clock[0] += step
+        report(done, len(steps))
+        line = display.line()
+        if clock[0] < warm + RATE_MIN_S:
+            assert line.endswith(WARMING), (clock[0], line)
+        else:
+            assert eta_s(line) == pytest.approx(end - clock[0], abs=1), (clock[0], line)
 
 
 class RecordingProgress(Progress):

@@ -1,8 +1,10 @@
 """One pass per sentence from the command line, in this process (no Ray, no training: students are saved
 straight from a tiny model): `dscore score --method unmasked`, `--maskless` with `--per-token` and the
-out-of-range flag, `dscore audit --maskless` saying it is a student's estimate, `dscore rescore --method
-unmasked`; and the distillation data `dscore train maskless` reads from a teacher run (its per-token targets
-are the teacher's, mutants on their parent's side of the split), refusals in one line."""
+out-of-range flag, the student's calibration applied by `score` and `audit --maskless` (an uncalibrated one
+warned about), `dscore audit --maskless` saying it is a student's estimate, `dscore rescore --method
+unmasked`; the calibration's fit (the corpus PPPL of the rows it is fitted on is the teacher's) and its
+cross-fitting; and the distillation data `dscore train maskless` reads from a teacher run (its per-token
+targets are the teacher's, mutants on their parent's side of the split), refusals in one line."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -23,7 +26,9 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.maskless import regressor_for, save_student
 from distributed_scoring.engine.model_files import load_tokenizer
 from distributed_scoring.io import schema as S
+from distributed_scoring.measures import pppl
 from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
+from distributed_scoring.workflows.train.maskless_eval import cross_fitted, fit_calibration
 from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
 from distributed_scoring.workloads.prepare import PLLPreparer
 
@@ -69,13 +74,17 @@ def write_family_corpus(path: Path, parents: int = 12, mutants: int = 2, seed: i
     return path
 
 
-def make_student(mlm, folder: Path, target: str, span: tuple[float, float] = (-50.0, 0.0)) -> Path:
-    """A student folder as `dscore train maskless` writes it, without the training."""
+def make_student(
+    mlm, folder: Path, target: str, span: tuple[float, float] = (-50.0, 0.0), calibration: dict | None = None
+) -> Path:
+    """A student folder as `dscore train maskless` writes it, without the training (and with `calibration`
+    as its maskless.json's, if given)."""
     info = {
         "target": target,
         "teacher": "teacher/",
         "range": {"pll_per_token": list(span)},
         "heldout": {"rows": 5, "pearson": 0.9, "rmse": 3.0},
+        **({"calibration": calibration} if calibration else {}),
     }
     regressor = None
     if target == "sentence":
@@ -123,6 +132,75 @@ def test_a_student_flags_predictions_outside_its_training_range(tmp_path, tiny_m
     assert code == 0 and summary["out_of_range"] == sum(flagged) == 4
     assert any("4 of 14 rows have a predicted PLL per token outside" in w for w in summary["warnings"])
     assert json.loads((tmp_path / "n" / "summary.json").read_text())["out_of_range"] == 4
+
+
+def test_score_and_audit_apply_the_students_calibration(tmp_path, tiny_model_dir, caplog):
+    """`score --maskless` and `audit --maskless` give the calibrated predictions (each term intercept + slope * t,
+    the PLL their sum); the same student without a calibration scores raw, with a warning in the summary."""
+    mlm = load_masked_lm(ModelSpec(str(tiny_model_dir("bert"))))
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(tiny.CORPUS) + "\n")
+    raw = make_student(mlm, tmp_path / "raw", "token")
+    calibrated = make_student(mlm, tmp_path / "cal", "token", calibration={"intercept": -0.4, "slope": 1.2})
+    code, summary = run("score", str(corpus), "--maskless", str(raw), "--per-token", "--output", str(tmp_path / "r"))
+    assert code == 0 and summary["calibration"] is None
+    assert any("has no calibration" in w for w in summary["warnings"]) and "has no calibration" in caplog.text
+    code, summary = run(
+        "score", str(corpus), "--maskless", str(calibrated), "--per-token", "--output", str(tmp_path / "c")
+    )
+    assert code == 0 and summary["calibration"]["slope"] == 1.2 and summary["signature"]["calibration"]["slope"] == 1.2
+    assert not any("calibration" in w for w in summary["warnings"])
+    raw_rows, rows = (pq.read_table(tmp_path / name / "rows").to_pylist() for name in ("r", "c"))
+    for r, c in zip(raw_rows, rows):
+        assert c[S.PLL] == pytest.approx(-0.4 * r[S.N_TOKENS] + 1.2 * r[S.PLL], rel=0, abs=1e-6)
+        np.testing.assert_allclose(c[S.TOKEN_LOGPROBS], -0.4 + 1.2 * np.asarray(r[S.TOKEN_LOGPROBS]), rtol=0, atol=1e-6)
+    tokens = sum(r[S.N_TOKENS] for r in rows)
+    assert summary["pppl_token"] == pytest.approx(pppl(sum(r[S.PLL] for r in rows), tokens), rel=1e-9)
+    code, _ = run("audit", str(corpus), "--maskless", str(calibrated), "--output", str(tmp_path / "a"))
+    audited = {r[S.TEXT]: r[S.PLL] for r in pq.read_table(tmp_path / "a" / "rows").to_pylist()}
+    assert code == 0 and all(audited[c[S.TEXT]] == pytest.approx(c[S.PLL], rel=0, abs=1e-6) for c in rows)
+
+
+def test_the_calibration_gives_the_teachers_corpus_pppl_on_the_rows_it_is_fitted_on():
+    """Weighted least squares per token: on its own rows sum(intercept * n + slope * s) is the teacher's sum
+    (the corpus PPPL matches whatever the lengths), a per-token affine bias is recovered; where the fit would
+    lift terms above 0 the map is the ratio of the sums, which keeps them."""
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(3, 40, size=200).astype(np.float64)
+    student = -tokens * rng.uniform(1.0, 3.0, size=200)  # per token -1 to -3
+    teacher = -0.6 * tokens + 1.3 * student + rng.normal(0, 0.3, size=200) * np.sqrt(tokens)
+    calibration = fit_calibration(teacher, student, tokens)
+    assert calibration.intercept == pytest.approx(-0.6, abs=0.05) and calibration.slope == pytest.approx(1.3, abs=0.03)
+    assert calibration.pll(student, tokens).sum() == pytest.approx(teacher.sum(), rel=1e-12)
+    raw, teachers = pppl(student.sum(), int(tokens.sum())), pppl(teacher.sum(), int(tokens.sum()))
+    assert raw / teachers - 1 < -0.5  # the student's bias: far too confident
+    lifted = 0.8 * tokens + 1.5 * student  # the least-squares intercept would be +0.8 per token
+    ratio = fit_calibration(lifted, student, tokens)
+    assert ratio.intercept == 0 and ratio.slope == pytest.approx(lifted.sum() / student.sum())
+    assert ratio.pll(student, tokens).sum() == pytest.approx(lifted.sum(), rel=1e-12)
+    one_row = fit_calibration(teacher[:1], student[:1], tokens[:1])  # no spread to fit a slope on: the ratio
+    assert one_row.pll(student[:1], tokens[:1]) == pytest.approx(teacher[0], rel=1e-12)
+    assert fit_calibration(teacher, np.zeros(200), tokens) is None
+
+
+def test_cross_fitting_calibrates_each_half_by_the_map_fitted_on_the_other():
+    """Two families: each is calibrated by the map fitted on the other alone (a family never on both sides);
+    one family cannot be cross-fitted."""
+    ids = ["a", "a~m1", "a~m2", "b", "b~m1"]
+    tokens = np.array([4.0, 5.0, 9.0, 6.0, 7.0])
+    teacher = np.array([-10.0, -12.0, -25.0, -15.0, -19.0])
+    plls = [-8.0, -9.0, -20.0, -10.0, -13.0]
+    student = {"pll": plls, "tokens": [[p / n] * int(n) for p, n in zip(plls, tokens)]}
+    heldout = pa.table({S.ID: ids, S.PLL: teacher, S.TARGETS: [list(range(int(n))) for n in tokens]})
+    got = cross_fitted(heldout, student, "~", seed=0)
+    predicted = np.asarray(student["pll"])
+    for family, other in ((slice(0, 3), slice(3, 5)), (slice(3, 5), slice(0, 3))):
+        expected = fit_calibration(teacher[other], predicted[other], tokens[other])
+        np.testing.assert_allclose(got["pll"][family], expected.pll(predicted[family], tokens[family]), rtol=1e-12)
+        for terms, raw in zip(got["tokens"][family], student["tokens"][family]):
+            np.testing.assert_allclose(terms, expected.terms(np.asarray(raw)), rtol=1e-12)
+    assert cross_fitted(heldout, student, None, seed=0) is not None  # five families without the separator
+    assert cross_fitted(heldout.slice(0, 3), {"pll": student["pll"][:3], "tokens": None}, "~", seed=0) is None
 
 
 def test_audit_with_a_student_says_it_is_an_estimate(tmp_path, tiny_model_dir):

@@ -1,8 +1,9 @@
 """`dscore train` end to end: bad teachers and corpora refused in one line before any work; on the local Ray,
 a tiny model trained a few steps (the loss falls, checkpoints and metrics.jsonl written, the report's
-student/unmasked/length-only table, mutant pairs and rescoring, the folder loads with `dscore score
---maskless` / `--model`, the student's rows in the teacher's schema, rescoring with it), for the default
-`distribution` target and the paper's `sentence` target."""
+student/calibrated/unmasked/length-only table, mutant pairs and rescoring, the calibration fitted on the
+held-out rows and stored, its cross-fitted corpus PPPL closer to the teacher's than the raw student's, the
+folder loads with `dscore score --maskless` (calibrated) / `--model`, the student's rows in the teacher's
+schema, rescoring with it), for the default `distribution` target and the paper's `sentence` target."""
 
 from __future__ import annotations
 
@@ -204,14 +205,39 @@ def test_a_maskless_student_trains_reports_and_checkpoints(student):
         S.ID,
         S.PLL,
         "predicted",
+        "calibrated",
         "unmasked",
         "predicted_token_logprobs",
+        "calibrated_token_logprobs",
         "unmasked_token_logprobs",
     ]
     info = json.loads((out / "maskless.json").read_text())
-    assert info["target"] == "distribution" and info["heldout"]["pearson"] == heldout["student"]["pearson"]
+    assert info["target"] == "distribution" and info["format"] == 3
+    assert info["heldout"]["scorer"] == "calibrated" and info["heldout"]["pearson"] == heldout["calibrated"]["pearson"]
     low, high = info["range"]["pll_per_token"]
     assert low < high < 0
+
+
+@pytest.mark.ray
+def test_the_student_is_calibrated_on_its_heldout_rows(student):
+    """The map fitted on every held-out row is stored; on those rows it gives the teacher's corpus PPPL
+    exactly, and cross-fitted (each half calibrated by the other's map) it comes closer than the raw student."""
+    _, _, out, report = student
+    calibration = json.loads((out / "maskless.json").read_text())["calibration"]
+    assert calibration == report["calibration"] and calibration["rows"] == report["heldout"]["rows"]
+    assert calibration["intercept"] <= 0 < calibration["slope"]
+    predictions = pq.read_table(out / "heldout_predictions.parquet").to_pylist()
+    tokens = [len(r["predicted_token_logprobs"]) for r in predictions]
+    fitted = sum(
+        calibration["intercept"] * n + calibration["slope"] * r["predicted"] for n, r in zip(tokens, predictions)
+    )
+    assert fitted == pytest.approx(sum(r[S.PLL] for r in predictions), rel=1e-9)
+    corpus = report["heldout"]["corpus_pppl"]
+    assert corpus["tokens"] == calibration["tokens"] == sum(tokens) and "cross-fitting" in corpus["calibrated_by"]
+    for who in ("student", "calibrated", "unmasked"):
+        assert corpus["gap"][who] == pytest.approx(corpus[who] / corpus["teacher"] - 1)
+    assert abs(corpus["gap"]["calibrated"]) < abs(corpus["gap"]["student"]), corpus
+    assert "Corpus PPPL of the held-out rows" in (out / "report.md").read_text()
 
 
 @pytest.mark.ray
@@ -270,6 +296,12 @@ def test_the_student_scores_in_the_teachers_schema_and_loads_as_a_masked_lm(stud
     assert rows[S.N_TOKENS].to_pylist() == teacher_rows[S.N_TOKENS].to_pylist()  # the tokens a PLL would score
     assert rows[S.TOKENS].to_pylist() == teacher_rows[S.TOKENS].to_pylist()
     assert max(rows[S.PLL].to_pylist()) < 0
+    calibration = json.loads((out / "maskless.json").read_text())["calibration"]
+    assert summary["calibration"] == calibration and not any("calibration" in w for w in summary["warnings"])
+    scored = {r[S.ID]: r[S.PLL] for r in rows.to_pylist()}
+    for r in pq.read_table(out / "heldout_predictions.parquet").to_pylist():  # the raw predictions, mapped
+        mapped = calibration["intercept"] * len(r["predicted_token_logprobs"]) + calibration["slope"] * r["predicted"]
+        assert scored[r[S.ID]] == pytest.approx(mapped, rel=0, abs=1e-4)
     code, summary = run("score", str(corpus), "--id-column", "id", "--model", str(out), "--output", str(tmp_path / "m"))
     assert code == 0 and summary["ok"] == 48
 

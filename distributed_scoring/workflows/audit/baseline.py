@@ -22,6 +22,7 @@ verdict is its worst scope's. Exit codes 1 (data loss) and 2 (user errors) are t
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING
 
@@ -89,6 +90,7 @@ ROW_STATS_SCHEMA = pa.schema(
     ]
 )
 _DENOMINATOR = {"pppl_token": S.N_TOKENS, "pppl_word": S.N_WORDS}
+_ERROR_RATE_FIGURE = "error rate change"  # the PPPL's figure is "<metric> ratio"
 
 
 @dataclass(frozen=True)
@@ -166,7 +168,11 @@ class Check:
 
 @dataclass(frozen=True)
 class Comparison:
-    """The audit against a baseline audit: each scope's verdict and why, and the run's exit code."""
+    """The audit against a baseline audit: each scope's verdict and why, and the run's exit code.
+
+    `methods` says how the intervals were computed: one line per figure and method, with how many scopes
+    it served, paired and unpaired (`_methods`).
+    """
 
     source: str
     thresholds: Thresholds
@@ -258,7 +264,24 @@ def compare(
     judge = _Judge(thresholds, mismatch is None, current_rows, baseline_rows)
     checks = tuple(judge.check(name, now.get(name), before.get(name)) for name in sorted(set(now) | set(before)))
     overall = judge.check(OVERALL, current.overall, baseline.overall)
-    return Comparison(source, thresholds, overall, checks, mismatch, tuple(sorted(judge.methods)))
+    return Comparison(source, thresholds, overall, checks, mismatch, _methods(judge.uses))
+
+
+def _methods(uses: Counter) -> tuple[str, ...]:
+    """One line per figure and method, the PPPL's first: "pppl_token ratio: percentile bootstrap over rows,
+    2000 resamples (paired in 1 scope, unpaired in 2)"; `uses` counts the scopes per (figure, method, paired)."""
+    scopes: dict[tuple[str, str], dict[bool, int]] = {}
+    for (figure, method, paired), n in uses.items():
+        scopes.setdefault((figure, method), {})[paired] = n
+    lines = []
+    for (figure, method), counts in sorted(
+        scopes.items(), key=lambda item: (item[0][0] == _ERROR_RATE_FIGURE, item[0])
+    ):
+        present = [paired for paired in (True, False) if paired in counts]
+        parts = [f"{'paired' if paired else 'unpaired'} in {counts[paired]}" for paired in present]
+        parts[0] += " scope" if counts[present[0]] == 1 else " scopes"
+        lines.append(f"{figure}: {method} ({', '.join(parts)})")
+    return tuple(lines)
 
 
 @dataclass
@@ -267,7 +290,7 @@ class _Judge:
     same_scorer: bool
     current_rows: pa.Table | None
     baseline_rows: pa.Table | None
-    methods: set[str] = field(default_factory=set)
+    uses: Counter = field(default_factory=Counter)  # (figure, method, paired) -> the scopes judged with it
     current_parts: dict[str, pa.Table] = field(init=False)  # `_by_partition` of each side's rows, made once
     baseline_parts: dict[str, pa.Table] = field(init=False)
 
@@ -352,7 +375,7 @@ class _Judge:
         interval = ratio_difference(_sums(cur, column), _sums(base, column), paired, t.confidence, rng)
         if interval is None:
             return INSUFFICIENT, None, f"{metric}: a side has no scored tokens"
-        self.methods.add(interval.method)
+        self.uses[(f"{metric} ratio", interval.method, interval.paired)] += 1
         ratio, low, high = math.exp(-interval.estimate), math.exp(-interval.high), math.exp(-interval.low)
         band = (1 / (1 + t.max_pppl_increase), 1 + t.max_pppl_increase)
         said = f"{metric} ratio {ratio:.4f} ({t.confidence:.0%} interval {low:.4f}-{high:.4f})"
@@ -387,7 +410,7 @@ class _Judge:
             interval = ratio_difference(_error_sums(cur), _error_sums(base), True, t.confidence, rng)
         else:
             interval = proportion_difference(now.errors, now.rows, before.errors, before.rows, t.confidence)
-        self.methods.add(f"error rate: {interval.method}")
+        self.uses[(_ERROR_RATE_FIGURE, interval.method, interval.paired)] += 1
         said = (
             f"error rate {before.error_rate:.2%} -> {now.error_rate:.2%} (change {interval.estimate * 100:+.2f} "
             f"points, {t.confidence:.0%} interval {interval.low * 100:+.2f} to {interval.high * 100:+.2f})"

@@ -83,7 +83,8 @@ class AuditConfig:
     """Everything the audit's figures depend on; recorded in audit.json.
 
     `max_position` bounds the absolute-position curve, `max_length` the sentence lengths that get a
-    Figure-4 curve of their own; `listed` is how many flagged sentences audit.json and the report show.
+    Figure-4 curve of their own; `listed` is how many flagged sentences audit.json and the report show in
+    each list (the rule's, and the worst rows overall and per partition).
     """
 
     partition_column: str = S.PARTITION

@@ -29,12 +29,14 @@ _CHUNK_ELEMENTS = 4_000_000  # resampled indices held at once (32 MB)
 
 @dataclass(frozen=True)
 class Interval:
-    """An estimate with its two-sided confidence interval and how it was computed."""
+    """An estimate with its two-sided confidence interval, how it was computed (`method`, the same words
+    for every scope it serves) and whether over paired rows."""
 
     estimate: float
     low: float
     high: float
     method: str
+    paired: bool
 
 
 @dataclass(frozen=True)
@@ -66,11 +68,11 @@ def ratio_difference(
         raise ValueError("paired samples must have the same rows")
     if max(len(current.x), len(baseline.x)) <= BOOTSTRAP_MAX_ROWS:
         low, high = _bootstrap(current, baseline, paired, level, rng, replicates)
-        method = f"{'paired' if paired else 'unpaired'} percentile bootstrap over rows, {replicates} resamples"
+        method = f"percentile bootstrap over rows, {replicates} resamples"
     else:
         low, high = _delta(current, baseline, paired, level, r_c, r_b)
-        method = f"{'paired' if paired else 'unpaired'} delta method (linearised ratio of sums)"
-    return Interval(r_c - r_b, low, high, method)
+        method = "delta method (linearised ratio of sums)"
+    return Interval(r_c - r_b, low, high, method, paired)
 
 
 def _bootstrap(
@@ -124,4 +126,4 @@ def proportion_difference(errors_c: int, n_c: int, errors_b: int, n_b: int, leve
     d = p_c - p_b
     low = d - np.sqrt((p_c - l_c) ** 2 + (u_b - p_b) ** 2)
     high = d + np.sqrt((u_c - p_c) ** 2 + (p_b - l_b) ** 2)
-    return Interval(d, float(low), float(high), "Newcombe hybrid score interval (independent samples)")
+    return Interval(d, float(low), float(high), "Newcombe hybrid score interval", paired=False)

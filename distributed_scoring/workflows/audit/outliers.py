@@ -9,12 +9,14 @@ median reads z = +867; with the floor of 0.05 it reads +87, still far beyond k, 
 
 The audit's first pass keeps one NLL and one partition code per sentence (`ScannedRows`); the rule is
 applied to those, and a second pass opens only the files and row groups holding flagged sentences to
-write their text and tokens to `outliers.parquet`, so a clean corpus costs nothing more.
+write their text and tokens to `outliers.parquet`, so a clean corpus costs nothing more. Whatever the
+rule's scope, the worst rows by the rule of each scope (one for the corpus, one per partition) are listed
+too, for the report: that pass also reads those few.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterator
 
 import numpy as np
@@ -152,30 +154,65 @@ def write_outliers(
 ) -> dict:
     """Apply the rule, write the flagged rows to `path` (second pass), return the audit.json section.
 
-    The section lists the `listed` flagged rows of largest |z|.
+    The section lists the `listed` flagged rows of largest |z|, and under `worst` the `listed` worst rows by
+    each scope's rule, whatever `rule.scope`: `overall` (z against the whole corpus) and `partition` (z
+    against the row's partition). Neither list is enough alone: junk that arrives as a file of its own is a
+    partition whose median is the junk, which only the corpus-wide rule sees; a partition harder by design
+    fills the corpus-wide list, under which a fragment within its partition only the per-partition rule sees.
     """
-    nll, codes = scanned.nll, scanned.codes
-    groups = _groups(codes, len(scanned.partitions), rule.scope)
+    judged = {scope: _judge(scanned, replace(rule, scope=scope)) for scope in SCOPES}  # scope -> (cutoffs, z)
+    beyond = {scope: _flagged(z, rule) for scope, (_, z) in judged.items()}
+    shown = {scope: _most_extreme(rows, judged[scope][1], listed) for scope, rows in beyond.items()}
+    cutoffs, z = judged[rule.scope]
+    flagged, listing = beyond[rule.scope], np.concatenate(list(shown.values()))
+    batches = _read_rows(scanned, np.union1d(flagged, listing), batch_rows)  # sorted indices, as it needs
+    entries = _write_flagged(batches, scanned, z, flagged, set(listing.tolist()), out_fs, path)
+    worst = {
+        scope: {
+            "count": int(beyond[scope].size),
+            "listed": [_as_judged(entries[i], judged[scope][1][i]) for i in shown[scope].tolist()],
+        }
+        for scope in SCOPES
+    }
+    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
+    per_partition = np.bincount(scanned.codes[flagged], minlength=len(scanned.partitions))
+    return {
+        "rule": {**asdict(rule), "statistic": NLL_PER_TOKEN, "sigma": _SIGMA},
+        "cutoffs": {names[code]: _cutoff_dict(cutoff) for code, cutoff in cutoffs.items()},
+        "eligible": int(np.count_nonzero(~np.isnan(scanned.nll))),
+        "count": int(flagged.size),
+        "by_partition": {names[code]: int(n) for code, n in enumerate(per_partition) if n},
+        "listed": worst[rule.scope]["listed"],
+        "worst": worst,
+        "file": OUTLIERS_FILE,
+    }
+
+
+def _judge(scanned: ScannedRows, rule: OutlierRule) -> tuple[dict[int, Cutoff], np.ndarray]:
+    """The rule's cutoffs (by `_groups` key) and every row's robust z under them (NaN where not eligible)."""
+    nll = scanned.nll
+    groups = _groups(scanned.codes, len(scanned.partitions), rule.scope)
     cutoffs = _cutoffs(nll, groups, rule)
     z = np.full(nll.shape, np.nan)
     for code, cutoff in cutoffs.items():
         rows = groups[code]
         z[rows] = cutoff.z(nll[rows])
-    flagged = np.flatnonzero((z > rule.k) | ((z < -rule.k) & rule.low_tail))  # NaN compares False
-    shown = flagged[np.argsort(-np.abs(z[flagged]), kind="stable")[:listed]]
-    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
-    rows = _read_rows(scanned, flagged, batch_rows)
-    entries = _write_flagged(rows, scanned, z, set(shown.tolist()), out_fs, path)
-    per_partition = np.bincount(codes[flagged], minlength=len(scanned.partitions))
-    return {
-        "rule": {**asdict(rule), "statistic": NLL_PER_TOKEN, "sigma": _SIGMA},
-        "cutoffs": {names[code]: _cutoff_dict(cutoff) for code, cutoff in cutoffs.items()},
-        "eligible": int(np.count_nonzero(~np.isnan(nll))),
-        "count": int(flagged.size),
-        "by_partition": {names[code]: int(n) for code, n in enumerate(per_partition) if n},
-        "listed": [entries[i] for i in shown.tolist()],
-        "file": OUTLIERS_FILE,
-    }
+    return cutoffs, z
+
+
+def _flagged(z: np.ndarray, rule: OutlierRule) -> np.ndarray:
+    """Indices (sorted) of the rows whose z is beyond the rule's k."""
+    return np.flatnonzero((z > rule.k) | ((z < -rule.k) & rule.low_tail))  # NaN compares False
+
+
+def _most_extreme(rows: np.ndarray, z: np.ndarray, listed: int) -> np.ndarray:
+    """The `listed` of `rows` of largest |z|, largest first (ties in row order)."""
+    return rows[np.argsort(-np.abs(z[rows]), kind="stable")[:listed]]
+
+
+def _as_judged(entry: dict, z: float) -> dict:
+    """A listed row with its z (and so its tail) under one scope's rule."""
+    return {**entry, ROBUST_Z: float(z), TAIL: "high" if z > 0 else "low"}
 
 
 def _groups(codes: np.ndarray, partitions: int, scope: str) -> dict[int, np.ndarray]:
@@ -213,17 +250,19 @@ def _write_flagged(
     rows: Iterator[tuple[pa.RecordBatch, np.ndarray]],
     scanned: ScannedRows,
     z: np.ndarray,
+    flagged: np.ndarray,
     listed: set[int],
     out_fs: pafs.FileSystem,
     path: str,
 ) -> dict[int, dict]:
-    """Write the flagged rows to outliers.parquet; return the `listed` ones as audit.json entries by row index."""
+    """Write the `flagged` rows (sorted indices) of those read to outliers.parquet; return the `listed` ones
+    as audit.json entries by row index."""
     entries: dict[int, dict] = {}
     partitions = pa.array(scanned.partitions, pa.string())
     with pq.ParquetWriter(path, OUTLIER_SCHEMA, filesystem=out_fs) as writer:
         for batch, index in rows:
             table = _outlier_table(batch, partitions.take(scanned.codes[index]), scanned.nll[index], z[index])
-            writer.write_table(table)
+            writer.write_table(table.filter(pa.array(np.isin(index, flagged, assume_unique=True))))
             keep = [i for i, row in enumerate(index.tolist()) if row in listed]
             for row, record in zip(index[keep].tolist(), table.take(pa.array(keep, pa.int64())).to_pylist()):
                 entries[row] = _listing(record)

@@ -26,6 +26,7 @@ __all__ = [
     "PositionMeans",
     "Positionwise",
     "ScopeFigures",
+    "WorstRows",
 ]
 
 
@@ -173,7 +174,23 @@ class Listed:
 
 
 @dataclass(frozen=True)
+class WorstRows:
+    """The rows one scope's rule flags (`count`) and the most extreme of them (`listed`, with their z under it)."""
+
+    count: int
+    listed: list[Listed]
+
+    @classmethod
+    def from_json(cls, data: dict) -> "WorstRows":
+        return cls(data["count"], [_flat(Listed, row) for row in data["listed"]])
+
+
+@dataclass(frozen=True)
 class Outliers:
+    """The outliers of the rule's scope (`count`, `by_partition`, `listed`, the rows in `file`), and `worst`:
+    the worst rows by each scope's rule whatever the rule's scope, by scope (`overall`, `partition`; absent
+    from files written before it)."""
+
     rule: OutlierRule
     cutoffs: dict[str, Cutoff]
     eligible: int
@@ -181,16 +198,18 @@ class Outliers:
     by_partition: dict[str, int]
     listed: list[Listed]
     file: str
+    worst: dict[str, WorstRows] | None = field(default=None, metadata=RECORDED_WHEN_SET)
 
     def to_json(self) -> dict:
         return {
-            **asdict(self),
+            **_recorded(self),
             "rule": _recorded(self.rule),
             "cutoffs": {name: _recorded(cutoff) for name, cutoff in self.cutoffs.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Outliers":
+        worst = data.get("worst")
         return cls(
             _flat(OutlierRule, data["rule"]),
             {name: _flat(Cutoff, cutoff) for name, cutoff in data["cutoffs"].items()},
@@ -199,6 +218,7 @@ class Outliers:
             data["by_partition"],
             [_flat(Listed, row) for row in data["listed"]],
             data["file"],
+            None if worst is None else {scope: WorstRows.from_json(rows) for scope, rows in worst.items()},
         )
 
 

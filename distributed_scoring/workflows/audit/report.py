@@ -1,9 +1,10 @@
 """The audit's `report.html`: one self-contained page to look at, rendered from an audit.json record.
 
-The verdict comes first, then PPPL per partition against the baseline, the per-sentence PPPL
-histogram, the positionwise cross-entropy curves and the worst sentences. The plots (`charts.py`) are
-embedded as base64 PNG, so the file opens offline and can be mailed or archived as is. Every string from
-the data is HTML-escaped.
+The verdict comes first (its banner lists the scopes that gave it; scopes whose data cannot tell, under
+another verdict, sit apart in a neutral box), then PPPL per partition against the baseline, the
+per-sentence PPPL histogram, the positionwise cross-entropy curves and the worst rows, both overall and
+per partition whatever the outlier rule's scope. The plots (`charts.py`) are embedded as base64 PNG, so
+the file opens offline and can be mailed or archived as is. Every string from the data is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -24,19 +25,34 @@ from .charts import (
     scope_checks,
     scope_row,
 )
-from .records import AuditRecord, Cutoff, Histogram, Listed, Outliers, Positionwise, ScopeFigures
+from .records import (
+    AuditRecord,
+    Cutoff,
+    Histogram,
+    Listed,
+    OutlierRule,
+    Outliers,
+    Positionwise,
+    ScopeFigures,
+    WorstRows,
+)
 
 __all__ = ["render_report"]
 
 _TEXT_CHARS = 300  # text shown per listed sentence
 
 _CSS_CLASS = {REGRESSION: "regressed", INSUFFICIENT: "insufficient", IMPROVEMENT: "improved"}
+_WORST = {  # scope -> the title of its list of worst rows, and what its z is measured against
+    "overall": ("Worst rows overall", "the whole corpus"),
+    "partition": ("Worst rows per partition", "the row's own partition"),
+}
 
 _CSS = """
 body { font-family: "DejaVu Sans", Helvetica, Arial, sans-serif; color: #1a202c;
        max-width: 1180px; margin: 24px auto; padding: 0 16px; }
 h1 { font-size: 26px; margin: 0 0 4px; }
 h2 { font-size: 19px; margin: 32px 0 8px; border-bottom: 1px solid #e2e8f0; padding-bottom: 4px; }
+h3 { font-size: 16px; margin: 20px 0 6px; }
 .meta, .note { color: #4a5568; font-size: 13px; }
 .verdict { padding: 14px 18px; border-radius: 6px; color: #fff; margin: 16px 0; }
 .verdict h2 { border: 0; margin: 0; padding: 0; font-size: 22px; }
@@ -44,6 +60,9 @@ h2 { font-size: 19px; margin: 32px 0 8px; border-bottom: 1px solid #e2e8f0; padd
 .pass { background: #2f855a; } .regression { background: #c53030; }
 .incomparable { background: #b7791f; } .none { background: #4a5568; }
 .insufficient-data { background: #b7791f; }
+.aside { padding: 10px 18px; border: 1px solid #e2e8f0; border-left: 4px solid #a0aec0; border-radius: 6px;
+         background: #f7fafc; margin: -8px 0 16px; font-size: 14px; }
+.aside ul { margin: 6px 0 0 0; padding-left: 20px; }
 .cards { display: flex; gap: 12px; flex-wrap: wrap; }
 .card { border: 1px solid #e2e8f0; border-radius: 6px; padding: 10px 14px; min-width: 140px; }
 .card b { display: block; font-size: 22px; } .card span { color: #4a5568; font-size: 12px; }
@@ -84,8 +103,8 @@ def _render(audit: AuditRecord, baseline: AuditRecord | None) -> str:
         _histogram_note(audit.histogram),
         "<h2>Positionwise cross-entropy</h2>",
         _positionwise(audit.positionwise),
-        "<h2>Worst sentences</h2>",
-        _outlier_table(audit.outliers),
+        "<h2>Worst rows</h2>",
+        *_worst_rows(audit.outliers),
     ]
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>PPPL audit</title>"
@@ -147,8 +166,8 @@ def _verdict(comparison: Comparison | None) -> str:
         "incomparable": f"INCOMPARABLE: baseline scored by another model or variant (exit {code})",
     }[verdict]
     items = [
-        f"<li><b>{_e(c.name)}</b> ({_e(c.status)}): {_e('; '.join(c.reasons))}</li>"
-        for c in [*comparison.regressions, *comparison.insufficient]
+        _scope_item(c)
+        for c in {REGRESSION: comparison.regressions, INSUFFICIENT: comparison.insufficient}.get(verdict, ())
     ]
     if comparison.signature_mismatch:
         items.append(f"<li>{_e(comparison.signature_mismatch)}</li>")
@@ -160,7 +179,28 @@ def _verdict(comparison: Comparison | None) -> str:
             items.append(f"<li>{label} (not judged): {_e(', '.join(names))}</li>")
     items.append(f"<li>baseline: {_e(comparison.source)}</li>")
     css = verdict.replace(" ", "-")
-    return f"<div class='verdict {css}'><h2>{_e(title)}</h2><ul>{''.join(items)}</ul></div>"
+    return f"<div class='verdict {css}'><h2>{_e(title)}</h2><ul>{''.join(items)}</ul></div>{_undecided(comparison)}"
+
+
+def _scope_item(c: Check) -> str:
+    return f"<li><b>{_e(c.name)}</b> ({_e(c.status)}): {_e('; '.join(c.reasons))}</li>"
+
+
+def _undecided(comparison: Comparison) -> str:
+    """The scopes whose data cannot tell under another verdict (a regression elsewhere, or a pass that
+    accepts them): listed apart from the banner, in a neutral box, since they are not what it says."""
+    if comparison.verdict == INSUFFICIENT or not comparison.insufficient:
+        return ""
+    why = (
+        "accepted by --accept-insufficient"
+        if comparison.thresholds.accept_insufficient
+        else "not a regression; alone they would end the run with exit 5"
+    )
+    items = "".join(_scope_item(c) for c in comparison.insufficient)
+    return (
+        f"<div class='aside'><b>Insufficient data in {len(comparison.insufficient)} place(s): the data cannot tell "
+        f"({_e(why)})</b><ul>{items}</ul></div>"
+    )
 
 
 def _confidence(comparison: Comparison) -> str:
@@ -222,7 +262,7 @@ def _cards(audit: AuditRecord) -> str:
         (_pct(overall.error_rate), f"error rate ({overall.errors:,} rows)"),
         (_num(overall.pppl_token), "PPPL per token"),
         (_num(overall.pppl_word), "PPPL per word"),
-        (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g})"),
+        (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g}, scope {outliers.rule.scope})"),
         (f"{len(audit.partitions)}", "partitions"),
     ]
     boxes = "".join(f"<div class='card'><b>{_e(value)}</b><span>{_e(label)}</span></div>" for value, label in cards)
@@ -300,7 +340,25 @@ def _floored(cutoff: Cutoff) -> bool:
     return cutoff.measured_sigma is not None and cutoff.measured_sigma < cutoff.sigma
 
 
-def _outlier_table(outliers: Outliers) -> str:
+def _worst_rows(outliers: Outliers) -> list[str]:
+    """The outlier rule and its count, then the worst rows by each scope's rule, labelled, whatever the rule's
+    scope: junk that came as a partition of its own is only seen overall, a fragment within a harder partition
+    only per partition. An audit.json written before both were kept has its rule's scope's list only."""
+    worst = outliers.worst or {outliers.rule.scope: WorstRows(outliers.count, outliers.listed)}
+    parts = [_outlier_intro(outliers)]
+    for scope, (title, against) in _WORST.items():
+        rows = worst.get(scope)
+        parts.append(f"<h3>{title}</h3>")
+        if rows is None:
+            parts.append("<p class='note'>Not recorded: this audit.json was written before both lists were kept.</p>")
+            continue
+        parts.append(f"<p class='note'>{_e(_worst_note(outliers.rule, scope, rows, against))}</p>")
+        if rows.listed:
+            parts.append(_outlier_table(rows.listed))
+    return parts
+
+
+def _outlier_intro(outliers: Outliers) -> str:
     rule = outliers.rule
     tails = "both tails" if rule.low_tail else "high tail"
     cutoffs = "; ".join(
@@ -311,20 +369,33 @@ def _outlier_table(outliers: Outliers) -> str:
         for name, c in list(outliers.cutoffs.items())[:5]
     )
     floor = f", sigma at least {rule.min_sigma:g} nats per token" if rule.min_sigma else ""
-    intro = (
+    return (
         f"<p class='note'>{outliers.count:,} of {outliers.eligible:,} sentences flagged: NLL per token beyond "
         f"median ± {rule.k:g} · 1.4826 · MAD ({tails}, scope {_e(rule.scope)}, "
-        f"at least {rule.min_tokens} tokens{floor}). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}; "
-        f"the {len(outliers.listed)} most extreme are listed.</p>"
+        f"at least {rule.min_tokens} tokens{floor}). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}. "
+        "Below, the worst rows by one rule for the whole corpus and by one rule per partition, whatever the "
+        "scope.</p>"
     )
-    if not outliers.listed:
-        return intro
+
+
+def _worst_note(rule: OutlierRule, scope: str, rows: WorstRows, against: str) -> str:
+    beyond = f"{'beyond median ±' if rule.low_tail else 'above median +'} {rule.k:g} sigma of {against}"
+    counted = (
+        "the outliers counted above"
+        if scope == rule.scope
+        else f"not counted as outliers under scope {rule.scope}; --outlier-scope {scope} counts them"
+    )
+    shown = f"; the {len(rows.listed)} most extreme:" if rows.listed else "."
+    return f"{rows.count:,} rows {beyond} ({counted}){shown}"
+
+
+def _outlier_table(listed: list[Listed]) -> str:
     head = (
         "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>tokens</th>"
         "<th>hardest token (t, nats)</th><th>text</th></tr>"
     )
-    body = [_outlier_row(rank, row) for rank, row in enumerate(outliers.listed, 1)]
-    return f"{intro}<table>{head}{''.join(body)}</table>"
+    body = [_outlier_row(rank, row) for rank, row in enumerate(listed, 1)]
+    return f"<table>{head}{''.join(body)}</table>"
 
 
 def _outlier_row(rank: int, row: Listed) -> str:

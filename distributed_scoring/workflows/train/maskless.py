@@ -5,23 +5,34 @@ The teacher is a `dscore score` output folder: its ok rows (id, text, pll, and w
 scored token's term, with `--conditionals K` the top of each conditional) are split by a seeded hash of
 the id, or of its parent's id with `parent_separator` (a chain and its point mutants fall on the same side),
 tokenised on the driver (the student's tokenizer must give the teacher's scored tokens), and the student
-(`engine.maskless`; its target says which) is trained on Ray Train. The report compares the student's
-predictions with the teacher's PLLs on the held-out rows beside two baselines: a least-squares fit of the
-PLL on the token count, and the masked LM read unmasked (`--method unmasked`, what a per-token student is
-before training). It adds the per-token terms' agreement, the mutant-minus-parent differences, N-best
-rescoring with teacher, student and `unmasked` (given N-best lists), and both scorers timed on the same
-held-out sentences in one process: `maskless_eval` evaluates and writes report.md.
+(`engine.maskless`; its target says which) is trained on Ray Train, then calibrated on the held-out rows
+(an affine map per token of its predictions to the teacher's PLLs, stored in maskless.json and applied
+whenever it scores). The report compares the student's predictions, raw and calibrated (cross-fitted), with
+the teacher's PLLs on the held-out rows beside two baselines: a least-squares fit of the PLL on the token
+count, and the masked LM read unmasked (`--method unmasked`, what a per-token student is before training).
+It adds the per-token terms' agreement, the mutant-minus-parent differences, the corpus PPPLs and their
+gaps to the teacher's, N-best rescoring with teacher, (calibrated) student and `unmasked` (given N-best
+lists), and both scorers timed on the same held-out sentences in one process: `maskless_eval` evaluates
+and writes report.md.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 
 from ...config import ModelSpec, check_bounds
-from ...engine.model_files import STUDENT_FILE, TARGET_DISTRIBUTION, TARGET_SENTENCE, TARGET_TOKEN, TARGETS
+from ...engine.model_files import (
+    CALIBRATION,
+    STUDENT_FILE,
+    TARGET_DISTRIBUTION,
+    TARGET_SENTENCE,
+    TARGET_TOKEN,
+    TARGETS,
+)
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim_training
@@ -32,13 +43,17 @@ from ...workloads.prepare import PLLPreparer
 from ..maskless import HELDOUT
 from .maskless_eval import (
     RESCORE_DIR,
+    calibration_record,
+    cross_fitted,
     evaluate_student,
+    fit_calibration,
     heldout_figures,
     parent_of,
     predictions_table,
     render_report,
     rescore_lists,
     summary_of,
+    token_counts,
 )
 from .run import (
     DATA_HELDOUT,
@@ -60,6 +75,8 @@ from .run import (
     training_fingerprint,
 )
 from .teacher import TEACHER_CONDITIONALS, TEACHER_TOKENS, Teacher, check_teacher_has, read_teacher
+
+logger = logging.getLogger(__name__)
 
 # default peak learning rate of the encoder (the paper used 1e-5 over 10 epochs of LibriSpeech text; the head
 # learns faster, see engine.training)
@@ -155,8 +172,11 @@ def train_maskless(
         out.write_table(DATA_TRAIN, train_table)
         heldout_path = out.write_table(DATA_HELDOUT, heldout_table)
         job = _student_job(teacher, train_table, model, out.location, options, student, resources, batch_tokens)
-        evaluation, rescored = _train_and_evaluate(folder, job, resources, heldout_path, nbest, speed_sentences)
-        predictions = predictions_table(heldout_table, evaluation)
+        evaluation, calibration, rescored = _train_and_evaluate(
+            folder, job, resources, heldout_table, heldout_path, nbest, speed_sentences
+        )
+        calibrated = cross_fitted(heldout_table, evaluation["student"], student.parent_separator, options.seed)
+        predictions = predictions_table(heldout_table, evaluation, calibrated)
         folder.write_table(PREDICTIONS_FILE, predictions)
         heldout = heldout_figures(heldout_table, train_table, predictions, student.parent_separator)
         folder.write_json(STUDENT_FILE, {**out.read_json(STUDENT_FILE), HELDOUT: summary_of(heldout)})
@@ -170,6 +190,7 @@ def train_maskless(
             "rows": _rows_report(teacher, train_table, heldout_table, left_out),
             "training": _training_report(out, job),
             "heldout": heldout,
+            CALIBRATION: calibration,
             "rescoring": rescored,
             "speed": evaluation["speed"],
         }
@@ -210,7 +231,7 @@ def _student_job(
     sentence head's scale) and the meta its folder records (target, teacher, base model, the range of
     per-token PLLs it was trained on)."""
     targets = np.asarray(train_table[TARGET].to_pylist())
-    per_token = targets / np.asarray([len(t) for t in train_table[S.TARGETS].to_pylist()])
+    per_token = targets / token_counts(train_table)
     meta = {
         "target": student.target,
         "teacher": teacher.folder,
@@ -302,22 +323,42 @@ def _train_and_evaluate(
     folder: Claim,
     job: MasklessJob,
     resources: TrainResources,
+    heldout: pa.Table,
     heldout_path: str,
     nbest: NBest | None,
     speed_sentences: int,
-) -> tuple[dict, dict | None]:
-    """(evaluation, rescoring figures or None): the student trained on Ray Train into the held folder, then
-    evaluated on the held-out rows and, given N-best lists, used to rescore them, each in a Ray task."""
+) -> tuple[dict, dict | None, dict | None]:
+    """(evaluation, calibration record or None, rescoring figures or None): the student trained on Ray Train
+    into the held folder, evaluated on the held-out rows, calibrated on them (the map written into its
+    maskless.json before anything scores with it) and, given N-best lists, used to rescore them, each in a
+    Ray task."""
     with on_ray(resources):
         fit_on_ray(maskless_worker, job, resources, folder.out)
         folder.record_new()  # the student worker 0 saved
+        logger.info(
+            "evaluating the student on %d held-out rows in a Ray task: it loads the student and the masked LM, "
+            "and times both on %d of them",
+            heldout.num_rows,
+            min(speed_sentences, heldout.num_rows),
+        )
         evaluation = run_task(
             evaluate_student, resources, job, heldout_path, resources.cpus_per_worker, speed_sentences
         )
+        calibration = _calibrate(folder, heldout, evaluation["student"]["pll"])
         if nbest:
             folder.record(RESCORE_DIR)  # before the task's rescoring runs write there
         rescored = run_task(rescore_lists, resources, job, nbest, resources.cpus_per_worker) if nbest else None
-    return evaluation, rescored
+    return evaluation, calibration, rescored
+
+
+def _calibrate(folder: Claim, heldout: pa.Table, predicted: list[float]) -> dict | None:
+    """The student's calibration fitted on every held-out row and written into its maskless.json (replacing
+    a previous run's); its record, or None when none could be fitted (the student then scores uncalibrated)."""
+    calibration = fit_calibration(np.asarray(heldout[S.PLL].to_pylist()), np.asarray(predicted), token_counts(heldout))
+    record = None if calibration is None else calibration_record(calibration, heldout)
+    info = {k: v for k, v in folder.out.read_json(STUDENT_FILE).items() if k != CALIBRATION}
+    folder.write_json(STUDENT_FILE, {**info, **({CALIBRATION: record} if record else {})})
+    return record
 
 
 LOSSES = {

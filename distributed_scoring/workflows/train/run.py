@@ -206,6 +206,14 @@ def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources
     they come. Inside `on_ray`."""
     import ray
 
+    logger.info(
+        "starting Ray Train's workers (%d x %g CPUs%s): each imports torch and loads the model before the first "
+        "step, which can take a minute",
+        resources.num_workers,
+        resources.cpus_per_worker,
+        " and a GPU" if resources.use_gpu else "",
+    )
+    began = time.monotonic()
     relay = ray.remote(num_cpus=0)(Relay).remote()
     task = ray.remote(num_cpus=0, max_retries=0)(_fit)
     done = task.remote(loop, job, resources, out.location, cluster_address(resources.address) is None, relay)
@@ -216,6 +224,7 @@ def fit_on_ray(loop: Callable[[dict], None], job: Any, resources: TrainResources
         if finished:
             break
     ray.get(done)
+    logger.info("Ray Train has shut its workers down (%.0f s after starting them)", time.monotonic() - began)
 
 
 def _fit(
@@ -323,6 +332,8 @@ def train(objective: Objective, examples: list[Example], job: Any, worker: Worke
 
     schedule = Schedule(job.steps, job.options.batch_size, job.options.lr, job.options.seed, job.checkpoint_every)
     log = MetricsLog(worker.out, job.steps, what) if worker.rank == 0 else None
+    if worker.rank == 0:
+        logger.info("%s: %d worker(s) up, model loaded; training %d steps", what, worker.world, job.steps)
     checkpoint = ray.train.get_checkpoint()
     with checkpoint.as_directory() if checkpoint else contextlib.nullcontext() as resume:
         if resume:
@@ -393,6 +404,11 @@ class MetricsLog:
                 metrics["lr"],
                 rate,
                 _duration((self.total - metrics["step"]) / rate),
+            )
+        if metrics["step"] == self.total:
+            logger.info(
+                "%s: last step done; writing its checkpoint and the model, then Ray Train shuts its workers down",
+                self.what,
             )
 
     def flush(self) -> None:

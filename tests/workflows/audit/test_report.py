@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -17,10 +18,11 @@ import pyarrow as pa
 import pytest
 
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.baseline import NO_CHANGE, Thresholds
+from distributed_scoring.workflows.audit.baseline import INSUFFICIENT, NO_CHANGE, REGRESSION, Thresholds
 from distributed_scoring.workflows.audit.baseline_io import load_baseline
 from distributed_scoring.workflows.audit.charts import lengths_title
 from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
+from distributed_scoring.workflows.audit.outliers import OutlierRule
 from distributed_scoring.workflows.audit.report import render_report
 
 from audit_helpers import scored_table, write_rows
@@ -87,15 +89,100 @@ def test_report_shows_verdict_charts_and_escaped_tables(audits):
         assert src.startswith("data:image/png;base64,")
         png = base64.b64decode(src.split(",", 1)[1])
         assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
-    assert page.tables == 3  # verdicts per scope, partition figures, worst sentences
-    assert page.rows >= (1 + 3) + (1 + 3) + (1 + 10)
+    assert page.tables == 4  # verdicts per scope, partition figures, worst rows overall and per partition
+    assert page.rows >= (1 + 3) + (1 + 3) + (1 + 10) + (1 + 10)
     assert "Changes against the baseline" in text and "interval" in text
     verdicts = result.audit["baseline"]["partitions"]
     assert verdicts[HOSTILE]["status"] == "regression" and verdicts["news"]["status"] != "regression"
     assert page.scripts == 0 and "<script>alert" not in text
     assert html.escape(HOSTILE, quote=True) in text
-    assert "garbage-news:" in text  # the garbage rows are the worst sentences
+    assert "garbage-news:" in section(text, "Worst rows overall")  # the garbage rows are the worst
     assert "http://" not in text and "https://" not in text  # nothing to fetch: it opens offline
+
+
+def section(text: str, title: str) -> str:
+    """The part of a report under the heading `title`, up to the next heading; the heading must be there once."""
+    assert text.count(f">{title}</h") == 1, title
+    start = text.index(f">{title}</h")
+    following = re.search(r"<h[1-3][ >]", text[start:])
+    return text[start : start + following.start()] if following else text[start:]
+
+
+@pytest.mark.parametrize("scope", ["partition", "overall"])
+def test_the_worst_rows_are_listed_overall_and_per_partition_whatever_the_scope(tmp_path, scope):
+    """Issue 36: 80 junk strings came in a file of their own, so one outlier rule per partition measured the
+    junk against the junk and the report's worst sentences were 10 human fragments. Both lists are shown,
+    labelled, whatever `--outlier-scope`: the junk is the worst overall, the fragments the worst within a
+    partition; audit.json records both."""
+    rng = np.random.default_rng(11)
+    table = pa.concat_tables(
+        [
+            scored_table(rng, 400, "human", nll=1.5, spread=0.1, lengths=(60, 100)),
+            scored_table(rng, 200, "mouse", nll=1.7, spread=0.1, lengths=(60, 100)),
+            scored_table(rng, 5, "human", nll=3.0, spread=0.05, lengths=(60, 100), prefix="fragment-"),
+            scored_table(rng, 80, "junk.txt", nll=6.0, spread=0.3, lengths=(60, 100), prefix="junk-"),
+        ]
+    )
+    write_rows(tmp_path / "run", table, files=3)
+    config = replace(CONFIG, outliers=OutlierRule(scope=scope))
+    result = run_audit(str(tmp_path / "run"), str(tmp_path / "audit"), config=config)
+    fragments = {f"fragment-human:{i}" for i in range(5)}
+
+    worst = json.loads(Path(result.audit_path).read_text())["outliers"]["worst"]
+    overall, per_partition = worst["overall"], worst["partition"]
+    assert overall["count"] >= 80 and len(overall["listed"]) == CONFIG.listed
+    assert all(row["id"].startswith("junk-") and row["partition"] == "junk.txt" for row in overall["listed"])
+    assert fragments <= {row["id"] for row in per_partition["listed"]}
+    assert all(row["robust_z"] > 3.5 and row["tail"] == "high" for row in overall["listed"] + per_partition["listed"])
+    chosen = result.audit["outliers"]
+    assert chosen["listed"] == worst[scope]["listed"] and chosen["count"] == worst[scope]["count"]  # kept as before
+
+    text = Path(result.report_path).read_text()
+    shown_overall = section(text, "Worst rows overall")
+    shown_per_partition = section(text, "Worst rows per partition")
+    assert shown_overall.count("junk-junk.txt:") == CONFIG.listed and "fragment-" not in shown_overall
+    assert all(i in shown_per_partition for i in fragments)
+    if scope == "partition":  # the rows the chosen rule does not count say which flag would count them
+        assert "--outlier-scope overall" in shown_overall
+
+
+def test_the_methods_name_each_figure_and_method_once(audits):
+    """Issue 36: "Methods: error rate: ...; error rate: ...; paired percentile bootstrap ...; ..." named each
+    pairing as a method of its own and the PPPL's method without its figure. Now one entry per figure and
+    method, with the scopes it was used in, in audit.json and once in the report."""
+    _, result = audits
+    methods = json.loads(Path(result.audit_path).read_text())["baseline"]["methods"]
+    assert methods == [  # the hostile partition's ids are the baseline's (paired); the news partition gained rows
+        "pppl_token ratio: percentile bootstrap over rows, 2000 resamples (paired in 1 scope, unpaired in 2)",
+        "error rate change: Newcombe hybrid score interval (unpaired in 2 scopes)",
+        "error rate change: percentile bootstrap over rows, 2000 resamples (paired in 1 scope)",
+    ]
+    text = html.unescape(Path(result.report_path).read_text())
+    assert text.count("Methods: ") == 1 and f"Methods: {'; '.join(methods)}. Seed" in text
+
+
+def test_the_regression_banner_lists_only_the_regressed_scopes(audits):
+    """Issue 36: the red banner also listed a scope whose verdict was "insufficient data". It is listed apart,
+    in a neutral box, and the banner counts only the regressions."""
+    _, result = audits
+    comparison = result.comparison
+    news = next(c for c in comparison.partitions if c.name == "news")
+    undecided = replace(news, status=INSUFFICIENT, reasons=("pppl_token ratio 1.02 crosses the edge",))
+    partitions = tuple(undecided if c.name == "news" else c for c in comparison.partitions)
+    record = replace(result.record, baseline=replace(comparison, partitions=partitions))
+    regressed = [c.name for c in record.baseline.regressions]
+    assert "news" not in regressed and HOSTILE in regressed and record.baseline.insufficient == (undecided,)
+
+    text = render_report(record)
+    banner = text[text.index("<div class='verdict") :]
+    banner = banner[: banner.index("</div>")]
+    assert f"REGRESSION in {len(regressed)} place(s)" in banner
+    assert f"<b>{html.escape(HOSTILE, quote=True)}</b> ({REGRESSION})" in banner
+    assert "<b>news</b>" not in banner and INSUFFICIENT not in banner
+    aside = text[text.index("<div class='aside'>") :]
+    aside = aside[: aside.index("</div>")]
+    assert f"<b>news</b> ({INSUFFICIENT}): pppl_token ratio 1.02 crosses the edge" in aside
+    assert Page(text).verdicts == ["verdict regression"]  # the aside is no second banner
 
 
 def test_report_without_baseline_or_per_token_columns(tmp_path):
@@ -143,6 +230,9 @@ def test_an_audit_json_written_before_typed_records_is_a_baseline_and_renders(tm
     assert record.baseline.verdict == "regression" and record.baseline.new_partitions == ("forum",)
     page = render_report(record)
     assert Page(page).verdicts == ["verdict regression"] and "forum" in page
+    assert record.outliers.worst is None and record.outliers.rule.scope == "partition"  # only its scope's rows
+    assert "Not recorded" in section(page, "Worst rows overall")
+    assert "the outliers counted above" in section(page, "Worst rows per partition")
     rng = np.random.default_rng(3)
     now = pa.concat_tables(
         [
@@ -172,7 +262,7 @@ def test_report_renders_in_headless_chromium(audits, tmp_path):
     )
     dom = Page(chromium("--dump-dom", "--virtual-time-budget=5000", probe.as_uri()))
     assert dom.body.get("data-decoded") == "4"
-    assert len(dom.images) == 4 and dom.tables == 3 and dom.verdicts == ["verdict regression"]
+    assert len(dom.images) == 4 and dom.tables == 4 and dom.verdicts == ["verdict regression"]
 
     shot = tmp_path / "report.png"
     chromium(f"--screenshot={shot}", "--window-size=1280,2400", Path(result.report_path).as_uri())
