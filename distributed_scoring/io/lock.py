@@ -6,7 +6,7 @@ refreshes every `HEARTBEAT_S`; it is released (deleted) when the run ends, also 
 finds it and stops at once, naming the holder.
 
 Every change of the lock is one request that the store itself makes conditional (`LockFile`), so that two
-runs can never both believe they hold it: the lock is created only if absent (O_EXCL on a local or shared
+runs can never both believe they hold it: the lock is created only if absent (a hard link on a local or shared
 filesystem, `If-None-Match: *` on S3), and a heartbeat, a release or the take-over of a left-over lock
 applies only to the version read (the ETag on S3; on a filesystem, the bytes read, swapped by rename).
 A store without such requests (gs://, hdfs://) is refused before any work unless `--unsafe-lock` (env
@@ -141,8 +141,9 @@ class LockFile(Protocol):
 
 
 class LocalLockFile:
-    """A lock on a local or shared filesystem: created with O_EXCL; deleted by renaming the version read out
-    of the way first (one rename wins), then checking that it was that version; replaced by rename."""
+    """A lock on a local or shared filesystem: created whole by a hard link (O_EXCL where there are none);
+    deleted by renaming the version read out of the way first (one rename wins), then checking that it was
+    that version; replaced by rename."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -156,6 +157,23 @@ class LocalLockFile:
         return data, hashlib.sha256(data).hexdigest()
 
     def create(self, data: bytes) -> str | None:
+        """Written whole under a name of its own, then hard-linked into place (a link fails where the lock
+        exists): a reader never sees a lock half written, which it would take for a stale one and take over.
+        Where the filesystem has no hard links, created with O_EXCL and written."""
+        temporary = self._aside()
+        with open(temporary, "wb") as f:
+            f.write(data)
+        try:
+            os.link(temporary, self.path)
+        except FileExistsError:
+            return None
+        except OSError:  # no hard links here (some FUSE and SMB mounts)
+            return self._create_exclusive(data)
+        finally:
+            os.unlink(temporary)
+        return hashlib.sha256(data).hexdigest()
+
+    def _create_exclusive(self, data: bytes) -> str | None:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
