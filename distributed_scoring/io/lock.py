@@ -42,7 +42,7 @@ import pyarrow.fs as pafs
 from ..config import UNSAFE_LOCK_ENV
 from ..errors import UserError
 from .output import LOCK_FILE, OutputDir
-from .storage import storage_cause, storage_error
+from .storage import boto_errors, s3_client, storage_cause, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -231,26 +231,20 @@ class S3LockFile:
     REFUSED = ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey", "404", "412", "409")
 
     def __init__(self, fs: pafs.S3FileSystem, path: str) -> None:
-        import boto3
-        from botocore.config import Config
-
         self.bucket, _, self.key = path.partition("/")
-        custom = any(os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
-        config = Config(retries={"mode": "standard"}, s3={"addressing_style": "path"} if custom else None)
-        self.client = boto3.client("s3", region_name=fs.region or None, config=config)  # as pyarrow addresses it
+        self.client = s3_client(fs)
 
     def _request(self, name: str, **kwargs: object) -> dict | None:
         """One request; None when its condition did not hold (or the lock is absent)."""
-        from botocore.exceptions import BotoCoreError, ClientError
+        from botocore.exceptions import ClientError
 
-        try:
-            return getattr(self.client, name)(Bucket=self.bucket, Key=self.key, **kwargs)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code", "") in self.REFUSED:
-                return None
-            raise OSError(f"{exc} (s3://{self.bucket}/{self.key})") from exc
-        except BotoCoreError as exc:
-            raise OSError(f"{exc} (s3://{self.bucket}/{self.key})") from exc
+        with boto_errors(f"s3://{self.bucket}/{self.key}"):
+            try:
+                return getattr(self.client, name)(Bucket=self.bucket, Key=self.key, **kwargs)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code", "") in self.REFUSED:
+                    return None
+                raise
 
     def read(self) -> tuple[bytes | None, str | None]:
         got = self._request("get_object")

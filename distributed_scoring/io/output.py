@@ -31,7 +31,6 @@ import dataclasses
 import hashlib
 import json
 import logging
-import os
 import posixpath
 import uuid
 from dataclasses import dataclass
@@ -47,7 +46,7 @@ from ..errors import UserError
 from . import schema as S
 from .provenance import DIGEST, INPUT_FILES, changed_files
 from .sources import Shard
-from .storage import filesystem, join, retrying, scheme
+from .storage import boto_errors, filesystem, join, retrying, s3_client, scheme
 
 logger = logging.getLogger(__name__)
 
@@ -548,34 +547,12 @@ class OutputDir:
     def _s3_listing(self, folder: str) -> dict[str, str | None]:
         bucket, _, prefix = self.path(folder).partition("/")
         found: dict[str, str | None] = {}
-        with _boto_errors(self.location_of(self.path(folder))):
-            pages = self._s3_client().get_paginator("list_objects_v2")
+        if self._client is None:
+            self._client = s3_client(self.fs)
+        with boto_errors(self.location_of(self.path(folder))):
+            pages = self._client.get_paginator("list_objects_v2")
             for page in pages.paginate(Bucket=bucket, Prefix=f"{prefix.rstrip('/')}/", Delimiter="/"):
                 for item in page.get("Contents", []):
                     if not item["Key"].endswith("/"):  # a folder-marker object of an earlier dscore
                         found[f"{bucket}/{item['Key']}"] = item["ETag"].strip('"')
         return found
-
-    def _s3_client(self) -> Any:
-        """boto3's S3 client, finding the store as pyarrow does: the same endpoint, region and credentials, buckets
-        addressed by path where an endpoint is set (as `lock.S3LockFile`'s)."""
-        if self._client is None:
-            import boto3
-            from botocore.config import Config
-
-            custom = any(os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
-            config = Config(retries={"mode": "standard"}, s3={"addressing_style": "path"} if custom else None)
-            self._client = boto3.client("s3", region_name=self.fs.region or None, config=config)
-        return self._client
-
-
-@contextlib.contextmanager
-def _boto_errors(where: str) -> Iterator[None]:
-    """boto3's errors as OSErrors with its words, as pyarrow's are, so that `retrying` and the callers tell storage
-    errors apart once."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    try:
-        yield
-    except (BotoCoreError, ClientError) as exc:
-        raise OSError(f"{exc} ({where})") from exc

@@ -7,12 +7,13 @@ as a single stream through smart-open.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
 import time
 from pathlib import Path
-from typing import BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, Callable, Iterator, TypeVar
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -137,6 +138,30 @@ def _say_endpoint(uri: str, fs: pafs.FileSystem) -> None:
     variable = next((v for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL") if os.environ.get(v)), None)
     endpoint = f"{os.environ[variable]} ({variable})" if variable else "AWS's own endpoint"
     logger.debug("s3://%s: endpoint %s, region %s", bucket, endpoint, getattr(fs, "region", "?"))
+
+
+def s3_client(fs: pafs.S3FileSystem) -> Any:
+    """boto3's S3 client for what pyarrow cannot send (conditional requests, listings with ETags), finding the
+    store as pyarrow does: the same endpoint, region and credentials from the environment, buckets addressed
+    by path where an endpoint is set (MinIO, Ceph, moto)."""
+    import boto3
+    from botocore.config import Config
+
+    custom = any(os.environ.get(v) for v in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"))
+    config = Config(retries={"mode": "standard"}, s3={"addressing_style": "path"} if custom else None)
+    return boto3.client("s3", region_name=fs.region or None, config=config)
+
+
+@contextlib.contextmanager
+def boto_errors(where: str) -> Iterator[None]:
+    """boto3's errors as OSErrors with its words and `where`, as pyarrow's are, so that `retrying` and the
+    callers tell storage errors apart once."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        yield
+    except (BotoCoreError, ClientError) as exc:
+        raise OSError(f"{exc} ({where})") from exc
 
 
 def join(base: str, relative: str) -> str:
