@@ -111,6 +111,8 @@ class InputSpec:
     """The corpus: files (or folders, globs, URIs), which column holds the text, which the id.
 
     `shard_rows` is the unit of work and of resume: each shard is read, scored and written as a whole.
+    With `fit_actors` it is a default that a Ray run lowers until every scoring actor it starts has a shard
+    (`pipeline.runner.claimed`): a corpus of 260 rows is not one shard for one actor of three.
     Rows get a `partition` column from `partition_column`, or the input file's name with
     `partition_by_file` (for per-partition figures, e.g. the audit). `extra_columns` are carried into
     the read rows as strings where a record has them, null elsewhere (infilling's answers, say).
@@ -126,6 +128,7 @@ class InputSpec:
     partition_by_file: bool = False
     extra_columns: tuple[str, ...] = ()
     allow_duplicate_ids: bool = False
+    fit_actors: bool = False
 
     @property
     def partitioned(self) -> bool:

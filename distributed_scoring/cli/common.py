@@ -59,21 +59,27 @@ def add_corpus_arguments(
     shard_rows: int = 1000,
     variant: bool = True,
     maskless: bool = False,
+    fit_actors: bool = True,
 ) -> None:
     """The rows a command reads and the masked LM that reads them: INPUT..., the model flags, --text-column
     and the id flags, in the order of their --help."""
     add_inputs(p, inputs_help, nargs)
-    add_model_arguments(p, shard_rows, variant, maskless)
+    add_model_arguments(p, shard_rows, variant, maskless, fit_actors)
     add_text_column(p)
     add_id_arguments(p)
 
 
 def add_model_arguments(
-    p: argparse.ArgumentParser, shard_rows: int = 1000, variant: bool = True, maskless: bool = False
+    p: argparse.ArgumentParser,
+    shard_rows: int = 1000,
+    variant: bool = True,
+    maskless: bool = False,
+    fit_actors: bool = False,
 ) -> None:
     """Which masked LM, where its results go, and how it runs: shared by every scoring command.
     `variant`: the command computes PLLs, whose masking the variant chooses. `maskless`: a maskless
-    student (`--maskless DIR`) may stand in for the masked LM's PLLs."""
+    student (`--maskless DIR`) may stand in for the masked LM's PLLs. `fit_actors`: --shard-rows left out
+    is `shard_rows`, lowered on Ray to give every scoring actor a shard (`config.InputSpec.fit_actors`)."""
     p.add_argument("--model", required=not maskless, help="local model folder or Hub id of a masked LM")
     if maskless:
         p.add_argument(
@@ -95,9 +101,11 @@ def add_model_arguments(
     p.add_argument(
         "--shard-rows",
         type=int,
-        default=shard_rows,
-        help=f"rows per shard: the unit of work and resume (default {shard_rows})",
+        default=None if fit_actors else shard_rows,
+        help=f"rows per shard: the unit of work and resume (default {shard_rows}"
+        + ("; on Ray fewer when that leaves a scoring actor without a shard)" if fit_actors else ")"),
     )
+    p.set_defaults(default_shard_rows=shard_rows)
     p.add_argument("--overwrite", action="store_true", help="replace results of a different run in --output")
     add_storage_arguments(p)
     add_ray_group(p)
@@ -275,6 +283,11 @@ def model_spec(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
     return ModelSpec(name or args.model, args.revision, args.device, args.dtype, args.trust_remote_code)
 
 
+def shard_rows(args: argparse.Namespace) -> int:
+    """--shard-rows, or the command's default when it was not given."""
+    return args.default_shard_rows if args.shard_rows is None else args.shard_rows
+
+
 def run_config(args: argparse.Namespace) -> RunConfig:
     """The run of a PLL scoring command (`add_score_arguments`)."""
     return RunConfig(
@@ -282,10 +295,11 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             tuple(args.inputs),
             args.text_column,
             args.id_column,
-            args.shard_rows,
+            shard_rows(args),
             args.partition_column,
             args.partition_by_file,
             allow_duplicate_ids=args.allow_duplicate_ids,
+            fit_actors=args.shard_rows is None,
         ),
         model=model_spec(args, getattr(args, "maskless", None)),
         scoring=ScoringOptions(
@@ -308,8 +322,9 @@ def prompt_config(args: argparse.Namespace) -> RunConfig:
             tuple(args.inputs),
             args.text_column,
             args.id_column,
-            args.shard_rows,
+            shard_rows(args),
             allow_duplicate_ids=args.allow_duplicate_ids,
+            fit_actors=args.shard_rows is None,
         ),
         model_spec(args),
         ScoringOptions(batch_tokens=args.batch_tokens),

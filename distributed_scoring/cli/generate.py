@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_corpus_arguments, add_vocab_restrict, finish, model_spec, ray_options, vocabulary
+from .common import add_corpus_arguments, add_vocab_restrict, finish, model_spec, ray_options, shard_rows, vocabulary
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -19,6 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         nargs="*",
         shard_rows=100,
         variant=False,
+        fit_actors=False,
     )
     p.add_argument("--length", type=int, default=None, help="no INPUTS: generate sequences of this many tokens")
     p.add_argument(
@@ -72,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         args.output,
         args.text_column,
         args.id_column,
-        args.shard_rows,
+        shard_rows(args),
         args.batch_tokens,
         args.allow_duplicate_ids,
     )

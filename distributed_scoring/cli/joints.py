@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_inputs, add_model_arguments, add_text_column, finish, model_spec, ray_options
+from .common import add_inputs, add_model_arguments, add_text_column, finish, model_spec, ray_options, shard_rows
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.joints import JointsInputs, pairwise_joints
 
     inputs = JointsInputs(
-        tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column, args.shard_rows
+        tuple(args.inputs), args.output, args.scheme, args.examples, args.seed, args.text_column, shard_rows(args)
     )
     options = JointOptions(pivot=args.hcb_pivot, ag_iterations=args.ag_iterations)
     summary = pairwise_joints(

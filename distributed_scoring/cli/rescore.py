@@ -7,7 +7,7 @@ import argparse
 
 from ..config import ScoringOptions
 from ..errors import UserError
-from .common import add_model_arguments, finish, model_spec, ray_options, student_folder
+from .common import add_model_arguments, finish, model_spec, ray_options, shard_rows, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.rescore.search import RescoreOptions
 
     inputs = RescoreInputs(
-        args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, args.shard_rows
+        args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, shard_rows(args)
     )
     options = RescoreOptions(
         metric=args.metric,

@@ -17,6 +17,7 @@ import contextlib
 import gc
 import json
 import logging
+import math
 import os
 import queue
 import re
@@ -215,7 +216,8 @@ def build_dataset(
     context.retried_map_errors = [*context.retried_io_errors, *TRANSIENT_ERRORS]
     context.max_map_retries = MAX_RETRIES
     context.raise_original_map_exception = True  # a stage's error reaches the driver as itself (see `plain_error`)
-    items = _items(units, spec.shard_rows)
+    rows = sum(shard.rows for unit in units for shard in unit)
+    items = _items(units, min(spec.shard_rows, max(1, math.ceil(rows / resources.actors))))  # work for every actor
     common = dict(batch_size=1, batch_format="pyarrow")
     prepare_min, prepare_max = resources.prepare_actors
     ds = ray.data.from_items(items, override_num_blocks=len(items))

@@ -84,7 +84,7 @@ def score_chain(
         "dscore score --method chain", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length))
     )
     workload = chain_workload(config.model, options, scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,)) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,), ray=ray) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = summarize(out, plan, config, options)
         out.write_json(SUMMARY_FILE, summary)

@@ -93,7 +93,7 @@ def generate(
         )
         if prompts is not None:
             _write_prompts(folder, *prompts, config, workload, overwrite)
-        with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
+        with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
             start = time.perf_counter()
             execute(workload, config, todo, out, ray)
             seconds = time.perf_counter() - start

@@ -66,7 +66,7 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
     )
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD)) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD), ray=ray) as (plan, out, todo):
         start = time.perf_counter()
         execute(workload, config, todo, out, ray)
         seconds = time.perf_counter() - start

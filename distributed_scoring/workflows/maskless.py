@@ -46,7 +46,7 @@ def score_maskless(
     uncalibrated = [uncalibrated_warning(config.model.name, info)] if student_calibration(info) is None else []
     for warning in uncalibrated:
         logger.warning(warning)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = summarize(out, plan, config)
         outside = count_out_of_range(out, plan)
@@ -84,7 +84,7 @@ def score_unmasked(
 
     load_tokenizer(config.model)
     workload = maskless_workload(config.model, config.scoring, UNMASKED)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         summary = {**summarize(out, plan, config), "variant": UNMASKED, "method": UNMASKED}
         out.write_json(SUMMARY_FILE, summary)

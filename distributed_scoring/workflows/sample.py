@@ -61,7 +61,7 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
     check_memory("dscore sample", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = sample_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE, PLOT)) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE, PLOT), ray=ray) as (plan, out, todo):
         execute(workload, config, todo, out, ray)
         check_complete(out, plan, workload.rows_per_input)
         summary = summarize(config.output, options)

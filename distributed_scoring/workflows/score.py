@@ -27,6 +27,6 @@ def score(
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder) as (plan, out, todo):
+    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
         execute(workload, config, todo, out, ray, progress)
         return summarize(out, plan, config)

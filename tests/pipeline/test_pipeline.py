@@ -209,3 +209,43 @@ def test_small_read_units_travel_together_and_every_shard_once():
     assert [u for item in items for u in item] == units
     sizes = [sum(s.rows for u in item for s in u) for item in items]
     assert sizes == [100, 100, 50, 207, 100, 3]
+
+
+@pytest.mark.ray
+def test_a_small_corpus_on_ray_has_a_shard_for_every_scoring_actor(ray_local, tmp_path, tiny_model_dir, caplog):
+    """Issue 36, item 7: 12 rows at the default of 1000 rows a shard were one shard, so one of 3 scoring actors
+    worked. Left to the default, the shards are made smaller (said in the log); a rerun on a Ray that starts
+    fewer actors resumes the recorded shards; a --shard-rows given, or a run in this process, keeps its size."""
+    import json
+
+    corpus = tmp_path / "small.txt"
+    corpus.write_text("".join(f"Sentence number {i} is here.\n" for i in range(12)))
+
+    def run(folder: str, ray: RayOptions | None, fit: bool = True) -> dict:
+        spec = InputSpec((str(corpus),), fit_actors=fit)
+        score(RunConfig(spec, ModelSpec(str(tiny_model_dir("bert"))), ScoringOptions(), str(tmp_path / folder)), ray)
+        return json.loads((tmp_path / folder / "_run.json").read_text())
+
+    three = RayOptions(num_actors=3, stall_timeout_s=300)
+    with caplog.at_level("INFO"):
+        run_json = run("fitted", three)
+    assert run_json["shard_rows"] == 4 and sorted(run_json["shards"].values()) == [4, 4, 4]
+    assert "12 rows in 3 shards of up to 4 rows, so that each of the 3 scoring actors has one" in caplog.text
+    assert pq.read_table(tmp_path / "fitted" / "rows").num_rows == 12
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert run("fitted", RayOptions(num_actors=2, stall_timeout_s=300))["shard_rows"] == 4
+    assert "resuming: 3 of 3 shards already done" in caplog.text
+    assert run("given", three, fit=False)["shard_rows"] == 1000
+    assert list(run("in-process", None)["shards"].values()) == [12]
+
+
+def test_shard_rows_left_out_is_the_commands_default_fitted_to_the_actors():
+    from distributed_scoring.cli import build_parser
+    from distributed_scoring.cli.common import run_config
+
+    parser = build_parser()
+    left_out = run_config(parser.parse_args(["score", "in.txt", "--model", "m", "--output", "o"])).inputs
+    given = run_config(parser.parse_args(["score", "in.txt", "--model", "m", "--output", "o", "--shard-rows", "7"]))
+    assert (left_out.shard_rows, left_out.fit_actors) == (1000, True)
+    assert (given.inputs.shard_rows, given.inputs.fit_actors) == (7, False)
