@@ -11,6 +11,8 @@ code and seconds, the requests refused, the summary's rows against the rows in, 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -51,7 +53,8 @@ def main_() -> None:
             proxy.outage(args.outage_s, after=lambda r: r.startswith("PUT ") and "/rows/part-" in r, n=3)
             began = time.monotonic()
             argv = ["score", str(corpus), "--model", str(model), "--output", bucket.uri("out"), "--shard-rows", "1"]
-            rc = main(argv)
+            with contextlib.redirect_stdout(io.StringIO()):  # the summary, printed by the command
+                rc = main(argv)
             seconds = round(time.monotonic() - began, 1)
             summary = json.loads(bucket.get("out/summary.json")) if rc == 0 else {}
             figures = {
@@ -61,8 +64,9 @@ def main_() -> None:
                 "refused_503": proxy.refused,
                 "rows": summary.get("rows"),
                 "rows_in": args.rows,
-                "verify_rc": main(["verify", bucket.uri("out")]),
             }
+            with contextlib.redirect_stdout(io.StringIO()):
+                figures["verify_rc"] = main(["verify", bucket.uri("out")])
         finally:
             proxy.stop()
             server.stop()
