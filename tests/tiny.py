@@ -1,14 +1,21 @@
-"""Tiny randomly initialised masked LMs with real tokenizers trained in-process (no downloads).
+"""Tiny randomly initialised masked LMs with real tokenizers (no downloads).
 
 Each family gets the tokenizer type it ships with (WordPiece, byte-level BPE, SentencePiece-style
 Unigram), trained on a small English corpus with a small vocabulary so that many words split into
 several pieces, which the `word_l2r` variant needs. Weights use a larger initialiser range than the
 default so that conditionals are far from uniform and a wrong position or mask shows in the numbers.
+
+The vocabularies were trained once and are kept in tests/data/tiny_vocabularies.json: the tokenizers
+library's trainers break ties in hash order, so a vocabulary trained in each test session differed from one
+session to the next ("Hi" was 2 tokens in one, 3 in another), and with it every tiny model's numbers: a test
+that passed 9 fresh runs failed the 10th. `python tests/tiny.py --write` trains them again.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -41,7 +48,28 @@ SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interme
 MAX_POSITIONS = 96
 
 
-def _wordpiece(vocab_size: int = 220) -> dict[str, int]:
+VOCABULARIES = Path(__file__).resolve().parent / "data" / "tiny_vocabularies.json"
+
+
+@functools.cache
+def _vocabularies() -> dict:
+    return json.loads(VOCABULARIES.read_text())
+
+
+def _wordpiece() -> dict[str, int]:
+    return dict(_vocabularies()["wordpiece"])
+
+
+def _bpe(specials: list[str]) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    kept = _vocabularies()["bpe"]["roberta" if specials == ROBERTA_SPECIALS else "bert"]
+    return dict(kept["vocab"]), [tuple(m) for m in kept["merges"]]
+
+
+def _unigram() -> list[tuple[str, float]]:
+    return [tuple(piece) for piece in _vocabularies()["unigram"]]
+
+
+def _train_wordpiece(vocab_size: int = 220) -> dict[str, int]:
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
@@ -49,7 +77,7 @@ def _wordpiece(vocab_size: int = 220) -> dict[str, int]:
     return tok.get_vocab()
 
 
-def _bpe(specials: list[str], vocab_size: int = 300) -> tuple[dict[str, int], list[tuple[str, str]]]:
+def _train_bpe(specials: list[str], vocab_size: int = 300) -> tuple[dict[str, int], list[tuple[str, str]]]:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     trainer = trainers.BpeTrainer(
@@ -61,7 +89,7 @@ def _bpe(specials: list[str], vocab_size: int = 300) -> tuple[dict[str, int], li
     return model["vocab"], merges
 
 
-def _unigram(vocab_size: int = 200) -> list[tuple[str, float]]:
+def _train_unigram(vocab_size: int = 200) -> list[tuple[str, float]]:
     tok = Tokenizer(models.Unigram())
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     trainer = trainers.UnigramTrainer(vocab_size=vocab_size, special_tokens=SPM_SPECIALS, unk_token="<unk>")
@@ -179,3 +207,18 @@ def save_tiny(family: str, folder: Path, seed: int = 0) -> Path:
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def write_vocabularies() -> None:
+    """Train the vocabularies again and keep them (review the diff: every tiny model's numbers change)."""
+    bpe = {name: _train_bpe(specials) for name, specials in (("roberta", ROBERTA_SPECIALS), ("bert", BERT_SPECIALS))}
+    kept = {
+        "wordpiece": _train_wordpiece(),
+        "bpe": {name: {"vocab": vocab, "merges": [list(m) for m in merges]} for name, (vocab, merges) in bpe.items()},
+        "unigram": [list(piece) for piece in _train_unigram()],
+    }
+    VOCABULARIES.write_text(json.dumps(kept, ensure_ascii=False, sort_keys=True, indent=0) + "\n")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write"]:
+    write_vocabularies()
