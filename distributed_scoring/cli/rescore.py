@@ -7,7 +7,7 @@ import argparse
 
 from ..config import ScoringOptions
 from ..errors import UserError
-from .common import add_model_arguments, finish, model_spec, ray_options, shard_rows, student_folder
+from .common import add_long_texts, add_model_arguments, finish, model_spec, ray_options, shard_rows, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,6 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--test-refs", default=None, help="references of the test set, if not in the N-best file")
     add_model_arguments(p, maskless=True)
+    add_long_texts(p)
     p.add_argument(
         "--method",
         choices=("pll", "unmasked"),
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         lambda_limit=args.lambda_limit,
         bleu_tokenize=args.bleu_tokenize,
     )
-    scoring = ScoringOptions(args.variant, args.batch_tokens)
+    scoring = ScoringOptions(args.variant, args.batch_tokens, long_texts=args.long_texts)
     causal = model_spec(args, args.causal_model) if args.causal_model else None
     student = student_folder(args)
     if student and args.method != "pll":
