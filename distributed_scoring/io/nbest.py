@@ -94,9 +94,7 @@ def read_nbest(
     """
     from . import nbest_formats
 
-    if fmt not in NBEST_FORMATS:
-        raise NBestError(f"N-best format {fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
-    fmt = nbest_formats.detect(uri) if fmt == "auto" else fmt
+    fmt = resolve_format(uri, fmt)
     if fmt == "mlm-scoring":
         records: Iterable[Record] = _espnet_hypotheses(load_json(uri), uri)
     elif fmt == "jsonl":
@@ -112,6 +110,15 @@ def read_nbest(
         utt_ids = list(dict.fromkeys(table.column(UTT_ID).to_pylist()))
         table = with_references(table, read_references(references, utt_ids=utt_ids), references)
     return table
+
+
+def resolve_format(uri: str, fmt: str = "auto") -> str:
+    """`fmt` checked against `NBEST_FORMATS`, `auto` told by the list's content."""
+    from .nbest_formats import detect
+
+    if fmt not in NBEST_FORMATS:
+        raise NBestError(f"N-best format {fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
+    return detect(uri) if fmt == "auto" else fmt
 
 
 def read_references(uri: str, fmt: str | None = None, utt_ids: Sequence[str] = ()) -> dict[str, str]:

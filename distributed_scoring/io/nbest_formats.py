@@ -28,7 +28,9 @@ import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterable, Iterator, Mapping
+
+import pyarrow as pa
 
 from .nbest import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
 from .storage import COMPRESSIONS, scheme
@@ -387,3 +389,138 @@ def _suffix(uri: str) -> str:
     if suffixes and suffixes[-1] in COMPRESSIONS:
         suffixes.pop()
     return suffixes[-1] if suffixes else ""
+
+
+@dataclass(frozen=True)
+class Rescored:
+    """A hypothesis's figures after rescoring: what is written back into its list."""
+
+    total: float  # the rescored natural-log total (what ranks the hypotheses now)
+    lm_score: float  # the LM score that total adds, lambda times it (the MLM's PLL with the masked LM alone)
+    rank: int  # 1 = the rescored 1-best of its utterance
+
+
+def rescored_files(
+    uri: str, fmt: str, table: pa.Table, rescored: Mapping[tuple[str, int], Rescored], stem: str, acwt: float = 1.0
+) -> dict[str, str | pa.Table]:
+    """The list `uri` (read into `table` as `fmt`) written back in its own format with the rescoring:
+    file name (`stem` + the format's ending) -> text, or a table for Parquet. Each toolkit's scripts read
+    the result as they read the list: see docs/rescore.md, "Rescored lists"."""
+    rows = [{**row, "new": rescored[(row[UTT_ID], row[HYP_ID])]} for row in table.to_pylist()]
+    by_utt: dict[str, list[dict]] = {}
+    for row in rows:
+        by_utt.setdefault(row[UTT_ID], []).append(row)
+    ranked = [sorted(hyps, key=lambda r: r["new"].rank) for hyps in by_utt.values()]
+    if fmt == "fairseq":
+        return {f"{stem}.txt": _fairseq_rescored(uri, rescored)}
+    if fmt in ("marian", "moses"):
+        lines = [
+            f"{r[UTT_ID]} ||| {r[TEXT]} ||| {r.get(FEATURES) or ''} MLM= {r['new'].lm_score} ||| {r['new'].total}"
+            for hyps in ranked
+            for r in hyps
+        ]
+        return {f"{stem}.nbest": _join(lines)}
+    if fmt == "nemo":
+        return {f"{stem}.tsv": _join(f"{r[TEXT]}\t{r['new'].total}" for hyps in ranked for r in hyps)}
+    if fmt == "kaldi":
+        return _kaldi_rescored(uri, rows, stem, acwt)
+    if fmt == "espnet":
+        return _espnet1_rescored(uri, rescored, stem) if _is_json(uri) else _espnet2_rescored(ranked, stem)
+    return _records_rescored(fmt, uri, ranked, stem)
+
+
+def _fairseq_rescored(uri: str, rescored: Mapping[tuple[str, int], Rescored]) -> str:
+    """The generate output with each sample's hypotheses (their H-, D-, P-, A-, I-, E- lines) in rescored
+    order at the place of the first, H- and D- scores the rescored total in base 2; other lines kept."""
+    out: list[str | int] = []  # lines, and the sample ids whose hypotheses go there
+    blocks: dict[int, list[list[str]]] = {}
+    for _, line in _lines(uri):
+        match = _FAIRSEQ_LINE.fullmatch(line)
+        kind, sid = (match.group(1), int(match.group(2))) if match else ("", -1)
+        if kind == "H":
+            if sid not in blocks:
+                blocks[sid] = []
+                out.append(sid)
+            blocks[sid].append([])
+        if kind in ("H", "D", "P", "A", "I", "E") and blocks.get(sid):
+            if kind in ("H", "D"):
+                new = rescored[(str(sid), len(blocks[sid]))]
+                line = f"{kind}-{sid}\t{new.total / LN2}\t{line.split(chr(9), 2)[2]}"
+            blocks[sid][-1].append(line)
+        else:
+            out.append(line)
+    lines: list[str] = []
+    for item in out:
+        if isinstance(item, str):
+            lines.append(item)
+            continue
+        order = sorted(range(len(blocks[item])), key=lambda k: rescored[(str(item), k + 1)].rank)
+        lines += [line for k in order for line in blocks[item][k]]
+    return _join(lines)
+
+
+def _kaldi_rescored(uri: str, rows: list[dict], stem: str, acwt: float) -> dict[str, str | pa.Table]:
+    """Kaldi's three archives with the keys unchanged: the words, `ac_cost` as read and a new `lm_cost`
+    such that acwt * ac_cost + lm_cost = -total (as rnnlmrescore.sh replaces the LM cost), so
+    linear-to-nbest and the usual minimum-cost 1-best read the rescored list."""
+    ac = kaldi_costs(uri)
+    keys = [f"{r[UTT_ID]}-{r[HYP_ID]}" for r in rows]
+    return {
+        f"{stem}/text": _join(f"{k} {r[TEXT]}" for k, r in zip(keys, rows)),
+        f"{stem}/ac_cost": _join(f"{k} {ac[k]}" for k in keys),
+        f"{stem}/lm_cost": _join(f"{k} {-r['new'].total - acwt * ac[k]}" for k, r in zip(keys, rows)),
+    }
+
+
+def _espnet2_rescored(ranked: list[list[dict]], stem: str) -> dict[str, str | pa.Table]:
+    """`{n}best_recog/text` and `score` by rescored rank (ESPnet's scoring reads `1best_recog/text`); the
+    score is the rescored total as a plain number."""
+    files: dict[str, list[str]] = {}
+    for hyps in ranked:
+        for rank, r in enumerate(hyps, start=1):
+            files.setdefault(f"{stem}/{rank}best_recog/text", []).append(f"{r[UTT_ID]} {r[TEXT]}")
+            files.setdefault(f"{stem}/{rank}best_recog/score", []).append(f"{r[UTT_ID]} {r['new'].total}")
+    return {name: _join(lines) for name, lines in files.items()}
+
+
+def _espnet1_rescored(uri: str, rescored: Mapping[tuple[str, int], Rescored], stem: str) -> dict[str, str | pa.Table]:
+    """The recognition JSON with each `output` list in rescored order, `score` the rescored total and the
+    sequence model's score kept as `seq_score`, the LM's as `mlm_score` (score_sclite.sh reads output[0])."""
+    document = load_json(uri)
+    for utt_id, entry in document["utts"].items():
+        outputs = []
+        for rank, out in enumerate(entry["output"], start=1):
+            new = rescored[(utt_id, rank)]
+            outputs.append(
+                (new.rank, {**out, "score": new.total, "seq_score": out["score"], "mlm_score": new.lm_score})
+            )
+        entry["output"] = [out for _, out in sorted(outputs, key=lambda o: o[0])]
+    return {f"{stem}.json": json.dumps(document, indent=4, ensure_ascii=False, sort_keys=True) + "\n"}
+
+
+def _records_rescored(fmt: str, uri: str, ranked: list[list[dict]], stem: str) -> dict[str, str | pa.Table]:
+    """JSONL, Parquet and mlm-scoring's JSON have no rescored form of their own: the records as read, in
+    rescored order, with `mlm_score`, `total` and `rescored_rank` added and the sequence `score` kept."""
+    records = [
+        {
+            **{k: v for k, v in r.items() if k != "new" and v is not None},
+            "mlm_score": r["new"].lm_score,
+            "total": r["new"].total,
+            "rescored_rank": r["new"].rank,
+        }
+        for hyps in ranked
+        for r in hyps
+    ]
+    if fmt == "parquet":
+        return {f"{stem}.parquet": pa.Table.from_pylist(records)}
+    if fmt == "jsonl":
+        return {f"{stem}.jsonl": _join(json.dumps(r, ensure_ascii=False) for r in records)}
+    document: dict[str, dict] = {}
+    for r in records:
+        entry = document.setdefault(r[UTT_ID], {REF: r[REF]} if REF in r else {})
+        entry[f"hyp_{r[HYP_ID]}"] = {k: r[k] for k in (SCORE, TEXT, "mlm_score", "total", "rescored_rank")}
+    return {f"{stem}.json": json.dumps(document, indent=2, ensure_ascii=False) + "\n"}
+
+
+def _join(lines: Iterable[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)

@@ -477,6 +477,7 @@ class OutputDir:
             self._put(path, data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)  # a file in a sub-folder (a rescored list's)
         self._write_through(temporary, path, data)
 
     def _put(self, path: str, data: bytes | pa.Buffer) -> None:
