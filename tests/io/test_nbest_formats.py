@@ -5,13 +5,14 @@ lines named by file and line; `--format auto` refusing what it cannot tell in on
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from distributed_scoring.io import nbest
 from distributed_scoring.io.nbest import NBestError, read_nbest
-from distributed_scoring.io.nbest_formats import FormatOptions, detect
+from distributed_scoring.io.nbest_formats import FormatOptions, Rescored, detect, rescored_files
 
 import nbest_samples as S
 
@@ -199,3 +200,88 @@ def test_format_names_are_checked(tmp_path):
         read_nbest(path, fmt="espnet1")
     with pytest.raises(NBestError, match="--kaldi-acwt must be a positive number"):
         FormatOptions(kaldi_acwt=0.0)
+
+
+# ---- written back rescored ---------------------------------------------------------------------------
+
+
+def written(tmp_path, files: dict) -> None:
+    for name, content in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+
+
+@pytest.mark.parametrize("fmt", ["fairseq", "moses", "marian", "nemo", "kaldi", "espnet2", "espnet1"])
+def test_the_rescored_list_reads_back_in_its_format_in_rescored_order(tmp_path, fmt):
+    """Rescoring that reverses every utterance's order, written back, reads as the reversed lists with the
+    rescored totals as their scores: what the toolkit's own scripts then take as the 1-best."""
+    ids = ESPNET_IDS if fmt in ("kaldi", "espnet2", "espnet1") else None
+    records = jsonl_records(ids)
+    options = FormatOptions(kaldi_acwt=0.1, beam_size=3)
+    path = {
+        "fairseq": lambda: S.write_fairseq(tmp_path / "in" / "gen.txt", records, order=["1", "2", "0"]),
+        "moses": lambda: S.write_moses(tmp_path / "in" / "n.nbest", records),
+        "marian": lambda: S.write_moses(tmp_path / "in" / "n.nbest", records),
+        "nemo": lambda: S.write_nemo(tmp_path / "in" / "beams.tsv", records, beam=3),
+        "kaldi": lambda: S.write_kaldi(tmp_path / "in", records, acwt=0.1),
+        "espnet2": lambda: S.write_espnet2(tmp_path / "in", records),
+        "espnet1": lambda: S.write_espnet1(tmp_path / "in.json", records),
+    }[fmt]()
+    read_as = "espnet" if fmt.startswith("espnet") else fmt
+    table = read_nbest(path, fmt=read_as, options=options)
+    sizes = Counter(table.column("utt_id").to_pylist())
+    rescored = {
+        (r["utt_id"], r["hyp_id"]): Rescored(
+            total=-10.0 * (sizes[r["utt_id"]] - r["hyp_id"]) - 0.25,
+            lm_score=-r["hyp_id"],
+            rank=sizes[r["utt_id"]] + 1 - r["hyp_id"],
+        )
+        for r in table.to_pylist()
+    }
+    files = rescored_files(path, read_as, table, rescored, "test.rescored", acwt=0.1)
+    written(tmp_path / "out", files)
+    back = read_nbest(str(tmp_path / "out" / next(iter(files)).split("/")[0]), fmt=read_as, options=options)
+    for utt_id in sizes:
+        before = [r for r in table.to_pylist() if r["utt_id"] == utt_id]
+        after = [r for r in back.to_pylist() if r["utt_id"] == utt_id]
+        total = {r["text"]: rescored[(utt_id, r["hyp_id"])].total for r in before}
+        assert {r["text"]: r["score"] for r in after} == pytest.approx(total, rel=1e-12)
+        if fmt != "kaldi":  # Kaldi's keys keep their ranks; its 1-best is the lowest cost, the highest score
+            assert [r["text"] for r in after] == [r["text"] for r in reversed(before)]
+    if fmt in ("moses", "marian"):
+        assert back.column(nbest.FEATURES).to_pylist()[0] == "F0= -2.5 MLM= -2"
+    if fmt == "fairseq":  # every line kept, the hypotheses of a sample moved together
+        assert sorted(open(path).read().splitlines()) != sorted(
+            open(tmp_path / "out" / "test.rescored.txt").read().splitlines()
+        )
+        assert len(open(path).read().splitlines()) == len(
+            open(tmp_path / "out" / "test.rescored.txt").read().splitlines()
+        )
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "mlm-scoring"])
+def test_json_lists_rescored_keep_their_records_and_add_the_figures(tmp_path, fmt):
+    records = jsonl_records()
+    path = (
+        S.write_jsonl(tmp_path / "n.jsonl", records)
+        if fmt == "jsonl"
+        else S.write_mlm_scoring(tmp_path / "n.json", records)
+    )
+    table = read_nbest(path)
+    rescored = {(r["utt_id"], r["hyp_id"]): Rescored(-float(r["hyp_id"]), -2.0, r["hyp_id"]) for r in records}
+    ((name, text),) = rescored_files(path, fmt, table, rescored, "test.rescored").items()
+    if fmt == "jsonl":
+        assert name == "test.rescored.jsonl"
+        first = json.loads(text.splitlines()[0])
+        assert first == {**records[0], "mlm_score": -2.0, "total": -1.0, "rescored_rank": 1}
+    else:
+        assert name == "test.rescored.json"
+        entry = json.loads(text)["0"]
+        assert entry["ref"] == LISTS["0"][0] and entry["hyp_2"] == {
+            "score": -2.5,
+            "text": "the cat sat on a mat",
+            "mlm_score": -2.0,
+            "total": -2.0,
+            "rescored_rank": 2,
+        }
