@@ -193,6 +193,8 @@ def _fairseq(uri: str) -> Iterator[Record]:
                     raise NBestError(f"{where}: a D- line of sample {sid} before its H- line")
                 hyps[sid][k][TEXT] = text
                 detok[sid] = k + 1
+    if not hyps:
+        raise NBestError(f"{uri}: no `H-` lines; a fairseq list is fairseq-generate's output (without --quiet)")
     for sid in sorted(hyps):
         for rank, h in enumerate(hyps[sid], start=1):
             fields = {UTT_ID: str(sid), HYP_ID: rank, TEXT: h[TEXT], SCORE: h[SCORE], REF: refs.get(sid)}
