@@ -67,7 +67,7 @@ def toolkit_records(uri: str, fmt: str, options: FormatOptions, references: int 
     if fmt in ("marian", "moses"):
         return _moses(uri)
     if fmt == "espnet":
-        return _espnet1(uri) if _is_json(uri) else _espnet2(uri)
+        return _espnet2(uri) if _is_dir(uri) else _espnet1(uri)
     if fmt == "nemo":
         return _nemo(uri, options.beam_size, references)
     if fmt == "kaldi":
@@ -374,10 +374,6 @@ def _is_espnet1(document: Mapping) -> bool:
     return isinstance(utts, dict) and all(isinstance(e, dict) and "output" in e for e in utts.values())
 
 
-def _is_json(uri: str) -> bool:
-    return _suffix(uri) == ".json"
-
-
 def _is_dir(uri: str) -> bool:
     return scheme(uri) is None and Path(uri).is_dir()
 
@@ -427,7 +423,7 @@ def rescored_files(
     if fmt == "kaldi":
         return _kaldi_rescored(uri, rows, stem, acwt)
     if fmt == "espnet":
-        return _espnet1_rescored(uri, rescored, stem) if _is_json(uri) else _espnet2_rescored(ranked, stem)
+        return _espnet2_rescored(ranked, stem) if _is_dir(uri) else _espnet1_rescored(uri, rescored, stem)
     return _records_rescored(fmt, uri, ranked, stem)
 
 
@@ -487,7 +483,7 @@ def _espnet2_rescored(ranked: list[list[dict]], stem: str) -> dict[str, str | pa
 
 def _espnet1_rescored(uri: str, rescored: Mapping[tuple[str, int], Rescored], stem: str) -> dict[str, str | pa.Table]:
     """The recognition JSON with each `output` list in rescored order, `score` the rescored total and the
-    sequence model's score kept as `seq_score`, the LM's as `mlm_score` (score_sclite.sh reads output[0])."""
+    sequence model's score kept as `seq_score`, the LM's as `mlm_score` (ESPnet1's json2trn.py takes output[0])."""
     document = load_json(uri)
     for utt_id, entry in document["utts"].items():
         outputs = []

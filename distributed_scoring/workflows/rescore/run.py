@@ -45,6 +45,8 @@ RESCORE = "rescore"  # the workload of DIR/_run.json
 MLM, MASKLESS, UNMASKED, CAUSAL = "mlm", "maskless", "unmasked", "causal"  # the LM runs' sub-folders
 # How the masked-LM score of a hypothesis is had (`method`), and the sub-folder its scoring run writes.
 SCORERS = {"pll": (MLM, score), "maskless": (MASKLESS, score_maskless), "unmasked": (UNMASKED, score_unmasked)}
+# RescoreInputs' format options at their defaults (left out of the fingerprint).
+FORMAT_DEFAULTS = {"fmt": "auto", "kaldi_acwt": 1.0, "beam_size": None}
 # What an earlier dscore's rescore folder held, without a _run.json of its own (its LM runs had theirs).
 EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, *OUTPUT_FILES)
 
@@ -130,10 +132,13 @@ def rescore_nbest(
 
 
 def _fingerprint(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None, method: str) -> dict:
-    """What the folder's run depends on: the inputs (not the folder itself), the models and the method."""
+    """What the folder's run depends on: the inputs (not the folder itself), the models and the method.
+    The format options are left out at their defaults, which read every list an earlier dscore read as it
+    did, so that such a folder resumes."""
+    fields = {k: v for k, v in asdict(inputs).items() if k != "output"}
     return {
         "workload": RESCORE,
-        **{k: v for k, v in asdict(inputs).items() if k != "output"},
+        **{k: v for k, v in fields.items() if k not in FORMAT_DEFAULTS or v != FORMAT_DEFAULTS[k]},
         "model": model.name if model else None,
         "causal_model": causal_model.name if causal_model else None,
         "method": method,

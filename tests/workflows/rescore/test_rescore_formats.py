@@ -105,3 +105,13 @@ def test_format_names_are_checked_before_any_scoring(tmp_path, tiny_model_dir, c
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "no `H-` lines" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_format_options_enter_the_fingerprint_only_when_set():
+    """A folder of an earlier dscore (no format options then) resumes: at their defaults they are left out."""
+    from distributed_scoring.workflows.rescore.run import RescoreInputs, _fingerprint
+
+    plain = _fingerprint(RescoreInputs("d.json", "t.json", "out"), None, None, "pll")
+    assert not {"fmt", "kaldi_acwt", "beam_size"} & set(plain)
+    kaldi = _fingerprint(RescoreInputs("d", "t", "out", fmt="kaldi", kaldi_acwt=0.1), None, None, "pll")
+    assert kaldi["fmt"] == "kaldi" and kaldi["kaldi_acwt"] == 0.1 and "beam_size" not in kaldi
