@@ -18,6 +18,9 @@ Kaldi's costs negated), `ref` where the format carries the reference.
   `FormatOptions.beam_size` or from the number of references.
 - kaldi: `utt-N text` lines with `lm_cost` and `ac_cost` beside them (`utt-N cost`, nbest-to-linear's
   archives); score = -(acwt * ac_cost + lm_cost), Kaldi's total cost at acoustic scale `acwt`.
+
+`rescored_files` writes a list back in its own format with the rescored totals and order, so that the
+toolkit's own scripts read the rescoring as they read the list (docs/rescore.md, "Rescored lists").
 """
 
 from __future__ import annotations
@@ -76,7 +79,7 @@ def toolkit_records(uri: str, fmt: str, options: FormatOptions, references: int 
 
 
 def detect(uri: str) -> str:
-    """The format of an N-best list by its content (and name where the content cannot tell JSON from JSONL).
+    """The format of an N-best list by its content (`.jsonl` and `.parquet` by name).
 
     Refused in one line when no format, or more than one, reads the file: `--format` then says which.
     """
@@ -390,7 +393,7 @@ def _suffix(uri: str) -> str:
 
 
 @dataclass(frozen=True)
-class Rescored:
+class RescoredHypothesis:
     """A hypothesis's figures after rescoring: what is written back into its list."""
 
     total: float  # the rescored natural-log total (what ranks the hypotheses now)
@@ -399,11 +402,16 @@ class Rescored:
 
 
 def rescored_files(
-    uri: str, fmt: str, table: pa.Table, rescored: Mapping[tuple[str, int], Rescored], stem: str, acwt: float = 1.0
+    uri: str,
+    fmt: str,
+    table: pa.Table,
+    rescored: Mapping[tuple[str, int], RescoredHypothesis],
+    stem: str,
+    acwt: float = 1.0,
 ) -> dict[str, str | pa.Table]:
     """The list `uri` (read into `table` as `fmt`) written back in its own format with the rescoring:
     file name (`stem` + the format's ending) -> text, or a table for Parquet. Each toolkit's scripts read
-    the result as they read the list: see docs/rescore.md, "Rescored lists"."""
+    the result as they read the list: see docs/rescore.md, "RescoredHypothesis lists"."""
     rows = [{**row, "new": rescored[(row[UTT_ID], row[HYP_ID])]} for row in table.to_pylist()]
     by_utt: dict[str, list[dict]] = {}
     for row in rows:
@@ -427,7 +435,7 @@ def rescored_files(
     return _records_rescored(fmt, uri, ranked, stem)
 
 
-def _fairseq_rescored(uri: str, rescored: Mapping[tuple[str, int], Rescored]) -> str:
+def _fairseq_rescored(uri: str, rescored: Mapping[tuple[str, int], RescoredHypothesis]) -> str:
     """The generate output with each sample's hypotheses (their H-, D-, P-, A-, I-, E- lines) in rescored
     order at the place of the first, H- and D- scores the rescored total in base 2; other lines kept."""
     out: list[str | int] = []  # lines, and the sample ids whose hypotheses go there
@@ -481,7 +489,9 @@ def _espnet2_rescored(ranked: list[list[dict]], stem: str) -> dict[str, str | pa
     return {name: _join(lines) for name, lines in files.items()}
 
 
-def _espnet1_rescored(uri: str, rescored: Mapping[tuple[str, int], Rescored], stem: str) -> dict[str, str | pa.Table]:
+def _espnet1_rescored(
+    uri: str, rescored: Mapping[tuple[str, int], RescoredHypothesis], stem: str
+) -> dict[str, str | pa.Table]:
     """The recognition JSON with each `output` list in rescored order, `score` the rescored total and the
     sequence model's score kept as `seq_score`, the LM's as `mlm_score` (ESPnet1's json2trn.py takes output[0])."""
     document = load_json(uri)

@@ -12,7 +12,7 @@ import pytest
 
 from distributed_scoring.io import nbest
 from distributed_scoring.io.nbest import NBestError, read_nbest
-from distributed_scoring.io.nbest_formats import FormatOptions, Rescored, detect, rescored_files
+from distributed_scoring.io.nbest_formats import FormatOptions, RescoredHypothesis, detect, rescored_files
 
 import nbest_samples as S
 
@@ -232,7 +232,7 @@ def test_the_rescored_list_reads_back_in_its_format_in_rescored_order(tmp_path, 
     table = read_nbest(path, fmt=read_as, options=options)
     sizes = Counter(table.column("utt_id").to_pylist())
     rescored = {
-        (r["utt_id"], r["hyp_id"]): Rescored(
+        (r["utt_id"], r["hyp_id"]): RescoredHypothesis(
             total=-10.0 * (sizes[r["utt_id"]] - r["hyp_id"]) - 0.25,
             lm_score=-r["hyp_id"],
             rank=sizes[r["utt_id"]] + 1 - r["hyp_id"],
@@ -269,7 +269,7 @@ def test_json_lists_rescored_keep_their_records_and_add_the_figures(tmp_path, fm
         else S.write_mlm_scoring(tmp_path / "n.json", records)
     )
     table = read_nbest(path)
-    rescored = {(r["utt_id"], r["hyp_id"]): Rescored(-float(r["hyp_id"]), -2.0, r["hyp_id"]) for r in records}
+    rescored = {(r["utt_id"], r["hyp_id"]): RescoredHypothesis(-float(r["hyp_id"]), -2.0, r["hyp_id"]) for r in records}
     ((name, text),) = rescored_files(path, fmt, table, rescored, "test.rescored").items()
     if fmt == "jsonl":
         assert name == "test.rescored.jsonl"

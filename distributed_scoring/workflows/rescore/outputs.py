@@ -15,8 +15,7 @@ import pyarrow.compute as pc
 from ...io import schema as S
 from ...io.claim import Claim
 from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, TEXT, UTT_ID
-from ...io.nbest_formats import Rescored as RescoredHypothesis
-from ...io.nbest_formats import rescored_files
+from ...io.nbest_formats import RescoredHypothesis, rescored_files
 
 SPLITS = ("dev", "test")
 
