@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_format_arguments(p: argparse.ArgumentParser) -> None:
     """How the N-best lists are read: `RescoreInputs`' fmt, kaldi_acwt and beam_size."""
-    from ..io.nbest import NBEST_FORMATS
+    from ..workflows.rescore.run import NBEST_FORMATS
 
     p.add_argument(
         "--format",

@@ -26,7 +26,7 @@ from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOption
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import claim
-from ...io.nbest import read_nbest, require_references, resolve_format, unique_texts
+from ...io.nbest import NBEST_FORMATS, read_nbest, require_references, resolve_format, unique_texts
 from ...io.nbest_formats import FormatOptions
 from ...io.output import OutputDir
 from ...pipeline import runner
@@ -75,6 +75,10 @@ class RescoreInputs:
     fmt: str = "auto"
     kaldi_acwt: float = 1.0
     beam_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fmt not in NBEST_FORMATS:
+            raise UserError(f"--format {self.fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
 
 
 def rescore_nbest(

@@ -115,3 +115,11 @@ def test_format_options_enter_the_fingerprint_only_when_set():
     assert not {"fmt", "kaldi_acwt", "beam_size"} & set(plain)
     kaldi = _fingerprint(RescoreInputs("d", "t", "out", fmt="kaldi", kaldi_acwt=0.1), None, None, "pll")
     assert kaldi["fmt"] == "kaldi" and kaldi["kaldi_acwt"] == 0.1 and "beam_size" not in kaldi
+
+
+def test_rescore_inputs_check_the_format_name():
+    from distributed_scoring.errors import UserError
+    from distributed_scoring.workflows.rescore.run import RescoreInputs
+
+    with pytest.raises(UserError, match=r"--format 'fairseq-py' is not one of auto, jsonl, parquet, fairseq"):
+        RescoreInputs("d", "t", "out", fmt="fairseq-py")
