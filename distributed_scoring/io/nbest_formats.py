@@ -35,6 +35,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
+from ..config import check_bounds
 from .nbest import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
 from .storage import COMPRESSIONS, scheme
 
@@ -47,6 +48,7 @@ _TENSOR = re.compile(r"tensor\(\s*([^,)\s]+)")  # str(torch.tensor(x)), with or 
 _KALDI_KEY = re.compile(r"(.+)-(\d+)")
 _RECOG = re.compile(r"(\d+)best_recog")
 _SNIFF_LINES = 200  # lines read to tell a text format
+MAX_ACWT = 100.0  # Kaldi decodes at 1/LMWT (about 0.05 to 1); past 100 the LM cost no longer counts
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,8 @@ class FormatOptions:
     beam_size: int | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.kaldi_acwt) and self.kaldi_acwt > 0):
-            raise NBestError(f"--kaldi-acwt must be a positive number, got {self.kaldi_acwt}")
-        if self.beam_size is not None and self.beam_size < 1:
-            raise NBestError(f"--beam-size must be at least 1, got {self.beam_size}")
+        check_bounds("--kaldi-acwt", self.kaldi_acwt, 0, MAX_ACWT, above=True)
+        check_bounds("--beam-size", self.beam_size, 1)
 
 
 def toolkit_records(uri: str, fmt: str, options: FormatOptions, references: int | None = None) -> Iterator[Record]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from distributed_scoring.errors import UserError
 from distributed_scoring.io import nbest
 from distributed_scoring.io.nbest import NBestError, read_nbest
 from distributed_scoring.io.nbest_formats import FormatOptions, RescoredHypothesis, detect, rescored_files
@@ -198,8 +199,10 @@ def test_format_names_are_checked(tmp_path):
     path = S.write_lines(tmp_path / "n.jsonl", [json.dumps(jsonl_records()[0])])
     with pytest.raises(NBestError, match=r"'espnet1' is not one of auto, jsonl, parquet, fairseq, marian, moses"):
         read_nbest(path, fmt="espnet1")
-    with pytest.raises(NBestError, match="--kaldi-acwt must be a positive number"):
+    with pytest.raises(UserError, match=r"--kaldi-acwt 0 is out of bounds: it must be in \(0, 100\]"):
         FormatOptions(kaldi_acwt=0.0)
+    with pytest.raises(UserError, match=r"--beam-size 0 is out of bounds: it must be at least 1"):
+        FormatOptions(beam_size=0)
 
 
 # ---- written back rescored ---------------------------------------------------------------------------
