@@ -187,7 +187,7 @@ def _fairseq(uri: str) -> Iterator[Record]:
             score, tab, text = rest.partition("\t")
             if not tab:
                 raise NBestError(f"{where}: expected `{kind}-{sid}<TAB>score<TAB>text`, found one field")
-            fields = {SCORE: _number(score, where) * LN2, TEXT: text, "where": where}
+            fields = {SCORE: _tensor_number(score, where) * LN2, TEXT: text, "where": where}
             if kind == "H":
                 hyps.setdefault(sid, []).append(fields)
             else:

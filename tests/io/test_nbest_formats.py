@@ -288,3 +288,13 @@ def test_json_lists_rescored_keep_their_records_and_add_the_figures(tmp_path, fm
             "total": -2.0,
             "rescored_rank": 2,
         }
+
+
+def test_text_references_by_line_must_cover_every_utterance(tmp_path):
+    records = jsonl_records()
+    path = S.write_moses(tmp_path / "test.nbest", records)
+    short = S.write_lines(tmp_path / "refs.txt", ["the cat sat on the mat", "a dog barked"])
+    with pytest.raises(NBestError, match=r"refs.txt: 2 reference lines for 3 utterances; give one line per utterance"):
+        read_nbest(path, references=short)
+    keyed = S.write_lines(tmp_path / "text", ["2 hello world", "0 the cat sat on the mat", "1 a dog barked"])
+    same_as_jsonl(tmp_path, read_nbest(path, references=keyed).drop_columns([nbest.FEATURES]), records)
