@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from .errors import UserError
 
 VARIANTS = ("original", "word_l2r")
+LONG_TEXTS = ("window", "error")  # --long-texts: a text over the model's window scored in windows, or an error row
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 # What the storage flags set for every process of a run, through the environment that the run's processes
@@ -86,6 +87,8 @@ class ScoringOptions:
     see `prepare.split_characters`); it changes the scores, so it enters the run's fingerprint.
     `conditionals` > 0 also writes the top that many tokens of each scored token's conditional (all of
     it when at least the vocabulary's size): what `dscore train maskless --target distribution` fits.
+    `long_texts`: a text longer than the model's window is scored in windows (`window`, `engine.windows`)
+    or is an error row (`error`).
     """
 
     variant: str = "original"
@@ -94,10 +97,13 @@ class ScoringOptions:
     word_scores: bool = False
     split_chars: bool = False
     conditionals: int = 0
+    long_texts: str = "window"
 
     def __post_init__(self) -> None:
         if self.variant not in VARIANTS:
             raise UserError(f"variant {self.variant!r} is not one of {VARIANTS}")
+        if self.long_texts not in LONG_TEXTS:
+            raise UserError(f"long_texts {self.long_texts!r} is not one of {LONG_TEXTS}")
         check_bounds("--batch-tokens", self.batch_tokens, 1)
         check_bounds("--conditionals", self.conditionals, 0)
         if self.conditionals and not self.per_token:

@@ -73,13 +73,14 @@ def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_di
         "error",
         "ok",
         "ok",
-        "error",
+        "ok",  # 200 tokens: scored in windows of the tiny model's 96
         "ok",
         "ok",
         "error",
     ]
     assert "empty" in r["corpus.txt:2"][S.ERROR]
-    assert "not truncated" in r["corpus.txt:6"][S.ERROR]
+    assert r["corpus.txt:6"][S.WINDOWED] and r["corpus.txt:6"][S.N_TOKENS] == 200
+    assert not any(v[S.WINDOWED] for k, v in r.items() if k != "corpus.txt:6")
     assert "UTF-8" in r["corpus.txt:9"][S.ERROR]
     one = r["corpus.txt:5"]
     assert one[S.N_TOKENS] == 1 and one[S.N_WORDS] == 1 and len(one[S.TOKENS]) == 1
@@ -92,7 +93,7 @@ def test_text_file_edge_cases_schema_and_summary(corpus, tmp_path, tiny_model_di
             assert row[S.PPPL_TOKEN] == pytest.approx(math.exp(-row[S.PLL] / row[S.N_TOKENS]))
     assert SUMMARY_KEYS <= set(summary)
     assert summary == json.loads((out / "summary.json").read_text())
-    assert (summary["rows"], summary["ok"], summary["errors"]) == (9, 5, 4)
+    assert (summary["rows"], summary["ok"], summary["errors"], summary["windowed_rows"]) == (9, 6, 3, 1)
     ok = [v for v in r.values() if v[S.STATUS] == "ok"]
     assert summary["sum_pll"] == pytest.approx(sum(v[S.PLL] for v in ok))
     assert summary["pppl_token"] == pytest.approx(math.exp(-summary["sum_pll"] / sum(v[S.N_TOKENS] for v in ok)))

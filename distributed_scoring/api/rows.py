@@ -21,7 +21,7 @@ INTERNAL = (S.ID, S.MODEL, S.VARIANT)
 def added_schema(per_token: bool = False, word_scores: bool = False, prefix: str = "") -> pa.Schema:
     """The columns scoring adds to a table of texts: `dscore score`'s output columns but the id, the
     text, the model and the variant, each name prefixed with `prefix`."""
-    fields = S.output_schema(per_token, word_scores)
+    fields = S.output_schema(per_token, word_scores, windowed=True)
     return pa.schema([f.with_name(prefix + f.name) for f in fields if f.name not in (*INTERNAL, S.TEXT)])
 
 

@@ -102,7 +102,9 @@ class MLMScorer:
     is the PLL's masking (`original`, or `word_l2r`); `batch_tokens` bounds rows x padded length of one
     forward pass (None: the device's default); `split_chars` reads each text as space-separated
     characters (per-residue protein models). `progress` shows a bar per call, moving every `CHUNK_ROWS`
-    texts.
+    texts. `long_texts` (`window` or `error`): a text longer than the model's maximum is scored in windows
+    of the model's width (`engine.windows`; its row says `windowed`) or is an error row, as with
+    `dscore score --long-texts`; `joints` and `chain` never window.
 
         >>> scorer = MLMScorer(model, device="cpu", variant="word_l2r")
         >>> scorer.signature["model"] == model, scorer.signature["device"]
@@ -121,15 +123,19 @@ class MLMScorer:
         trust_remote_code: bool = False,
         split_chars: bool = False,
         progress: bool = False,
+        long_texts: str = "window",
     ) -> None:
         from ..engine.masked_lm import load_masked_lm
 
         self.spec = ModelSpec(os.fspath(model), revision, device, dtype, trust_remote_code)
         # Every optional column is computed (a small cost beside the forward passes); calls pick theirs.
-        self.options = ScoringOptions(variant, batch_tokens, per_token=True, word_scores=True, split_chars=split_chars)
+        self.options = ScoringOptions(
+            variant, batch_tokens, per_token=True, word_scores=True, split_chars=split_chars, long_texts=long_texts
+        )
         self.mlm = load_masked_lm(self.spec)
         self.progress = progress
-        self.preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars)
+        self.preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars)  # joints, chain: no windows
+        self.pll_preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars, long_texts)
         self.scorer = PLLScorer(self.spec, self.options, self.mlm)
 
     @property
@@ -409,7 +415,7 @@ class MLMScorer:
 
     def _scored(self, texts: Sequence[object], progress: bool, chunk: int = CHUNK_ROWS) -> list[Row]:
         """The PLL stages' output rows of the texts, in order (prepared columns included)."""
-        return self._run(read_rows(texts), [self.preparer.process, self.scorer.process], chunk, progress)
+        return self._run(read_rows(texts), [self.pll_preparer.process, self.scorer.process], chunk, progress)
 
     def _run(self, rows: list[Row], steps: Sequence[Step], chunk: int, progress: bool | None = None) -> list[Row]:
         """The rows through the steps, `chunk` input rows at a time, with a progress bar if asked."""

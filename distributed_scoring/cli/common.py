@@ -14,6 +14,7 @@ from typing import Iterator, NamedTuple
 from ..config import (
     DEVICES,
     DTYPES,
+    LONG_TEXTS,
     STORAGE_RETRY_ENV,
     UNSAFE_LOCK_ENV,
     VARIANTS,
@@ -230,6 +231,17 @@ def add_verbose(p: Parser, default: object = False) -> None:
     )
 
 
+def add_long_texts(p: argparse.ArgumentParser) -> None:
+    """--long-texts: what a PLL run does with a text longer than the model's window (`ScoringOptions.long_texts`)."""
+    p.add_argument(
+        "--long-texts",
+        choices=LONG_TEXTS,
+        default="window",
+        help="a text longer than the model's maximum length: score each token in a window of the model's width "
+        "centred on it (window, the default; such rows say `windowed`) or leave an error row (error)",
+    )
+
+
 def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:
     """--vocab-restrict, read by `vocabulary`."""
     p.add_argument("--vocab-restrict", default=None, help=help)
@@ -257,6 +269,7 @@ def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True,
             "`dscore train maskless --target distribution` (default 0: off)",
         )
     p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
+    add_long_texts(p)
     p.add_argument(
         "--split-chars",
         action="store_true",
@@ -309,6 +322,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             args.word_scores,
             args.split_chars,
             getattr(args, "conditionals", 0),
+            args.long_texts,
         ),
         output=args.output,
     )

@@ -7,19 +7,24 @@ import argparse
 
 from ..config import ScoringOptions
 from ..errors import UserError
-from .common import add_model_arguments, finish, model_spec, ray_options, shard_rows, student_folder
+from .common import add_long_texts, add_model_arguments, finish, model_spec, ray_options, shard_rows, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dev", required=True, help="dev N-best list (see --format): weights are tuned here")
     p.add_argument(
-        "--dev", required=True, help="dev N-best list (JSONL, Parquet or ESPnet JSON): weights are tuned here"
+        "--test", required=True, help="test N-best list: the tuned weights are applied here, and it is written back"
     )
-    p.add_argument("--test", required=True, help="test N-best list: the tuned weights are applied here")
     p.add_argument(
-        "--dev-refs", default=None, help="references of the dev set, if not in the N-best file (utt_id, ref)"
+        "--dev-refs",
+        default=None,
+        help="references of the dev set, if not in the N-best file: JSONL/Parquet (utt_id, ref), TSV, mlm-scoring "
+        "JSON, or text (one line per utterance in id order, or Kaldi-style `utt_id ref`)",
     )
     p.add_argument("--test-refs", default=None, help="references of the test set, if not in the N-best file")
+    _add_format_arguments(p)
     add_model_arguments(p, maskless=True)
+    add_long_texts(p)
     p.add_argument(
         "--method",
         choices=("pll", "unmasked"),
@@ -30,6 +35,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal-model", default=None, help="also interpolate a causal LM (log P with its BOS/EOS)")
     _add_search_arguments(p)
     p.add_argument("--append", default="", help="text appended to each hypothesis before LM scoring ('.' for ASR)")
+
+
+def _add_format_arguments(p: argparse.ArgumentParser) -> None:
+    """How the N-best lists are read: `RescoreInputs`' fmt, kaldi_acwt and beam_size."""
+    from ..workflows.rescore.run import NBEST_FORMATS
+
+    p.add_argument(
+        "--format",
+        dest="nbest_format",
+        choices=NBEST_FORMATS,
+        default="auto",
+        help="format of --dev and --test (default auto: told by content; refused when it cannot be told)",
+    )
+    p.add_argument(
+        "--kaldi-acwt",
+        type=float,
+        default=1.0,
+        help="acoustic scale of Kaldi n-best lists: score = -(acwt * ac_cost + lm_cost) (default 1.0; Kaldi "
+        "recipes decode at 1/LMWT, e.g. 0.1)",
+    )
+    p.add_argument(
+        "--beam-size",
+        type=int,
+        default=None,
+        help="candidates per utterance of a NeMo beam TSV (which has no ids; else told from the references' count)",
+    )
 
 
 def _add_search_arguments(p: argparse.ArgumentParser) -> None:
@@ -76,7 +107,16 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.rescore.search import RescoreOptions
 
     inputs = RescoreInputs(
-        args.dev, args.test, args.output, args.dev_refs, args.test_refs, args.append, shard_rows(args)
+        args.dev,
+        args.test,
+        args.output,
+        args.dev_refs,
+        args.test_refs,
+        args.append,
+        shard_rows(args),
+        args.nbest_format,
+        args.kaldi_acwt,
+        args.beam_size,
     )
     options = RescoreOptions(
         metric=args.metric,
@@ -87,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
         lambda_limit=args.lambda_limit,
         bleu_tokenize=args.bleu_tokenize,
     )
-    scoring = ScoringOptions(args.variant, args.batch_tokens)
+    scoring = ScoringOptions(args.variant, args.batch_tokens, long_texts=args.long_texts)
     causal = model_spec(args, args.causal_model) if args.causal_model else None
     student = student_folder(args)
     if student and args.method != "pll":

@@ -1,22 +1,27 @@
 """N-best lists of a sequence model (ASR, MT) for rescoring, read into one validated table.
 
-Three input shapes become one table (`NBEST_SCHEMA`, one row per hypothesis):
+Every input shape becomes one table (`NBEST_SCHEMA`, one row per hypothesis):
 
 - JSONL or Parquet, one record per hypothesis: `utt_id`, `hyp_id` (the sequence model's rank),
-  `text`, `score` (its log-score), optional `ref` and `seq_len` (hypothesis length in the sequence
-  model's own tokens, used only to length-normalise `score`).
-- The ESPnet-style JSON of Shin et al. (2019) that mlm-scoring reads:
+  `text`, `score` (its natural-log score), optional `ref` and `seq_len` (hypothesis length in the
+  sequence model's own tokens, used only to length-normalise `score`).
+- The ESPnet-style JSON of Shin et al. (2019) that mlm-scoring reads (`mlm-scoring`):
   `{utt_id: {"ref": "...", "hyp_1": {"score": s, "text": "..."}, "hyp_2": {...}, ...}}`; keys of an
   utterance other than `ref` and `hyp_<rank>` are ignored.
+- The lists of fairseq, Moses/Marian, ESPnet, NeMo and Kaldi as those toolkits write them
+  (`nbest_formats`); Moses/Marian lists add a `features` column (their feature list, kept to be
+  written back).
 - References may instead come from a separate file (`read_references`): JSONL or Parquet with
-  `utt_id` and `ref`, a TSV of `utt_id<TAB>ref` lines, or the same ESPnet JSON.
+  `utt_id` and `ref`, a TSV of `utt_id<TAB>ref` lines, the mlm-scoring JSON, or text: one line per
+  utterance in the list's order, or Kaldi-style `utt_id ref` lines.
 
-Nothing is guessed: a malformed record (missing or non-numeric score, missing or blank text, a
-duplicate (utt_id, hyp_id), conflicting references) stops the read with one error that names every
-problem's place (first ones shown) and what to do. Texts are stripped of surrounding whitespace (the
-ESPnet lists start every hypothesis with a space), and the stripped text is what LMs score and what
-`unique_texts` returns. Rows come out grouped by utterance, in order of each utterance's first
-appearance in the input, hypotheses by rank.
+`--format auto` (`nbest_formats.detect`) tells the format by content; `.json` stays mlm-scoring's JSON
+unless it is ESPnet1's (`{"utts": ...}`). Nothing is guessed: a malformed record (missing or non-numeric
+score, missing or blank text, a duplicate (utt_id, hyp_id), conflicting references) stops the read with
+one error that names every problem's place (first ones shown) and what to do. Texts are stripped of
+surrounding whitespace (the ESPnet lists start every hypothesis with a space), and the stripped text is
+what LMs score and what `unique_texts` returns. Rows come out grouped by utterance, in order of each
+utterance's first appearance in the input (by numeric id for fairseq and Moses/Marian), hypotheses by rank.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import Any, BinaryIO, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
@@ -35,12 +40,16 @@ from ..errors import UserError
 from .inputs import detect_format
 from .storage import COMPRESSIONS, is_seekable, open_binary
 
+if TYPE_CHECKING:
+    from .nbest_formats import FormatOptions
+
 UTT_ID = "utt_id"
 HYP_ID = "hyp_id"
 TEXT = "text"
 SCORE = "score"
 REF = "ref"
 SEQ_LEN = "seq_len"
+FEATURES = "features"  # Moses/Marian's feature list, an extra column where the format has one
 
 NBEST_SCHEMA = pa.schema(
     [
@@ -53,8 +62,10 @@ NBEST_SCHEMA = pa.schema(
     ]
 )
 
-NBEST_FORMATS = ("espnet", "jsonl", "parquet")
-REFERENCE_FORMATS = ("espnet", "jsonl", "parquet", "tsv")
+FEATURES_FIELD = pa.field(FEATURES, pa.string())
+
+NBEST_FORMATS = ("auto", "jsonl", "parquet", "fairseq", "marian", "moses", "espnet", "nemo", "kaldi", "mlm-scoring")
+REFERENCE_FORMATS = ("mlm-scoring", "jsonl", "parquet", "tsv", "text")
 
 _HYP_KEY = re.compile(r"hyp_(\d+)")
 _SHOWN = 10  # problems listed in one error message
@@ -66,45 +77,67 @@ class NBestError(UserError):
 
 
 @dataclass(frozen=True)
-class _Record:
+class Record:
     """One input record and where it came from (for error messages)."""
 
     where: str
     fields: Mapping[str, Any]
 
 
-def read_nbest(uri: str, references: str | None = None, fmt: str | None = None) -> pa.Table:
+def read_nbest(
+    uri: str, references: str | None = None, fmt: str = "auto", options: FormatOptions | None = None
+) -> pa.Table:
     """Read an N-best list (and optionally a separate reference file) into a `NBEST_SCHEMA` table.
 
-    `fmt` is one of `NBEST_FORMATS`; by default `.json` means ESPnet JSON, `.jsonl`/`.ndjson` JSONL
-    and `.parquet`/`.pq` Parquet (after a compression suffix such as `.gz`).
+    `fmt` is one of `NBEST_FORMATS`; `auto` tells it by content (`nbest_formats.detect`). `options` holds
+    what a toolkit's format cannot say for itself (Kaldi's acoustic scale, NeMo's beam size).
     """
-    fmt = fmt or _format_of(uri, NBEST_FORMATS)
-    if fmt == "espnet":
-        records = _espnet_hypotheses(_load_json(uri), uri)
+    from . import nbest_formats
+
+    fmt = resolve_format(uri, fmt)
+    if fmt == "mlm-scoring":
+        records: Iterable[Record] = _espnet_hypotheses(load_json(uri), uri)
     elif fmt == "jsonl":
         records = _jsonl_records(uri)
     elif fmt == "parquet":
         records = _parquet_records(uri)
     else:
-        raise NBestError(f"N-best format {fmt!r} is not one of {NBEST_FORMATS}")
+        options = options or nbest_formats.FormatOptions()
+        count = reference_count(references) if fmt == "nemo" and references and not options.beam_size else None
+        records = nbest_formats.toolkit_records(uri, fmt, options, count)
     table = nbest_table(records, uri)
     if references is not None:
-        table = with_references(table, read_references(references), references)
+        utt_ids = list(dict.fromkeys(table.column(UTT_ID).to_pylist()))
+        table = with_references(table, read_references(references, utt_ids=utt_ids), references)
     return table
 
 
-def read_references(uri: str, fmt: str | None = None) -> dict[str, str]:
-    """utt_id -> reference text from a file in one of `REFERENCE_FORMATS` (stripped like hypotheses)."""
-    fmt = fmt or _format_of(uri, REFERENCE_FORMATS)
-    if fmt == "espnet":
-        records: Iterable[_Record] = _espnet_references(_load_json(uri), uri)
+def resolve_format(uri: str, fmt: str = "auto") -> str:
+    """`fmt` checked against `NBEST_FORMATS`, `auto` told by the list's content."""
+    from .nbest_formats import detect
+
+    if fmt not in NBEST_FORMATS:
+        raise NBestError(f"N-best format {fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
+    return detect(uri) if fmt == "auto" else fmt
+
+
+def read_references(uri: str, fmt: str | None = None, utt_ids: Sequence[str] = ()) -> dict[str, str]:
+    """utt_id -> reference text from a file in one of `REFERENCE_FORMATS` (stripped like hypotheses).
+
+    A text file gives one reference per line: Kaldi-style `utt_id ref` when every line starts with one of
+    `utt_ids` (the N-best list's utterances, in order), else the i-th line is the i-th utterance's.
+    """
+    fmt = fmt or _reference_format(uri)
+    if fmt == "mlm-scoring":
+        records: Iterable[Record] = _espnet_references(load_json(uri), uri)
     elif fmt == "jsonl":
         records = _jsonl_records(uri)
     elif fmt == "parquet":
         records = _parquet_records(uri)
     elif fmt == "tsv":
         records = _tsv_references(uri)
+    elif fmt == "text":
+        records = _text_references(uri, utt_ids)
     else:
         raise NBestError(f"reference format {fmt!r} is not one of {REFERENCE_FORMATS}")
     refs: dict[str, str] = {}
@@ -124,7 +157,7 @@ def read_references(uri: str, fmt: str | None = None) -> dict[str, str]:
     return refs
 
 
-def nbest_table(records: Iterable[Mapping[str, Any] | _Record], source: str = "N-best list") -> pa.Table:
+def nbest_table(records: Iterable[Mapping[str, Any] | Record], source: str = "N-best list") -> pa.Table:
     """Validate hypothesis records (dicts with the `NBEST_SCHEMA` fields) into a table.
 
     This is what every reader ends with; in-memory lists (tests, generated data) use it directly.
@@ -133,8 +166,8 @@ def nbest_table(records: Iterable[Mapping[str, Any] | _Record], source: str = "N
     rows: list[dict] = []
     problems: list[str] = []
     for index, record in enumerate(records):
-        if not isinstance(record, _Record):
-            record = _Record(f"record {index + 1}", record)
+        if not isinstance(record, Record):
+            record = Record(f"record {index + 1}", record)
         row, problem = _hypothesis_row(record)
         if problem:
             problems.append(f"{record.where}: {problem}")
@@ -148,8 +181,9 @@ def nbest_table(records: Iterable[Mapping[str, Any] | _Record], source: str = "N
         problems += _utterance_problems(utt_id, hyps)
     _raise_if(problems, source, "hypothesis records", "fix or drop these records; nothing was rescored")
     ordered = [row for hyps in by_utt.values() for row in sorted(hyps, key=lambda r: r[HYP_ID])]
-    columns = {name: [row[name] for row in ordered] for name in NBEST_SCHEMA.names}
-    return pa.Table.from_pydict(columns, schema=NBEST_SCHEMA)
+    schema = NBEST_SCHEMA.append(FEATURES_FIELD) if any(row[FEATURES] is not None for row in ordered) else NBEST_SCHEMA
+    columns = {name: [row[name] for row in ordered] for name in schema.names}
+    return pa.Table.from_pydict(columns, schema=schema)
 
 
 def with_references(table: pa.Table, refs: Mapping[str, str], source: str) -> pa.Table:
@@ -187,7 +221,7 @@ def unique_texts(*tables: pa.Table) -> list[str]:
     return sorted(texts)
 
 
-def _hypothesis_row(record: _Record) -> tuple[dict, str | None]:
+def _hypothesis_row(record: Record) -> tuple[dict, str | None]:
     """The validated row of one record, or what is wrong with it."""
     f = record.fields
     utt_id = _utt_id(f.get(UTT_ID))
@@ -224,7 +258,11 @@ def _hypothesis_row(record: _Record) -> tuple[dict, str | None]:
         not isinstance(seq_len, int) or isinstance(seq_len, bool) or not 0 <= seq_len <= _INT32_MAX
     ):
         return {}, f"{where}: `{SEQ_LEN}` is not a non-negative integer (got {seq_len!r})"
+    features = f.get(FEATURES)
+    if features is not None and not isinstance(features, str):
+        return {}, f"{where}: `{FEATURES}` is not a string (got {features!r})"
     row = {UTT_ID: utt_id, HYP_ID: hyp_id, TEXT: text.strip(), SCORE: float(score), REF: ref, SEQ_LEN: seq_len}
+    row[FEATURES] = features
     if ref is not None:
         row[REF] = ref.strip()
     return row, None
@@ -266,20 +304,28 @@ def _raise_if(problems: list[str], source: str, what: str, fix: str) -> None:
     raise NBestError(f"{source}: {len(problems)} problems in the {what}: {shown}{more}. To fix: {fix}")
 
 
-def _format_of(uri: str, allowed: tuple[str, ...]) -> str:
+def _reference_format(uri: str) -> str:
+    """By name: `.json` is mlm-scoring's JSON, `.jsonl`, `.parquet`, `.tsv` theirs, anything else text lines."""
     suffixes = [s.lower() for s in PurePosixPath(uri).suffixes]
     if suffixes and suffixes[-1] in COMPRESSIONS:
         suffixes.pop()
-    fmt = "espnet" if suffixes and suffixes[-1] == ".json" else detect_format(uri)
-    if fmt not in allowed:
+    fmt = "mlm-scoring" if suffixes and suffixes[-1] == ".json" else detect_format(uri)
+    if fmt not in REFERENCE_FORMATS:
         raise NBestError(
-            f"cannot tell the format of {uri!r} from its name; use one of the suffixes .json (ESPnet), "
-            f".jsonl, .parquet{', .tsv' if 'tsv' in allowed else ''}, or name the format ({', '.join(allowed)})"
+            f"cannot read references from {uri!r} ({fmt}); use a .json (mlm-scoring), .jsonl, .parquet or .tsv "
+            "file, or text with one reference per line"
         )
     return fmt
 
 
-def _open(uri: str, seekable: bool) -> BinaryIO:
+def reference_count(uri: str) -> int:
+    """How many utterances a reference file covers (what groups a NeMo list's beams)."""
+    if _reference_format(uri) == "text":
+        return sum(1 for _ in _reference_lines(uri))
+    return len(read_references(uri))
+
+
+def open_file(uri: str, seekable: bool) -> BinaryIO:
     """`open_binary`, with a missing or unreadable N-best or reference file as an `NBestError`."""
     try:
         return open_binary(uri, seekable)
@@ -289,7 +335,7 @@ def _open(uri: str, seekable: bool) -> BinaryIO:
         ) from exc
 
 
-def _load_json(uri: str) -> dict:
+def load_json(uri: str) -> dict:
     """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict:
@@ -299,7 +345,7 @@ def _load_json(uri: str) -> dict:
             raise NBestError(f"{uri}: the key(s) {repeated!r} appear twice in one JSON object; each must be unique")
         return dict(items)
 
-    with _open(uri, seekable=False) as stream:
+    with open_file(uri, seekable=False) as stream:
         try:
             document = json.load(stream, object_pairs_hook=pairs)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -309,7 +355,7 @@ def _load_json(uri: str) -> dict:
     return document
 
 
-def _espnet_hypotheses(document: dict, uri: str) -> Iterator[_Record]:
+def _espnet_hypotheses(document: dict, uri: str) -> Iterator[Record]:
     for utt_id, entry in document.items():
         if not isinstance(entry, dict):
             raise NBestError(f"{uri}: utterance {utt_id!r} is a {type(entry).__name__}, not an object of hyp_N entries")
@@ -325,17 +371,17 @@ def _espnet_hypotheses(document: dict, uri: str) -> Iterator[_Record]:
             if not isinstance(hyp, dict):
                 raise NBestError(f"{where}: expected an object with `score` and `text`, got {hyp!r}")
             fields = {UTT_ID: utt_id, HYP_ID: int(match.group(1)), TEXT: hyp.get(TEXT), SCORE: hyp.get(SCORE)}
-            yield _Record(where, {**fields, REF: entry.get(REF)})
+            yield Record(where, {**fields, REF: entry.get(REF)})
 
 
-def _espnet_references(document: dict, uri: str) -> Iterator[_Record]:
+def _espnet_references(document: dict, uri: str) -> Iterator[Record]:
     for utt_id, entry in document.items():
         ref = entry.get(REF) if isinstance(entry, dict) else None
-        yield _Record(f"{uri} utterance {utt_id!r}", {UTT_ID: utt_id, REF: ref})
+        yield Record(f"{uri} utterance {utt_id!r}", {UTT_ID: utt_id, REF: ref})
 
 
-def _jsonl_records(uri: str) -> Iterator[_Record]:
-    with _open(uri, seekable=False) as stream:
+def _jsonl_records(uri: str) -> Iterator[Record]:
+    with open_file(uri, seekable=False) as stream:
         for number, raw in enumerate(stream, start=1):
             if not raw.strip():
                 continue
@@ -346,21 +392,47 @@ def _jsonl_records(uri: str) -> Iterator[_Record]:
                 raise NBestError(f"{where} is not a JSON record ({exc}); JSONL holds one JSON object per line") from exc
             if not isinstance(fields, dict):
                 raise NBestError(f"{where} is a JSON {type(fields).__name__}, not an object")
-            yield _Record(where, fields)
+            yield Record(where, fields)
 
 
-def _parquet_records(uri: str) -> Iterator[_Record]:
+def _parquet_records(uri: str) -> Iterator[Record]:
     import pyarrow.parquet as pq
 
-    with _open(uri, seekable=True) as stream:
+    with open_file(uri, seekable=True) as stream:
         source = stream if is_seekable(uri) else io.BytesIO(stream.read())
         table = pq.read_table(source)
     for number, fields in enumerate(table.to_pylist(), start=1):
-        yield _Record(f"{uri} row {number}", fields)
+        yield Record(f"{uri} row {number}", fields)
 
 
-def _tsv_references(uri: str) -> Iterator[_Record]:
-    with _open(uri, seekable=False) as stream:
+def _reference_lines(uri: str) -> Iterator[tuple[int, str]]:
+    with open_file(uri, seekable=False) as stream:
+        for number, raw in enumerate(stream, start=1):
+            yield number, raw.decode("utf-8").rstrip("\r\n")
+
+
+def _text_references(uri: str, utt_ids: Sequence[str]) -> Iterator[Record]:
+    """Kaldi-style `utt_id ref` lines when every line starts with an utterance of the list, else one
+    reference per line in the list's utterance order (the count must match)."""
+    lines = list(_reference_lines(uri))
+    known = set(utt_ids)
+    if lines and all(line.split(maxsplit=1)[0] in known for _, line in lines if line.strip()):
+        for number, line in lines:
+            if line.strip():
+                utt_id, _, ref = line.strip().partition(" ")
+                yield Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: ref})
+        return
+    if len(lines) != len(utt_ids):
+        raise NBestError(
+            f"{uri}: {len(lines)} reference lines for {len(utt_ids)} utterances; give one line per utterance in "
+            "the N-best list's order, or Kaldi-style `utt_id reference` lines"
+        )
+    for (number, line), utt_id in zip(lines, utt_ids):
+        yield Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: line})
+
+
+def _tsv_references(uri: str) -> Iterator[Record]:
+    with open_file(uri, seekable=False) as stream:
         for number, raw in enumerate(stream, start=1):
             line = raw.decode("utf-8").rstrip("\r\n")
             if not line.strip() or (number == 1 and line == f"{UTT_ID}\t{REF}"):
@@ -368,4 +440,4 @@ def _tsv_references(uri: str) -> Iterator[_Record]:
             utt_id, tab, ref = line.partition("\t")
             if not tab:
                 raise NBestError(f"{uri} line {number}: expected `utt_id<TAB>reference`, found no tab")
-            yield _Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: ref})
+            yield Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: ref})

@@ -126,8 +126,9 @@ def row_sums(table: pa.Table) -> list[dict] | None:
     """What a shard's marker records of its scored rows for the run's summary (`pipeline.aggregate`), so that the
     summary reads no shard again: per partition value (a `partition` of each group, when the rows have that
     column), the rows, the ok rows and the errors, the sums over the ok rows of the PLL, tokens, words and unknown
-    tokens, and the ok rows mostly of unknown tokens. The fields are `CorpusStats`' (`of_table` of the same rows
-    gives the same figures). None for rows without a PLL (other workloads summarise their own rows)."""
+    tokens, the ok rows mostly of unknown tokens and the ok rows scored in windows (`--long-texts window`). The
+    fields are `CorpusStats`' (`of_table` of the same rows gives the same figures). None for rows without a PLL
+    (other workloads summarise their own rows)."""
     if not {S.STATUS, S.PLL, S.N_TOKENS, S.N_WORDS} <= set(table.column_names):
         return None
     if S.PARTITION not in table.column_names:
@@ -147,6 +148,9 @@ def _sums(table: pa.Table) -> dict:
         return pc.sum(pc.filter(table[column], ok)).as_py() or 0
 
     unknown, mostly = unknown_tokens(table)
+    windowed = (
+        pc.sum(pc.and_(ok, table[S.WINDOWED]).cast(pa.int64())).as_py() if S.WINDOWED in table.column_names else 0
+    )
     return {
         "rows": table.num_rows,
         "ok": n_ok,
@@ -156,6 +160,7 @@ def _sums(table: pa.Table) -> dict:
         "n_words": int(total(S.N_WORDS)),
         "n_unknown": unknown,
         "mostly_unknown": mostly,
+        "windowed": windowed or 0,
     }
 
 
@@ -262,6 +267,7 @@ class OutputDir:
         if changed:
             edited = changed_files(previous[INPUT_FILES], run.get(INPUT_FILES, {})) if INPUT_FILES in previous else []
             unknown = [k for k in changed if k not in run]
+            newer = [k for k in changed if k not in previous]
             raise OutputError(
                 f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
                 + (f"; changed since: {', '.join(edited)}" if edited else "")
@@ -269,6 +275,12 @@ class OutputDir:
                     f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
                     "workload or an older dscore"
                     if unknown
+                    else ""
+                )
+                + (
+                    f"; it records no {', '.join(newer)}: written before that option existed, with its earlier "
+                    "behaviour (docs/runs.md)"
+                    if newer
                     else ""
                 )
                 + "); use another --output, or pass --overwrite to replace them"
@@ -465,6 +477,7 @@ class OutputDir:
             self._put(path, data)
             return
         temporary = posixpath.join(posixpath.dirname(path), f".{posixpath.basename(path)}.{uuid.uuid4().hex}.tmp")
+        self.fs.create_dir(posixpath.dirname(path), recursive=True)  # a file in a sub-folder (a rescored list's)
         self._write_through(temporary, path, data)
 
     def _put(self, path: str, data: bytes | pa.Buffer) -> None:

@@ -26,6 +26,7 @@ PIECE_WORDS = "piece_words"  # tokenizer word id per token, -1 for special token
 TARGET_WORDS = "target_words"  # whitespace-word index of each target (word-level scores)
 N_WORDS = "n_words"
 N_UNKNOWN = "n_unknown"  # scored tokens that are the tokenizer's unknown token
+WINDOWED = "windowed"  # the text was longer than the model's window and was scored in windows (`engine.windows`)
 
 # Score stage: the published output columns.
 MODEL = "model"
@@ -90,6 +91,7 @@ def output_schema(
     partition: bool = False,
     conditionals: bool = False,
     out_of_range: bool = False,
+    windowed: bool = False,
 ) -> pa.Schema:
     """The schema of the scored Parquet rows.
 
@@ -102,7 +104,9 @@ def output_schema(
     `out_of_range` (a maskless student's rows) is true where the predicted PLL per token lies outside the
     range the student's training rows spanned, null on error rows. `conditionals` (with `per_token`)
     adds the top of each scored token's conditional, in float32: a distillation target, not a published
-    score. `partition` is last, when the run was asked to partition its rows.
+    score. `windowed` (`--long-texts window`) is true for a text longer than the model's window, each of
+    whose tokens was scored in a window of the model's width (`engine.windows`); false on error rows.
+    `partition` is last, when the run was asked to partition its rows.
     """
     fields = [
         pa.field(ID, pa.string(), nullable=False),
@@ -118,6 +122,8 @@ def output_schema(
         pa.field(MODEL, pa.string(), nullable=False),
         pa.field(VARIANT, pa.string(), nullable=False),
     ]
+    if windowed:
+        fields.append(pa.field(WINDOWED, pa.bool_(), nullable=False))
     if out_of_range:
         fields.append(pa.field(OUT_OF_RANGE, pa.bool_()))
     if per_token:

@@ -78,11 +78,12 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
     by_partition: dict[str | None, CorpusStats] = {}
-    n_unknown, mostly_unknown = 0, 0
+    n_unknown, mostly_unknown, windowed = 0, 0, 0
     for shard in plan:
         groups = markers[shard.key].get(ROW_SUMS)
         for group in groups if groups is not None else _read_sums(out, shard.key):
             n_unknown, mostly_unknown = n_unknown + group["n_unknown"], mostly_unknown + group["mostly_unknown"]
+            windowed += group.get("windowed", 0)  # markers written before windows record none
             shard_stats = _stats(group)
             stats += shard_stats
             by_input[shard.file.name] = by_input.get(shard.file.name, CorpusStats()) + shard_stats
@@ -104,6 +105,7 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
         n_unknown=n_unknown,
         mostly_unknown_rows=mostly_unknown,
         warnings=unknown_warnings(mostly_unknown, stats.ok),
+        windowed_rows=windowed if config.scoring.long_texts == "window" else None,
         by_partition={str(name): s for name, s in sorted(by_partition.items(), key=str)}
         if config.inputs.partitioned
         else None,
@@ -118,7 +120,7 @@ def _read_sums(out: OutputDir, key: str) -> list[dict]:
     """The figures of a shard whose marker records none (an earlier dscore wrote it): a few columns of its file read."""
     part = pq.ParquetFile(out.part_path(key), filesystem=out.fs)
     names = part.schema_arrow.names
-    sums = row_sums(part.read(columns=[c for c in (*STAT_COLUMNS, S.N_UNKNOWN, S.PARTITION) if c in names]))
+    sums = row_sums(part.read(columns=[c for c in (*STAT_COLUMNS, S.N_UNKNOWN, S.WINDOWED, S.PARTITION) if c in names]))
     assert sums is not None, f"shard {key} holds no PLL"  # summarize is the PLL workloads'
     return sums
 
@@ -126,7 +128,8 @@ def _read_sums(out: OutputDir, key: str) -> list[dict]:
 @dataclass(frozen=True)
 class Summary:
     """summary.json: the corpus statistics (flattened into the top level on disk), what was scored, per
-    input (and per partition when partitioned, else the key is absent), unknown tokens and warnings."""
+    input (and per partition when partitioned, else the key is absent), unknown tokens, warnings, and the ok
+    rows scored in windows (`windowed_rows`, absent with `--long-texts error`)."""
 
     stats: CorpusStats
     rows_expected: int
@@ -141,6 +144,7 @@ class Summary:
     warnings: list[str]
     by_partition: dict[str, CorpusStats] | None = None
     version: int = SUMMARY_VERSION
+    windowed_rows: int | None = None
 
     def to_json(self) -> dict:
         data = {
@@ -159,6 +163,8 @@ class Summary:
         }
         if self.by_partition is not None:
             data["by_partition"] = {name: s.to_dict() for name, s in self.by_partition.items()}
+        if self.windowed_rows is not None:
+            data["windowed_rows"] = self.windowed_rows
         return data
 
     @classmethod
@@ -179,6 +185,7 @@ class Summary:
             data["warnings"],
             {name: _stats(s) for name, s in partitions.items()} if partitions is not None else None,
             data.get("version", SUMMARY_VERSION),
+            data.get("windowed_rows"),
         )
 
 

@@ -28,6 +28,7 @@ from ..pipeline.workload import Declaration, Workload
 if TYPE_CHECKING:
     from ..engine.masked_lm import MaskedLM
     from ..engine.pll import Conditionals
+    from ..engine.windows import Window
 
 logger = logging.getLogger(__name__)
 
@@ -48,10 +49,18 @@ class PLLOptions:
     word_scores: bool
     split_chars: bool = field(default=False, metadata=ADDED_LATER)
     conditionals: int = field(default=0, metadata=ADDED_LATER)
+    long_texts: str = field(default="error", metadata=ADDED_LATER)  # what every run did before windows
 
     @classmethod
     def of(cls, scoring: ScoringOptions) -> "PLLOptions":
-        return cls(scoring.variant, scoring.per_token, scoring.word_scores, scoring.split_chars, scoring.conditionals)
+        return cls(
+            scoring.variant,
+            scoring.per_token,
+            scoring.word_scores,
+            scoring.split_chars,
+            scoring.conditionals,
+            scoring.long_texts,
+        )
 
 
 def to_sentence(row: Row) -> Sentence:
@@ -90,8 +99,17 @@ class PLLScorer(Stage):
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
         return S.output_schema(
-            self.options.per_token, self.options.word_scores, S.PARTITION in columns, self.options.conditionals > 0
+            self.options.per_token,
+            self.options.word_scores,
+            S.PARTITION in columns,
+            self.options.conditionals > 0,
+            windowed=self.windows,
         )
+
+    @property
+    def windows(self) -> bool:
+        """Whether texts longer than the model's window are scored in windows (their rows say `windowed`)."""
+        return self.options.long_texts == "window"
 
     def process(self, rows: list[Row]) -> list[Row]:
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
@@ -102,11 +120,33 @@ class PLLScorer(Stage):
 
     def _score(self, sentences: Sequence[Sentence]) -> list[np.ndarray | Conditionals | str]:
         """Token log-probs (with --conditionals, and the conditionals) per sentence, or an error message for
-        a sentence that fails on its own."""
+        a sentence that fails on its own. A sentence longer than the model's window (the preparer lets one
+        through with `--long-texts window`) is scored as its windows, batched with the others, and stitched."""
+        from ..engine.windows import split, stitch
+
         k = self.options.conditionals
+        parts: list[list[Window] | str | None] = [
+            split(s, self.mlm.max_length, self.options.variant) if len(s.input_ids) > self.mlm.max_length else None
+            for s in sentences
+        ]
+        flat = [w.sentence for p in parts if isinstance(p, list) for w in p]
+        flat += [s for s, p in zip(sentences, parts) if p is None]
         if k:
-            return isolated(lambda batch: self.engine.token_conditionals(batch, k, self.report), sentences)
-        return isolated(lambda batch: self.engine.token_logprobs(batch, self.report), sentences)
+            results = isolated(lambda batch: self.engine.token_conditionals(batch, k, self.report), flat)
+        else:
+            results = isolated(lambda batch: self.engine.token_logprobs(batch, self.report), flat)
+        windowed, whole = iter(results[: len(flat) - parts.count(None)]), iter(results[len(flat) - parts.count(None) :])
+        out: list[np.ndarray | Conditionals | str] = []
+        for s, p in zip(sentences, parts):
+            if p is None:
+                out.append(next(whole))
+            elif isinstance(p, str):
+                out.append(p)
+            else:
+                got = [next(windowed) for _ in p]
+                failed = next((g for g in got if isinstance(g, str)), None)
+                out.append(failed if failed is not None else stitch(len(s.targets), p, got))
+        return out
 
     def _row(self, row: Row, scored: np.ndarray | Conditionals | str | None) -> Row:
         """The output row of a prepared row and its token log-probs (or error); `partition` passes through."""
@@ -131,6 +171,7 @@ class PLLScorer(Stage):
             S.MODEL: self.model_name,
             S.VARIANT: self.options.variant,
         }
+        out[S.WINDOWED] = ok and len(row[S.INPUT_IDS]) > self.mlm.max_length  # a column with --long-texts window
         if self.options.per_token:
             ids = [row[S.INPUT_IDS][t] for t in row[S.TARGETS]] if ok else None
             out[S.TOKENS] = self.mlm.tokenizer.convert_ids_to_tokens(ids) if ok else None
@@ -167,12 +208,12 @@ def isolated(score: Callable[[Sequence[T]], Sequence[R]], items: Sequence[T]) ->
         return results
 
 
-def pll_preparer(model: ModelSpec, split_chars: bool) -> Callable[[pa.Table], pa.Table]:
+def pll_preparer(model: ModelSpec, split_chars: bool, long_texts: str = "error") -> Callable[[pa.Table], pa.Table]:
     from ..engine.model_files import load_tokenizer
     from .prepare import PLLPreparer
 
     tokenizer, max_length = load_tokenizer(model)
-    return PLLPreparer(tokenizer, max_length, split_chars)
+    return PLLPreparer(tokenizer, max_length, split_chars, long_texts)
 
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
@@ -180,7 +221,7 @@ def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     return Workload(
         DECLARED.name,
         PLLOptions.of(scoring),
-        partial(pll_preparer, model, scoring.split_chars),
+        partial(pll_preparer, model, scoring.split_chars, scoring.long_texts),
         partial(PLLScorer, model, scoring),
         model.device,
     )

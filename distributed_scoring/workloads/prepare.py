@@ -29,6 +29,9 @@ _WORD = re.compile(r"\S+")
 # Characters per allowed token beyond which a text is probed first. Real text averages 3 to 6; the value
 # only decides how early an over-long text is caught, never whether a row fits.
 PROBE_CHARS_PER_TOKEN = 16
+# With windows, the longest text scored is this many times the model's maximum (51,200 tokens for BERT's 512):
+# its cost is a pass of the full width per token, and a whole book in one row is more likely a reading mistake.
+WINDOWED_LIMIT = 100
 
 
 @dataclass(frozen=True)
@@ -49,11 +52,16 @@ def whitespace_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WORD.finditer(text)]
 
 
-def _too_long(length: str, max_length: int) -> Prepared:
-    """The error row of a text over the model's maximum; `length` says how long it is."""
+def _too_long(length: str, max_length: int, windowed: bool = False) -> Prepared:
+    """The error row of a text over the longest one scored; `length` says how long it is."""
+    if windowed:
+        return Prepared(
+            error=f"{length}, over the {WINDOWED_LIMIT} windows of the model's {max_length} tokens that "
+            "--long-texts window scores in one row; it was not truncated: split it"
+        )
     return Prepared(
-        error=f"{length}, over the model's maximum of {max_length}; it was not truncated: split it, "
-        "or use a model with more positions"
+        error=f"{length}, over the model's maximum of {max_length}; it was not truncated: split it, or use a "
+        "model with more positions"
     )
 
 
@@ -72,16 +80,19 @@ def split_characters(text: str) -> str:
     return " ".join(ch for ch in text if not ch.isspace())
 
 
-def prepare_encoding(encoding: Any, text: str, max_length: int, unk_id: int | None = None) -> Prepared:
+def prepare_encoding(
+    encoding: Any, text: str, max_length: int, unk_id: int | None = None, windowed: bool = False
+) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
     Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is
     assigned to the whitespace word in which its character span starts (a piece made only of whitespace
-    goes to the following word), so word scores add up to the PLL.
+    goes to the following word), so word scores add up to the PLL. With `windowed`, a text over
+    `max_length` is kept (its scorer windows it) up to `WINDOWED_LIMIT` times that.
     """
     ids = encoding.ids
-    if len(ids) > max_length:
-        return _too_long(f"sentence is {len(ids)} tokens long with special tokens", max_length)
+    if len(ids) > max_length * (WINDOWED_LIMIT if windowed else 1):
+        return _too_long(f"sentence is {len(ids)} tokens long with special tokens", max_length, windowed)
     targets = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
     if not targets:
         return Prepared(error="the tokenizer produced no scorable (non-special) tokens for this text")
@@ -104,7 +115,8 @@ class PLLPreparer(Stage):
     """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
     With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).
-    A `partition` column, when present, passes through.
+    A `partition` column, when present, passes through. `long_texts`: a text over the model's maximum is an
+    error row (`error`), or kept whole for a scorer that windows it (`window`, the PLL's: `engine.windows`).
     """
 
     reads = {
@@ -114,10 +126,12 @@ class PLLPreparer(Stage):
         S.ERROR: "why the row could not be read",
     }
 
-    def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False) -> None:
+    def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False, long_texts: str = "error") -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.split_chars = split_chars
+        self.windowed = long_texts == "window"
+        self.limit = max_length * (WINDOWED_LIMIT if self.windowed else 1)  # the most tokens a row may have
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:
         return S.prepared_schema(S.PARTITION in columns)
@@ -141,12 +155,12 @@ class PLLPreparer(Stage):
             out[i] = error
         todo = [i for i, p in enumerate(out) if p is None]
         for i, encoding in zip(todo, self._encode([texts[i] for i in todo]) if todo else ()):
-            out[i] = prepare_encoding(encoding, texts[i], self.max_length, self.tokenizer.unk_token_id)
+            out[i] = prepare_encoding(encoding, texts[i], self.max_length, self.tokenizer.unk_token_id, self.windowed)
         return out
 
     def _over_long_by_prefix(self, texts: list[str], candidates: list[int]) -> dict[int, Prepared]:
         """The error of every candidate text whose first whole words alone are over the maximum."""
-        limit = self.max_length * PROBE_CHARS_PER_TOKEN
+        limit = self.limit * PROBE_CHARS_PER_TOKEN
         probes = {i: _word_prefix(texts[i], limit) for i in candidates}
         probes = {i: p for i, p in probes.items() if p is not None}
         if not probes:
@@ -157,9 +171,10 @@ class PLLPreparer(Stage):
                 f"sentence is {len(texts[i])} characters long; its first {len(probe)} characters alone make "
                 f"{n} tokens with special tokens",
                 self.max_length,
+                self.windowed,
             )
             for (i, probe), n in zip(probes.items(), lengths)
-            if n > self.max_length
+            if n > self.limit
         }
 
     def _encode(self, texts: list[str], ids_only: bool = False) -> list[Any]:

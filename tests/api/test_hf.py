@@ -47,7 +47,8 @@ def test_dataset_dicts_and_iterable_datasets(scorer):
         yield from ({"text": t} for t in SENTENCES)
 
     streamed = scorer.score_dataset(IterableDataset.from_generator(rows), batch_size=4)
-    assert [r["status"] for r in streamed] == ["ok"] * 4 + ["error"] * 2
+    assert [r["status"] for r in streamed] == ["ok"] * 4 + ["error", "ok"]
+    assert [r["windowed"] for r in streamed] == [False] * 5 + [True]  # "the " * 200: longer than the window
 
 
 def test_wrong_columns_are_refused_before_work(scorer):

@@ -43,6 +43,12 @@ def scorer(bert):
     return MLMScorer(bert, device="cpu")
 
 
+@pytest.fixture(scope="module")
+def strict(bert):
+    """A scorer that leaves a text longer than the model's window as an error row, as before windows."""
+    return MLMScorer(bert, device="cpu", long_texts="error")
+
+
 def cli(*args: object) -> None:
     with redirect_stdout(io.StringIO()):
         assert main([str(a) for a in args]) == 0
@@ -113,7 +119,8 @@ def test_word_scores_pair_words_with_their_sums(scorer):
     assert sum(s for _, s in words) == pytest.approx(rows[S.PLL])
 
 
-def test_bad_inputs_are_nan_or_none_with_one_warning_and_their_reasons(scorer, caplog):
+def test_bad_inputs_are_nan_or_none_with_one_warning_and_their_reasons(strict, caplog):
+    scorer = strict
     texts = ["the quick brown fox", *BAD]
     with caplog.at_level(logging.WARNING, logger="distributed_scoring.api.scorer"):
         plls = scorer.pll(texts)

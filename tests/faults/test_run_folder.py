@@ -4,6 +4,7 @@ input edited under a resumed run is refused; a second run on a locked folder is 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -18,7 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from distributed_scoring.cli import main
-from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
+from distributed_scoring.config import InputSpec, ModelSpec, RunConfig, ScoringOptions
+from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
 from distributed_scoring.io.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
 from distributed_scoring.io.output import BOOKKEEPING, OutputDir, OutputError
@@ -291,12 +293,22 @@ PLL_RUN_KEYS = {
 }
 
 
-def test_a_pll_folder_records_what_earlier_versions_did(run):
-    """Folders written before the options dataclasses keep resuming: same keys, split_chars only when set."""
-    _, out = run
+def test_a_pll_folder_records_what_earlier_versions_did(run, tmp_path):
+    """Folders written before the options dataclasses keep resuming: same keys, split_chars only when set. A run
+    that windows long texts (the default since) records `long_texts`, so that a folder of an earlier dscore,
+    whose long texts are error rows, is not resumed with windowed rows: `--long-texts error` resumes it."""
+    config, out = run
     recorded = json.loads((out / "_run.json").read_text())
+    assert set(recorded) - set(BOOKKEEPING) == PLL_RUN_KEYS - set(BOOKKEEPING) | {"long_texts"}
+    assert recorded["workload"] == "pll" and recorded["variant"] == "original" and recorded["long_texts"] == "window"
+    strict = dataclasses.replace(config, scoring=ScoringOptions(long_texts="error"), output=str(tmp_path / "strict"))
+    score(strict)
+    recorded = json.loads((tmp_path / "strict" / "_run.json").read_text())
     assert set(recorded) - set(BOOKKEEPING) == PLL_RUN_KEYS - set(BOOKKEEPING)
-    assert recorded["workload"] == "pll" and recorded["variant"] == "original"
+    earlier = tmp_path / "strict" / "_run.json"
+    with pytest.raises(UserError, match=r"differs in: long_texts; it records no long_texts: written before that"):
+        score(dataclasses.replace(strict, scoring=ScoringOptions()))
+    assert json.loads(earlier.read_text()) == recorded
 
 
 def test_a_folder_written_before_the_bookkeeping_keys_resumes_and_records_them(run):

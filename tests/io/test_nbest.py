@@ -177,6 +177,7 @@ def test_parquet_with_a_null_score_is_refused(tmp_path):
 
 
 def test_unknown_format_and_duplicate_reference_are_refused(tmp_path):
+    (tmp_path / "n.txt").write_text("just some words\n")  # the format is told by content, not by name
     with pytest.raises(NBestError, match="cannot tell the format"):
         read_nbest(str(tmp_path / "n.txt"))
     path = tmp_path / "refs.tsv"

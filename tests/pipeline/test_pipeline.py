@@ -55,10 +55,11 @@ def test_pipeline_equals_in_process_on_mixed_inputs(ray_local, tmp_path, tiny_mo
         "plain.txt:2",
         "plain.txt:3",
         "plain.txt:5",
-        "plain.txt:6",
         "packed.jsonl.gz:2",
         "packed.jsonl.gz:3",
     }
+    assert [k for k, v in b.items() if v[S.WINDOWED]] == ["plain.txt:6"]  # 120 tokens: in windows, on Ray too
+    assert local["windowed_rows"] == distributed["windowed_rows"] == 1
     for key in ("rows", "ok", "errors", "n_tokens", "n_words"):
         assert local[key] == distributed[key]
     assert distributed["sum_pll"] == pytest.approx(local["sum_pll"], abs=1e-4)

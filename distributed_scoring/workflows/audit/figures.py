@@ -172,6 +172,7 @@ class _Scan:
     nll: list[np.ndarray] = field(default_factory=list)  # per batch, NaN where not eligible as outlier
     codes: list[np.ndarray] = field(default_factory=list)
     file_rows: list[int] = field(default_factory=list)
+    windowed: int | None = None  # ok rows scored in windows; None while no file has the `windowed` column
 
     def rows(self, fs: pafs.FileSystem, files: list[str]) -> ScannedRows:
         """What the outlier rule and the second pass need of the scanned `files`."""
@@ -294,8 +295,8 @@ def _columns(pf: pq.ParquetFile, path: str, config: AuditConfig) -> list[str]:
             f"{path} lacks the column(s) {missing} (it has {names}); the audit reads `dscore score` rows "
             f"with a {config.partition_column!r} column (set AuditConfig.partition_column for another name)"
         )
-    per_token = [S.TOKEN_LOGPROBS] if S.TOKEN_LOGPROBS in names else []
-    return [S.ID, config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *per_token]
+    optional = [c for c in (S.TOKEN_LOGPROBS, S.WINDOWED) if c in names]
+    return [S.ID, config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *optional]
 
 
 def _scan(fs: pafs.FileSystem, files: list[str], config: AuditConfig, row_stats: pq.ParquetWriter) -> _Scan:
@@ -342,6 +343,9 @@ def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> pa.Ta
     scan.nll.append(np.where(n_tokens >= config.outliers.min_tokens, nll, np.nan))
     scorers = pa.Table.from_batches([batch.select([S.MODEL, S.VARIANT])]).group_by([S.MODEL, S.VARIANT]).aggregate([])
     scan.signatures.update(zip(scorers[S.MODEL].to_pylist(), scorers[S.VARIANT].to_pylist()))
+    if S.WINDOWED in batch.schema.names:
+        ok = pc.equal(batch[S.STATUS], S.STATUS_OK)
+        scan.windowed = (scan.windowed or 0) + (pc.sum(pc.and_(ok, batch[S.WINDOWED]).cast(pa.int64())).as_py() or 0)
     if S.TOKEN_LOGPROBS in batch.schema.names:
         lists = batch[S.TOKEN_LOGPROBS].filter(pa.array(scored))
         curves = PositionCurves.of_lists(lists, config.max_position, config.max_length)
@@ -387,6 +391,7 @@ def _audit_record(
         positionwise=scan.curves.record() if scan.curves is not None else None,
         outliers=flagged,
         estimate=estimate,
+        windowed_rows=scan.windowed,
     )
 
 

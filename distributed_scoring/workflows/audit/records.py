@@ -242,6 +242,7 @@ class AuditRecord:
     outliers: Outliers
     baseline: Comparison | None = None
     estimate: dict | None = None  # scored by a maskless student: what it is and its held-out error (absent else)
+    windowed_rows: int | None = None  # ok rows scored in windows (`--long-texts window`); absent for rows without
 
     @property
     def metric(self) -> str:
@@ -267,6 +268,8 @@ class AuditRecord:
         }
         if self.estimate is not None:
             data["estimate"] = self.estimate
+        if self.windowed_rows is not None:
+            data["windowed_rows"] = self.windowed_rows
         return data if self.row_stats is not None else {k: v for k, v in data.items() if k != "row_stats"}
 
     @classmethod
@@ -288,4 +291,5 @@ class AuditRecord:
             Outliers.from_json(data["outliers"]),
             Comparison.from_json(baseline) if baseline else None,
             data.get("estimate"),
+            data.get("windowed_rows"),
         )

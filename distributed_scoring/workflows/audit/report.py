@@ -265,6 +265,9 @@ def _cards(audit: AuditRecord) -> str:
         (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g}, scope {outliers.rule.scope})"),
         (f"{len(audit.partitions)}", "partitions"),
     ]
+    if audit.windowed_rows:  # documents longer than the model's window, scored in windows
+        share = audit.windowed_rows / overall.ok if overall.ok else 0.0
+        cards.insert(2, (_pct(share), f"scored in windows ({audit.windowed_rows:,} rows longer than the model's)"))
     boxes = "".join(f"<div class='card'><b>{_e(value)}</b><span>{_e(label)}</span></div>" for value, label in cards)
     return f"<div class='cards'>{boxes}</div>"
 

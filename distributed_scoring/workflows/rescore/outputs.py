@@ -1,6 +1,7 @@
 """What N-best rescoring produces (`rescoring.rescore`): the tuned weights and tables (`Rescored`), the
 columns and schemas of those tables, and the files `write_outputs` writes: hypotheses.parquet,
-best.parquet, one 1-best text file per split, report.json and report.md (`render_rescore_report`).
+best.parquet, one 1-best text file per split, report.json and report.md (`render_rescore_report`), and
+the test list written back in its own format (`TestList`, `RESCORED_STEM`).
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...io import schema as S
 from ...io.claim import Claim
 from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, TEXT, UTT_ID
+from ...io.nbest_formats import RescoredHypothesis, rescored_files
 
 SPLITS = ("dev", "test")
 
@@ -77,6 +80,18 @@ def best_text_file(split: str) -> str:
 
 # What `write_outputs` writes into the output folder.
 OUTPUT_FILES = (HYPOTHESES_FILE, BEST_FILE, *(best_text_file(split) for split in SPLITS), REPORT_JSON, REPORT_MD)
+RESCORED_STEM = "test.rescored"  # the test list in its own format: test.rescored.<ending> (or a folder of that name)
+
+
+@dataclass(frozen=True)
+class TestList:
+    """The test N-best list as read: where, its format (told, not `auto`), the table read (with any extra
+    column of its format, Moses's `features`) and Kaldi's acoustic scale, to be written back rescored."""
+
+    uri: str
+    fmt: str
+    table: pa.Table
+    kaldi_acwt: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -92,9 +107,10 @@ class Rescored:
     report: dict
 
 
-def write_outputs(result: Rescored, folder: Claim) -> list[str]:
+def write_outputs(result: Rescored, folder: Claim, test_list: TestList | None = None) -> list[str]:
     """Write the hypotheses and 1-best tables, one 1-best text file per split, report.json and report.md
-    into the claimed output folder (local path or s3://, gs://, file:// URI). Returns the paths written."""
+    into the claimed output folder (local path or s3://, gs://, file:// URI), and the test list rescored in
+    its own format when given. Returns the paths written."""
     folder.write_table(HYPOTHESES_FILE, result.hypotheses)
     folder.write_table(BEST_FILE, result.best)
     splits = result.best.column(SPLIT).to_pylist()
@@ -103,7 +119,23 @@ def write_outputs(result: Rescored, folder: Claim) -> list[str]:
         folder.write_text(best_text_file(split), "".join(f"{t}\n" for s, t in zip(splits, texts) if s == split))
     folder.write_json(REPORT_JSON, result.report)
     folder.write_text(REPORT_MD, render_rescore_report(result.report))
-    return [folder.out.path(name) for name in OUTPUT_FILES]
+    written = [*OUTPUT_FILES]
+    for name, content in (rescored_list(result, test_list) if test_list else {}).items():
+        if isinstance(content, pa.Table):
+            folder.write_table(name, content)
+        else:
+            folder.write_text(name, content)
+        written.append(name)
+    return [folder.out.path(name) for name in written]
+
+
+def rescored_list(result: Rescored, test_list: TestList) -> dict[str, str | pa.Table]:
+    """The test list's files rescored (`nbest_formats.rescored_files`): every hypothesis's total, LM score
+    and rescored rank from the test rows of `result.hypotheses`."""
+    test = result.hypotheses.filter(pc.equal(result.hypotheses.column(SPLIT), "test"))
+    columns = [test.column(c).to_pylist() for c in (UTT_ID, HYP_ID, TOTAL, LM_SCORE, RESCORED_RANK)]
+    rescored = {(u, h): RescoredHypothesis(t, lm, r) for u, h, t, lm, r in zip(*columns)}
+    return rescored_files(test_list.uri, test_list.fmt, test_list.table, rescored, RESCORED_STEM, test_list.kaldi_acwt)
 
 
 def render_rescore_report(report: dict) -> str:

@@ -9,6 +9,7 @@ Layout of the output folder DIR (held, locked, from the first byte to the last):
     DIR/unmasked/                instead, with method `unmasked`: the masked LM's one-pass scores
     DIR/causal/                  the causal LM's run, when one is given
     DIR/hypotheses.parquet, DIR/best.parquet, DIR/{dev,test}.best.txt, DIR/report.json, DIR/report.md
+    DIR/test.rescored.<ending>   the test list written back in its own format (a folder for ESPnet2, Kaldi)
 Rerunning the same command after a crash resumes the LM runs and redoes the cheap combination. Scores
 are joined to the hypotheses by id, and each row's text is checked against its hypothesis.
 """
@@ -25,14 +26,15 @@ from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOption
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import claim
-from ...io.nbest import read_nbest, require_references, unique_texts
+from ...io.nbest import NBEST_FORMATS, read_nbest, require_references, resolve_format, unique_texts
+from ...io.nbest_formats import FormatOptions
 from ...io.output import OutputDir
 from ...pipeline import runner
 from ...workloads.causal import causal_workload
 from ..maskless import score_maskless, score_unmasked
 from ..score import score
 from .combine import TextScore, text_scores
-from .outputs import OUTPUT_FILES, Rescored, write_outputs
+from .outputs import OUTPUT_FILES, Rescored, TestList, write_outputs
 from .rescoring import rescore
 from .search import RescoreOptions
 
@@ -43,6 +45,8 @@ RESCORE = "rescore"  # the workload of DIR/_run.json
 MLM, MASKLESS, UNMASKED, CAUSAL = "mlm", "maskless", "unmasked", "causal"  # the LM runs' sub-folders
 # How the masked-LM score of a hypothesis is had (`method`), and the sub-folder its scoring run writes.
 SCORERS = {"pll": (MLM, score), "maskless": (MASKLESS, score_maskless), "unmasked": (UNMASKED, score_unmasked)}
+# RescoreInputs' format options at their defaults (left out of the fingerprint).
+FORMAT_DEFAULTS = {"fmt": "auto", "kaldi_acwt": 1.0, "beam_size": None}
 # What an earlier dscore's rescore folder held, without a _run.json of its own (its LM runs had theirs).
 EARLIER_LAYOUT = ("texts", MLM, MASKLESS, CAUSAL, *OUTPUT_FILES)
 
@@ -53,10 +57,12 @@ class MixedRowsError(UserError):
 
 @dataclass(frozen=True)
 class RescoreInputs:
-    """The N-best lists (JSONL, Parquet or ESPnet JSON), optional separate references, the output folder.
+    """The N-best lists, optional separate references, the output folder.
 
-    `append` is added to every hypothesis before the LMs score it (the paper appends "." to ASR
-    hypotheses, appendix A.2); scores stay keyed by the original text.
+    `fmt` is the lists' format (`nbest.NBEST_FORMATS`, `auto` told by content); `kaldi_acwt` and
+    `beam_size` say what Kaldi's and NeMo's lists cannot (`nbest_formats.FormatOptions`). `append` is
+    added to every hypothesis before the LMs score it (the paper appends "." to ASR hypotheses, appendix
+    A.2); scores stay keyed by the original text.
     """
 
     dev: str
@@ -66,6 +72,13 @@ class RescoreInputs:
     test_refs: str | None = None
     append: str = ""
     shard_rows: int = 1000
+    fmt: str = "auto"
+    kaldi_acwt: float = 1.0
+    beam_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.fmt not in NBEST_FORMATS:
+            raise UserError(f"--format {self.fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
 
 
 def rescore_nbest(
@@ -83,9 +96,11 @@ def rescore_nbest(
     predicted PLL (`maskless`: `model` is the student folder from `dscore train maskless`), or its
     one-pass score of the unmasked text (`unmasked`). The folder is held from before the texts are written
     until the reports are, its LM runs claiming their sub-folders inside it."""
+    formats = FormatOptions(inputs.kaldi_acwt, inputs.beam_size)
     check_models(model, causal_model, method)
-    dev = _read(inputs.dev, inputs.dev_refs, "dev")
-    test = _read(inputs.test, inputs.test_refs, "test")
+    dev = _read(inputs.dev, inputs.dev_refs, "dev", resolve_format(inputs.dev, inputs.fmt), formats)
+    test_fmt = resolve_format(inputs.test, inputs.fmt)
+    test = _read(inputs.test, inputs.test_refs, "test", test_fmt, formats)
     _refuse_empty({"--dev": (inputs.dev, dev), "--test": (inputs.test, test)})
     texts = unique_texts(dev, test)
     logger.info("%d + %d hypotheses, %d unique texts", dev.num_rows, test.num_rows, len(texts))
@@ -116,15 +131,18 @@ def rescore_nbest(
         seconds = time.monotonic() - started
         result = rescore(dev, test, mlm, causal, options)
         result.report["scoring"] = _scoring_figures(dev.num_rows + test.num_rows, len(texts), seconds)
-        write_outputs(result, folder)
+        write_outputs(result, folder, TestList(inputs.test, test_fmt, test, inputs.kaldi_acwt))
     return result
 
 
 def _fingerprint(inputs: RescoreInputs, model: ModelSpec | None, causal_model: ModelSpec | None, method: str) -> dict:
-    """What the folder's run depends on: the inputs (not the folder itself), the models and the method."""
+    """What the folder's run depends on: the inputs (not the folder itself), the models and the method.
+    The format options are left out at their defaults, which read every list an earlier dscore read as it
+    did, so that such a folder resumes."""
+    fields = {k: v for k, v in asdict(inputs).items() if k != "output"}
     return {
         "workload": RESCORE,
-        **{k: v for k, v in asdict(inputs).items() if k != "output"},
+        **{k: v for k, v in fields.items() if k not in FORMAT_DEFAULTS or v != FORMAT_DEFAULTS[k]},
         "model": model.name if model else None,
         "causal_model": causal_model.name if causal_model else None,
         "method": method,
@@ -157,8 +175,8 @@ def check_models(model: ModelSpec | None, causal_model: ModelSpec | None, method
         load_causal_parts(causal_model)
 
 
-def _read(uri: str, refs: str | None, name: str) -> pa.Table:
-    table = read_nbest(uri, references=refs)
+def _read(uri: str, refs: str | None, name: str, fmt: str, options: FormatOptions) -> pa.Table:
+    table = read_nbest(uri, refs, fmt, options)
     require_references(table, name)
     return table
 

@@ -683,3 +683,33 @@ def test_each_partitions_verdict_is_judged_on_its_own_rows(tmp_path):
     grouped = _by_partition(now)
     for name in checks:  # each partition's rows, in their order: what a filter gives
         assert grouped[name].equals(now.filter(pc.equal(now[S.PARTITION], name)))
+
+
+def test_an_audit_of_documents_scores_the_long_ones_in_windows_and_reports_their_share(tmp_path, tiny_model_dir):
+    """Issue 37: documents longer than the model's window (96 tokens for the tiny BERT) were error rows, so an
+    audit of documents judged mostly errors. They are scored in windows by default; audit.json and the report
+    say how many; `--long-texts error` keeps the error rows."""
+    import contextlib
+    import io
+
+    from distributed_scoring.cli import main
+
+    corpus = tmp_path / "docs.jsonl"
+    docs = [" ".join(["the quick brown fox jumps over the lazy dog ."] * k) for k in (1, 12, 2, 25, 3)]
+    corpus.write_text("".join(json.dumps({"id": f"d{i}", "text": d}) + "\n" for i, d in enumerate(docs)))
+
+    def audit(folder: str, *extra: str) -> dict:
+        args = ["audit", str(corpus), "--id-column", "id", "--model", str(tiny_model_dir("bert")), "--output"]
+        with contextlib.redirect_stdout(io.StringIO()):
+            assert main([*args, str(tmp_path / folder), *extra]) == 0
+        return json.loads((tmp_path / folder / "audit.json").read_text())
+
+    windowed = audit("windows")
+    assert windowed["windowed_rows"] == 2 and windowed["overall"]["errors"] == 0
+    assert "scored in windows (2 rows longer than the model" in (tmp_path / "windows" / "report.html").read_text()
+    rows = pq.read_table(tmp_path / "windows" / "rows").to_pylist()
+    assert sorted(r[S.ID] for r in rows if r[S.WINDOWED]) == ["d1", "d3"]
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(["verify", str(tmp_path / "windows")]) == 0
+    strict = audit("errors", "--long-texts", "error")
+    assert "windowed_rows" not in strict and strict["overall"]["errors"] == 2
