@@ -175,7 +175,7 @@ def check_models(model: ModelSpec | None, causal_model: ModelSpec | None, method
         load_causal_parts(causal_model)
 
 
-def _read(uri: str, refs: str | None, name: str, fmt: str, options: FormatOptions) -> pa.Table:
+def _read(uri: str, refs: str | None, name: str, fmt: str = "auto", options: FormatOptions | None = None) -> pa.Table:
     table = read_nbest(uri, refs, fmt, options)
     require_references(table, name)
     return table
