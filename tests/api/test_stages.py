@@ -34,8 +34,9 @@ def check(rows: list[dict], expected: list[float], text_column: str = "sentence"
     assert [r[text_column] for r in rows] == SENTENCES
     for row, ok, pll in zip(rows, OK, expected):
         assert row[prefix + "status"] == ("ok" if ok else "error")
-        if ok:
-            assert row[prefix + "pll"] == pytest.approx(pll, abs=1e-5) and row[prefix + "error"] is None
+        if ok:  # each term within 1e-5 of the in-process batching's, the sum within 1e-5 a term
+            tolerance = 1e-5 * max(1, row[prefix + "n_tokens"])
+            assert row[prefix + "pll"] == pytest.approx(pll, abs=tolerance) and row[prefix + "error"] is None
         else:
             assert row[prefix + "pll"] is None or math.isnan(row[prefix + "pll"])
             assert row[prefix + "error"] and row[prefix + "n_tokens"] == 0
@@ -112,4 +113,5 @@ def test_plain_text_rows(ray_local, tmp_path, bert, expected):
         PLLStage, fn_constructor_kwargs={"model": bert, "device": "cpu"}, compute=ray.data.ActorPoolStrategy(size=1)
     ).take_all()
     assert [r["text"] for r in rows] == lines and {r["status"] for r in rows} == {"ok"}
-    np.testing.assert_allclose([r["pll"] for r in rows], expected[: len(lines)], rtol=0, atol=1e-5)
+    for row, pll in zip(rows, [p for p, ok in zip(expected, OK) if ok]):  # the long text's terms add up
+        assert row["pll"] == pytest.approx(pll, abs=1e-5 * max(1, row["n_tokens"]))
