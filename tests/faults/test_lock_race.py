@@ -69,7 +69,9 @@ def race(base: str, sync: Path) -> list[list[bool]]:
         for _ in range(PROCESSES)
     ]
     _wait_for(lambda: len(list(sync.glob("ready-*"))) == PROCESSES)
-    (sync / "start").write_text(repr(time.time() + 0.5))
+    ready = sync / "start.tmp"  # written whole, then renamed: a racer never reads the start time half written
+    ready.write_text(repr(time.time() + 0.5))
+    ready.rename(sync / "start")
     results = []
     for proc in procs:
         out, _ = proc.communicate(timeout=240)
