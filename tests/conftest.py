@@ -76,6 +76,18 @@ def s3(moto_server, monkeypatch):
     return Bucket.create(moto_server)
 
 
+@pytest.fixture
+def proxy(s3, moto_server, monkeypatch):
+    """A counting proxy (tests/s3_proxy.py) in front of the session's S3 server, which the product finds through
+    AWS_ENDPOINT_URL: it counts the requests and can add latency or an outage."""
+    from s3_proxy import CountingProxy
+
+    counting = CountingProxy(moto_server.endpoint).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL", counting.endpoint)
+    yield counting
+    counting.stop()
+
+
 @pytest.fixture(scope="session")
 def ray_local():
     """One local Ray for the whole session: CPUs over-declared (2 cores here) so that scoring actors

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from s3_proxy import CountingProxy
 
 from distributed_scoring.cli import main
 from distributed_scoring.config import STORAGE_RETRY_ENV
@@ -21,14 +20,6 @@ from distributed_scoring.config import STORAGE_RETRY_ENV
 import tiny
 
 LINES = 8
-
-
-@pytest.fixture
-def proxy(s3, moto_server, monkeypatch):
-    counting = CountingProxy(moto_server.endpoint).start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", counting.endpoint)
-    yield counting
-    counting.stop()
 
 
 @pytest.fixture

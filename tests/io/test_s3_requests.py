@@ -25,15 +25,6 @@ import tiny
 SHARDS = 20
 
 
-@pytest.fixture
-def proxy(s3, moto_server, monkeypatch):
-    """The proxy in front of the session's S3 server; the product finds the store through it."""
-    counting = CountingProxy(moto_server.endpoint).start()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", counting.endpoint)
-    yield counting
-    counting.stop()
-
-
 def corpus(folder: Path, lines: int) -> str:
     path = folder / "many.txt"
     path.write_text("".join(f"{tiny.CORPUS[i % len(tiny.CORPUS)]}\n" for i in range(lines)))
