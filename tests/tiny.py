@@ -209,6 +209,86 @@ def save_tiny(family: str, folder: Path, seed: int = 0) -> Path:
     return folder
 
 
+# --- protein masked LMs: one token per residue ------------------------------------------------------------
+
+AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"  # the 20 standard residues, in the order of the variant tables' columns
+RARE_RESIDUES = "XBZUO"  # unknown, ambiguous (B = D/N, Z = E/Q) and the two rare amino acids
+# ESM-2's alphabet in its own order (the facebook/esm2_* vocab.txt): specials, residues by frequency, gap tokens.
+ESM_VOCABULARY = ["<cls>", "<pad>", "<eos>", "<unk>", *"LAGVSERTIDPKQNFYMHWCXBUZO", ".", "-", "<null_1>", "<mask>"]
+PROTEIN_FAMILIES = ("bert", "esm")
+
+
+def make_protein_tokenizer(family: str):
+    """A fast tokenizer with one token per residue (a WordLevel model: no merges, no pieces).
+
+    `bert` (as ProtBert): BERT's specials and residues separated by spaces ("M K T"; "MKT" is one unknown
+    word). `esm` (as ESM-2): ESM's vocabulary and specials (<cls> ... <eos>), and every character its own
+    word, so "MKT" and "M K T" give the same tokens, as transformers' `EsmTokenizer` does. Not `EsmTokenizer`
+    itself: it is a Python (slow) tokenizer, which `load_tokenizer` refuses (no word ids or offsets).
+    """
+    from tokenizers import Regex
+    from transformers import PreTrainedTokenizerFast
+
+    if family == "bert":
+        vocab = {token: i for i, token in enumerate(BERT_SPECIALS + list(AMINO_ACIDS + RARE_RESIDUES))}
+        cls, sep, pad, unk, mask = "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
+        pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    elif family == "esm":
+        vocab = {token: i for i, token in enumerate(ESM_VOCABULARY)}
+        cls, sep, pad, unk, mask = "<cls>", "<eos>", "<pad>", "<unk>", "<mask>"
+        pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex("."), behavior="isolated")]
+        )
+    else:
+        raise ValueError(family)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
+    tok.pre_tokenizer = pre_tokenizer
+    tok.decoder = decoders.WordPiece()  # joins tokens with spaces
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {sep}", special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])]
+    )
+    kwargs = dict(cls_token=cls, pad_token=pad, unk_token=unk, mask_token=mask, model_max_length=MAX_POSITIONS)
+    if family == "esm":
+        kwargs.update(eos_token=sep)  # ESM has no [SEP]: the sequence ends with <eos>
+    else:
+        kwargs.update(sep_token=sep)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, **kwargs)
+
+
+def make_protein_model(family: str, tokenizer, seed: int = 0):
+    """A randomly initialised protein masked LM: BertForMaskedLM, or EsmForMaskedLM as ESM-2 builds it
+    (rotary positions, token dropout: the embeddings scaled by the share of masked tokens in each sequence)."""
+    import transformers as T
+
+    torch.manual_seed(seed)
+    common = dict(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+    if family == "bert":
+        model = T.BertForMaskedLM(T.BertConfig(**SIZES, **common, max_position_embeddings=MAX_POSITIONS))
+    elif family == "esm":
+        config = T.EsmConfig(
+            **SIZES,
+            **common,
+            mask_token_id=tokenizer.mask_token_id,
+            max_position_embeddings=MAX_POSITIONS,
+            position_embedding_type="rotary",
+            token_dropout=True,
+            emb_layer_norm_before=False,
+        )
+        model = T.EsmForMaskedLM(config)
+    else:
+        raise ValueError(family)
+    return model.eval()
+
+
+def save_tiny_protein(folder: Path, family: str = "bert", seed: int = 0) -> Path:
+    """Write a loadable protein model folder (safetensors + tokenizer files), one token per residue, and return it."""
+    tokenizer = make_protein_tokenizer(family)
+    model = make_protein_model(family, tokenizer, seed)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
 def write_vocabularies() -> None:
     """Train the vocabularies again and keep them (review the diff: every tiny model's numbers change)."""
     bpe = {name: _train_bpe(specials) for name, specials in (("roberta", ROBERTA_SPECIALS), ("bert", BERT_SPECIALS))}

@@ -37,7 +37,9 @@ from ..config import ModelSpec, ScoringOptions
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
 from ..errors import UserError
 from ..io import schema as S
+from ..io.dms import refuse_repeats
 from ..io.output import unknown_tokens
+from ..io.sources import ok_row
 from ..measures import pppl
 from ..pipeline.aggregate import unknown_warnings
 from ..pipeline.progress import Progress
@@ -48,6 +50,20 @@ from ..workloads.joints import CONSTRUCTION, JOINTS_SCHEMA, SCHEMES, A, B, Joint
 from ..workloads.pll import PLLScorer
 from ..workloads.prepare import PLLPreparer, split_characters, whitespace_words
 from ..workloads.sample import OUTPUT_SCHEMA, SampleOptions, SamplePreparer, SampleScorer
+from ..workloads.variants import (
+    SITES,
+    STRATEGIES,
+    ResidueVocabulary,
+    SiteOptions,
+    SitePreparer,
+    SiteScorer,
+    found_plls,
+    found_tables,
+    read_variant,
+    residue_vocabulary,
+    sequences,
+    variant_scores,
+)
 from .naming import python_errors, python_names
 from .rows import added_schema, public, read_rows
 
@@ -137,6 +153,8 @@ class MLMScorer:
         self.preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars)  # joints, chain: no windows
         self.pll_preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, split_chars, long_texts)
         self.scorer = PLLScorer(self.spec, self.options, self.mlm)
+        self._site_scorers: dict[bool, SiteScorer] = {}  # `variants`' site tables: masked, or not
+        self._site_cache: dict[tuple[bool, str], dict[int, np.ndarray]] = {}  # (masked, wild type) -> its positions
 
     @property
     def signature(self) -> dict:
@@ -410,6 +428,90 @@ class MLMScorer:
         rows = self._run(read_rows(texts, ids), [self.preparer.process, chained], CHUNK_ROWS)
         _warn_unknown(rows)
         return rows
+
+    @python_errors
+    def variants(
+        self,
+        mutants: Sequence[str | None],
+        target_seq: str,
+        strategy: str = "masked-marginal",
+        offset: int = 1,
+        mutated_sequences: Sequence[str | None] | None = None,
+    ) -> list[dict]:
+        """Variant effects of the `mutants` of the wild type `target_seq` (`dscore variants`, Meier et al., 2021):
+        one dict per mutant (a name such as "A23G:K45R", positions numbered from `offset`) with its score, the sum
+        over its sites of log p(mutant residue) - log p(wild-type residue) by the `strategy` (wt-marginal,
+        masked-marginal, mutant-marginal; or pll: PLL(mutant) - PLL(wild type)), n_mutations, status and error.
+        `mutated_sequences` (with `pll`) score indels that no substitution names. A wild type's site table is
+        computed once and kept: later calls on the same wild type reuse the positions already tabulated.
+
+            >>> before = protein_scorer.site_passes
+            >>> rows = protein_scorer.variants(["K2R", "K2R:T3S", "Q9X9"], "MKTAYIAKQRQISFVKSHFSRQ")
+            >>> [r["n_mutations"] for r in rows], rows[2]["status"]
+            ([1, 2, None], 'error')
+            >>> protein_scorer.site_passes - before  # positions 2 and 3 of the wild type, each masked once
+            2
+        """
+        if strategy not in STRATEGIES:
+            raise UserError(f"strategy {strategy!r} is not one of {', '.join(STRATEGIES)}")
+        mutants, target = list(mutants), target_seq.strip().upper()
+        given = [None] * len(mutants) if mutated_sequences is None else list(mutated_sequences)
+        if len(given) != len(mutants):
+            raise UserError(f"mutated_sequences must be one per mutant: got {len(given)} for {len(mutants)}")
+        vocabulary = residue_vocabulary(self.mlm.tokenizer, self.spec.name, strategy, target)
+        read = [read_variant(m, g, target, strategy, offset, vocabulary) for m, g in zip(mutants, given)]
+        refuse_repeats([v.key for v in read], "the mutants given")
+        columns = sequences([("wild type", target, read)], strategy)
+        if strategy == "pll":
+            preparer = PLLPreparer(self.mlm.tokenizer, self.mlm.max_length, True, self.options.long_texts)
+            rows = self._run(read_rows(columns[S.TEXT]), [preparer.process, self.scorer.process], CHUNK_ROWS)
+            found = found_plls(rows)
+        else:
+            found = self._site_tables(columns, vocabulary, strategy)
+        scores = variant_scores("wild type", target, read, strategy, found, vocabulary.alphabet if vocabulary else "")
+        return [
+            {
+                "mutant": m,
+                "score": score,
+                "n_mutations": len(v.sites) if v.sites is not None else None,
+                S.STATUS: S.STATUS_OK if error is None else S.STATUS_ERROR,
+                S.ERROR: error,
+            }
+            for m, v, (score, error) in zip(mutants, read, scores)
+        ]
+
+    @property
+    def site_passes(self) -> int:
+        """The sequences `variants` has run through the model for site tables (masked copies, unmasked passes)."""
+        return sum(s.engine.passes for s in self._site_scorers.values())
+
+    def _site_tables(self, columns: dict[str, list], vocabulary: ResidueVocabulary, strategy: str) -> dict[str, Any]:
+        """The site tables `variant_scores` joins by key; a wild type's positions tabulated by an earlier call are
+        taken from the cache, only the others computed."""
+        masked = strategy == "masked-marginal"
+        scorer = self._site_scorers.get(masked)
+        if scorer is None:
+            options = SiteOptions(masked, vocabulary.alphabet)
+            scorer = SiteScorer(self.spec, options, vocabulary, self.options.batch_tokens, self.mlm)
+            self._site_scorers[masked] = scorer
+        keep = strategy != "mutant-marginal"  # a mutant's own table serves no later call
+        rows = []
+        for key, text, sites in zip(columns[S.ID], columns[S.TEXT], columns[SITES]):
+            cached = self._site_cache.get((masked, text), {}) if keep else {}
+            todo = [p for p in map(int, sites.split()) if p not in cached]
+            rows.append({**ok_row(key, text), SITES: " ".join(map(str, todo))} if todo else None)
+        todo_rows = [r for r in rows if r is not None]
+        scored = (
+            self._run(todo_rows, [SitePreparer(vocabulary).process, scorer.process], CHUNK_ROWS) if todo_rows else []
+        )
+        found: dict[str, Any] = found_tables(scored, vocabulary.alphabet)
+        for key, text in zip(columns[S.ID], columns[S.TEXT]):
+            table = found.get(key)
+            if keep and isinstance(table, dict):
+                self._site_cache.setdefault((masked, text), {}).update(table)
+            if keep and not isinstance(table, str):
+                found[key] = self._site_cache.get((masked, text), {})
+        return found
 
     # Plumbing.
 

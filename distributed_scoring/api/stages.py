@@ -36,10 +36,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from ..io.schema import ERROR, STATUS
+from ..io.schema import STATUS_ERROR as ERROR_STATUS
 from ..pipeline.stage import ColumnError
 from .pool import actor_pool
 from .rows import added_schema
 from .scorer import MLMScorer
+
+# The columns `VariantsStage` adds, as `MLMScorer.variants` names them.
+VARIANT_FIELDS = (
+    pa.field("score", pa.float64()),
+    pa.field("n_mutations", pa.int32()),
+    pa.field(STATUS, pa.string()),
+    pa.field(ERROR, pa.string()),
+)
 
 
 class PLLStage:
@@ -93,6 +103,68 @@ class PLLStage:
     def scorer_columns(self) -> list[str]:
         """The names of the columns this stage adds."""
         return added_schema(self.per_token, self.word_scores, self.prefix).names
+
+
+class VariantsStage:
+    """A callable class for `map_batches`: variant effects (`MLMScorer.variants`) of the batch's `mutant_column`
+    (names such as A23G:K45R, positions numbered from `offset`) against the wild type of each row, one
+    `target_seq` for every row or the row's `target_column`; adds `score`, `n_mutations`, `status`, `error`
+    (after `prefix`). Each actor keeps the site tables of the wild types it has seen, so a wild type costs its
+    masked passes once per actor, whatever the number of batches. A mutant named twice in a batch is scored once.
+
+        >>> stage = VariantsStage(protein_model, target_seq="MKTAYIAKQRQISFVKSHFSRQ", device="cpu")
+        >>> out = stage(pa.table({"mutant": ["K2R", "A4G", "K2R", "Z99A"]}))
+        >>> out["n_mutations"].to_pylist(), out["status"].to_pylist()
+        ([1, 1, 1, None], ['ok', 'ok', 'ok', 'error'])
+    """
+
+    def __init__(
+        self,
+        model: str,
+        strategy: str = "masked-marginal",
+        target_seq: str | None = None,
+        target_column: str = "target_seq",
+        mutant_column: str = "mutant",
+        offset: int = 1,
+        prefix: str = "",
+        **scorer_options: Any,
+    ) -> None:
+        self.scorer = MLMScorer(model, **scorer_options)
+        self.strategy, self.target_seq, self.offset, self.prefix = strategy, target_seq, offset, prefix
+        self.target_column, self.mutant_column = target_column, mutant_column
+
+    def __call__(self, batch: Any) -> Any:
+        columns = list(batch.column_names if isinstance(batch, pa.Table) else batch.keys())
+        needed = [self.mutant_column, *([] if self.target_seq else [self.target_column])]
+        missing = [c for c in needed if c not in columns]
+        if missing:
+            raise ColumnError(
+                f"VariantsStage reads the column(s) {missing}, missing from the batch; the batch has {columns}: pass "
+                "mutant_column= (and target_column=, or one target_seq=) in fn_constructor_kwargs"
+            )
+        clash = [c for c in self.scorer_columns() if c in columns]
+        if clash:
+            raise ColumnError(f"VariantsStage adds columns the batch already has ({clash}): pass prefix=")
+        mutants = _texts(batch, self.mutant_column)
+        targets = [self.target_seq] * len(mutants) if self.target_seq else _texts(batch, self.target_column)
+        scored: dict[tuple[object, object], dict] = {}
+        for target in dict.fromkeys(targets):
+            names = list(dict.fromkeys(m for m, t in zip(mutants, targets) if t == target))
+            if not isinstance(target, str) or not target.strip():
+                rows = [{STATUS: ERROR_STATUS, ERROR: "the row has no wild-type sequence"} for _ in names]
+            else:
+                rows = self.scorer.variants(
+                    [m if isinstance(m, str) else None for m in names], target, self.strategy, self.offset
+                )
+            scored.update({(target, m): r for m, r in zip(names, rows)})
+        out = [scored[(t, m)] for m, t in zip(mutants, targets)]
+        schema = pa.schema([f.with_name(self.prefix + f.name) for f in VARIANT_FIELDS])
+        added = pa.table({f.name: [r.get(f.name.removeprefix(self.prefix)) for r in out] for f in schema}, schema)
+        return _with_columns(batch, added)
+
+    def scorer_columns(self) -> list[str]:
+        """The names of the columns this stage adds."""
+        return [self.prefix + f.name for f in VARIANT_FIELDS]
 
 
 def _texts(batch: Any, column: str) -> list[object]:

@@ -18,7 +18,7 @@ from ..cpus import thread_env
 from ..errors import DataLossError, UserError, error_reason, storage_cause
 from ..quiet import quiet_transformers
 from ..stopping import Stopped, stopping_on_signals
-from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, verify
+from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, variants, verify
 from .common import Command, add_commands, add_verbose, dispatch, environment, storage_environment
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
@@ -77,6 +77,14 @@ COMMANDS = (
         "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
         "2 not a dscore output folder.",
         verify,
+    ),
+    Command(
+        "variants",
+        "protein variant effects of DMS tables (ProteinGym): wt-, masked-, mutant-marginal or PLL difference",
+        "Writes DIR/variants.parquet (every input column, DMS_id, score, n_mutations, status, error), summary.json "
+        "(forward_passes; per assay Spearman with DMS_score and AUC of DMS_score_bin, with bootstrap intervals), "
+        "report.md and scatter.png. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+        variants,
     ),
     Command("train", "training jobs on Ray Train: u-PMLM, maskless scorers", None, train),
     Command(

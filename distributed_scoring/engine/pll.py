@@ -40,6 +40,8 @@ class PLLEngine:
         self.mlm = mlm
         self.variant = variant
         self.budget = TokenBudget(batch_tokens or mlm.default_batch_tokens())
+        self.passes = 0  # masked copies run through the model (a batch of 32 copies is 32 passes)
+        self.batches = 0  # model calls
 
     @property
     def batch_tokens(self) -> int:
@@ -68,6 +70,22 @@ class PLLEngine:
             )
         return out
 
+    def token_table(
+        self, sentences: Sequence[Sentence], ids: np.ndarray, report: Callable[[int, int], None] | None = None
+    ) -> list[np.ndarray]:
+        """(n, len(ids)) float64 per sentence: log p(ids[j] at target t | the copy with t masked), in target
+        order: the masked marginals of variant effects (`engine.variants`), from the same passes as the PLL."""
+        vocab = torch.as_tensor(np.asarray(ids, dtype=np.int64))
+
+        def forward(batch: MaskedBatch) -> torch.Tensor:
+            out = []
+            with torch.inference_mode():
+                for logits in self.mlm.logits_at(batch.input_ids, batch.attention_mask, batch.positions):  # (C, V)
+                    out.append((logits - torch.logsumexp(logits, dim=-1, keepdim=True))[:, vocab.to(logits.device)])
+            return torch.cat(out)  # (B, A)
+
+        return self._per_target(sentences, len(vocab), forward, report)
+
     def _per_target(
         self,
         sentences: Sequence[Sentence],
@@ -86,6 +104,8 @@ class PLLEngine:
 
         for pieces in pack(lengths, counts, self.budget):
             for part, (batch, values) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+                self.passes += len(batch)
+                self.batches += 1
                 for sentence in np.unique(batch.sentence):
                     rows = batch.sentence == sentence
                     out[sentence][batch.slot[rows]] = values[rows]

@@ -66,6 +66,7 @@ from .joints import JOINTS
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT
 from .rescore.run import RESCORE
 from .train.run import CHECKPOINTS, REPORT_FILE
+from .variants.run import VARIANTS_RUN
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
 # How the rows of a folder whose `_run.json` records no row key (an earlier dscore) are told apart beside
@@ -139,7 +140,7 @@ def verify_folder(uri: str) -> Verification:
     workload = str(run.get("workload", ""))
     if workload.startswith(TRAINING):
         return _verify_training(out, run)
-    if workload in (RESCORE, JOINTS):
+    if workload in (RESCORE, JOINTS, VARIANTS_RUN):
         return _verify_parent(out, run)
     return _verify_shards(out, run, [])
 
@@ -404,7 +405,7 @@ def _check_audit(out: OutputDir, rows: int, problems: list[str], missing: list[s
 
 
 def _verify_parent(out: OutputDir, run: dict) -> Verification:
-    """A rescore or joints folder: each run inside it, then the files the command writes once they are done."""
+    """A rescore, joints or variants folder: each run inside it, then the files the command writes once done."""
     outputs = run.get(OUTPUTS, [])
     parts = tuple(verify_folder(join(out.uri, name)) for name in outputs if out.exists(out.path(name, RUN_FILE)))
     missing = [f"{name} is missing: the run did not finish" for name in outputs if not out.exists(out.path(name))]

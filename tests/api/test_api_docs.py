@@ -1,5 +1,6 @@
 """The runnable examples in the API's docstrings, run as doctests against a tiny model (no downloads):
-the examples name `model` where a user writes a Hub id, and the method examples use one `scorer`. The
+the examples name `model` where a user writes a Hub id, and the method examples use one `scorer` (a protein
+model's, `protein_model` and `protein_scorer`, for variant effects). The
 examples of README.md and docs/python.md run in test_examples.py."""
 
 from __future__ import annotations
@@ -14,8 +15,14 @@ from distributed_scoring.api import hf, pool, scorer, stages
 
 
 @pytest.mark.parametrize("module", [scorer, stages, hf, pool], ids=lambda m: m.__name__)
-def test_docstring_examples_run(module, tiny_model_dir):
-    model = str(tiny_model_dir("bert"))
-    names = {"model": model, "scorer": MLMScorer(model, device="cpu"), "math": math}
+def test_docstring_examples_run(module, tiny_model_dir, tiny_protein_dir):
+    model, protein = str(tiny_model_dir("bert")), str(tiny_protein_dir("bert"))
+    names = {
+        "model": model,
+        "scorer": MLMScorer(model, device="cpu"),
+        "protein_model": protein,
+        "protein_scorer": MLMScorer(protein, device="cpu"),
+        "math": math,
+    }
     result = doctest.testmod(module, extraglobs=names, optionflags=doctest.ELLIPSIS, report=True)
     assert result.attempted >= 3 and result.failed == 0

@@ -1,0 +1,163 @@
+"""Deep-mutational-scan tables as ProteinGym writes them, and the variants they name.
+
+A DMS table has one row per variant: `mutant` (substitutions such as `A23G:K45R`, numbered from `--offset`,
+1 by default: ProteinGym's positions are 1-based in the target sequence), `mutated_sequence`, and the
+measurements `DMS_score` (and `DMS_score_bin`, 1 for a functional variant). ProteinGym's reference file
+names the assays: `DMS_id`, `DMS_filename` (the table, in the folder given) and `target_seq` (the wild type).
+Tables are CSV, JSONL or Parquet (`.gz` read by suffix), read whole with their columns' own types.
+
+A variant that cannot be scored is not an exception: `parse_mutant` returns why, and the row becomes an error
+row that says it. Sequences are residue strings; positions here are 0-based.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import UserError
+from .storage import join, open_binary
+
+MUTANT, MUTATED_SEQUENCE, DMS_SCORE, DMS_SCORE_BIN = "mutant", "mutated_sequence", "DMS_score", "DMS_score_bin"
+DMS_ID, DMS_FILENAME, TARGET_SEQ = "DMS_id", "DMS_filename", "target_seq"
+# One substitution: wild-type residue, position, mutant residue (`A23G`); a multi-mutant joins them with ':'.
+_SUBSTITUTION = re.compile(r"([A-Za-z*])(-?\d+)([A-Za-z*])")
+_SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
+
+
+class DMSError(UserError):
+    """A table or reference file that cannot be read as one (raised before any work)."""
+
+
+@dataclass(frozen=True)
+class Assay:
+    """One assay: its id, its table and its wild type."""
+
+    id: str
+    table: str
+    target_seq: str
+
+
+@dataclass(frozen=True)
+class Site:
+    """One substitution: 0-based position in the wild type, the residue there and the one put in its place."""
+
+    position: int
+    wild: str
+    mutant: str
+
+
+def table_format(uri: str) -> str:
+    """csv, jsonl or parquet, from the name (a `.gz` suffix aside)."""
+    name = PurePosixPath(uri.split("://", 1)[-1]).name.lower().removesuffix(".gz")
+    fmt = _SUFFIXES.get(PurePosixPath(name).suffix)
+    if fmt is None:
+        raise DMSError(f"{uri}: a DMS table must be .csv, .jsonl or .parquet (optionally .gz), ProteinGym's columns")
+    return fmt
+
+
+def read_table(uri: str) -> pa.Table:
+    """The whole table, its columns with the types they were written with (a CSV's read by pyarrow)."""
+    import pyarrow.csv
+    import pyarrow.json
+    import pyarrow.parquet as pq
+
+    fmt = table_format(uri)
+    try:
+        with open_binary(uri, seekable=fmt == "parquet") as stream:
+            if fmt == "csv":
+                return pyarrow.csv.read_csv(stream)
+            if fmt == "jsonl":
+                return pyarrow.json.read_json(stream)
+            return pq.read_table(stream)
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise DMSError(
+            f"cannot read the DMS table {uri} ({str(exc).splitlines()[0]}): check its path and format"
+        ) from exc
+
+
+def mutants_of(table: pa.Table, uri: str) -> list[str | None]:
+    """The `mutant` column as strings (None where empty); a table without one is refused."""
+    if MUTANT not in table.column_names:
+        raise DMSError(
+            f"{uri} has no `{MUTANT}` column (it has {', '.join(table.column_names[:8])}): a DMS table names each "
+            "variant's substitutions there, e.g. A23G:K45R"
+        )
+    values = pc.cast(table[MUTANT], pa.string()).to_pylist()
+    return [v.strip() or None if isinstance(v, str) else None for v in values]
+
+
+def refuse_repeats(mutants: list[str | None], uri: str) -> None:
+    """A `mutant` named twice in one table is refused, as a repeated id is: its scores could not be told apart."""
+    seen: set[str] = set()
+    for number, mutant in enumerate(mutants, start=1):
+        if mutant is None:
+            continue
+        if mutant in seen:
+            raise DMSError(
+                f"{uri}: the mutant {mutant!r} appears twice (again on row {number}); each variant must be named once"
+            )
+        seen.add(mutant)
+
+
+def read_reference(uri: str, tables: str) -> list[Assay]:
+    """The assays of a ProteinGym reference file, each table found under `tables` (a folder), or, when `tables`
+    is one table, the assay whose `DMS_filename` is its name."""
+    reference = read_table(uri)
+    missing = [c for c in (DMS_ID, DMS_FILENAME, TARGET_SEQ) if c not in reference.column_names]
+    if missing:
+        raise DMSError(f"{uri} has no {', '.join(missing)} column(s): pass ProteinGym's reference file")
+    rows = reference.select([DMS_ID, DMS_FILENAME, TARGET_SEQ]).to_pylist()
+    ids = [str(r[DMS_ID]) for r in rows]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise DMSError(f"{uri}: the DMS_id(s) {repeated[:3]} appear more than once; each assay must be listed once")
+    one_table = _is_table_name(tables)
+    assays = [
+        Assay(str(r[DMS_ID]), tables if one_table else join(tables, str(r[DMS_FILENAME])), str(r[TARGET_SEQ]).strip())
+        for r in rows
+        if not one_table or str(r[DMS_FILENAME]) == PurePosixPath(tables).name
+    ]
+    if not assays:
+        raise DMSError(f"{uri} lists no assay whose DMS_filename is {PurePosixPath(tables).name!r}")
+    return assays
+
+
+def _is_table_name(uri: str) -> bool:
+    name = PurePosixPath(uri.split("://", 1)[-1]).name.lower().removesuffix(".gz")
+    return PurePosixPath(name).suffix in _SUFFIXES
+
+
+def parse_mutant(mutant: str, target: str, offset: int = 1) -> list[Site] | str:
+    """The substitutions `mutant` names in `target` (positions numbered from `offset`), or why it names none
+    that can be scored: a malformed name, a position outside the target, a wild-type residue that is not the
+    target's, a site named twice."""
+    sites: list[Site] = []
+    for part in mutant.split(":"):
+        match = _SUBSTITUTION.fullmatch(part.strip())
+        if match is None:
+            return f"{part!r} is not a substitution such as A23G (an insertion or deletion cannot be scored this way)"
+        wild, number, new = match.group(1).upper(), int(match.group(2)), match.group(3).upper()
+        i = number - offset
+        if not 0 <= i < len(target):
+            return (
+                f"position {number} of {part!r} is outside the target ({len(target)} residues numbered from {offset})"
+            )
+        if target[i] != wild:
+            return f"{part!r}: residue {number} of the target is {target[i]}, not {wild} (check --offset or the target)"
+        if any(s.position == i for s in sites):
+            return f"site {number} is mutated twice in {mutant!r}"
+        sites.append(Site(i, wild, new))
+    return sites
+
+
+def mutated(target: str, sites: list[Site]) -> str:
+    """The target with the substitutions applied."""
+    residues = list(target)
+    for site in sites:
+        residues[site.position] = site.mutant
+    return "".join(residues)

@@ -1,0 +1,94 @@
+"""`dscore variants`' report: report.md (the per-assay table: variants, scored, Spearman with DMS_score and AUC
+of DMS_score_bin with their bootstrap intervals, and the forward passes) and scatter.png (each assay's scores
+against its measurements, the first `MAX_PANELS` assays by name)."""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...io import schema as S
+from ...io.claim import Claim
+from ...io.dms import DMS_ID, DMS_SCORE
+
+MAX_PANELS = 16
+REPORT, SCATTER = "report.md", "scatter.png"
+
+
+def write_report(folder: Claim, variants: pa.Table, summary: dict) -> None:
+    folder.out.write_bytes(SCATTER, scatter(variants, summary))
+    folder.record(SCATTER)
+    folder.write_text(REPORT, markdown(summary))
+
+
+def _estimate(figure: dict | None) -> str:
+    if not figure or figure.get("value") is None:
+        return "-"
+    low, high = figure["interval"]
+    interval = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
+    return f"{figure['value']:.3f}{interval}"
+
+
+def markdown(summary: dict) -> str:
+    """The per-assay table and what the run cost."""
+    lines = [
+        f"# Variant effects: {summary['strategy']}",
+        "",
+        f"Model `{summary['model']}`; {summary['variants']} variants in {summary['assays']} assay(s), "
+        f"{summary['ok']} scored, {summary['errors']} error rows; {summary['forward_passes']} forward passes "
+        f"(sequences through the model) in {summary['seconds']:.1f} s.",
+        "",
+        "Spearman: of `score` with `DMS_score`; AUC: of `score` for `DMS_score_bin`; 95% bootstrap intervals "
+        "(1,000 resamples of the scored variants).",
+        "",
+        "| assay | length | variants | scored | Spearman | AUC |",
+        "|---|---:|---:|---:|---|---|",
+    ]
+    for name, a in sorted(summary["by_assay"].items()):
+        lines.append(
+            f"| {name} | {a['target_length']} | {a['variants']} | {a['ok']} | {_estimate(a.get('spearman'))} "
+            f"| {_estimate(a.get('auc'))} |"
+        )
+    lines += ["", f"![scores against measurements]({SCATTER})", ""]
+    return "\n".join(lines)
+
+
+def scatter(variants: pa.Table, summary: dict) -> bytes:
+    """One panel per assay (the first MAX_PANELS by name): score against DMS_score, Spearman in the title."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = sorted(summary["by_assay"])[:MAX_PANELS]
+    cols = min(4, len(names)) or 1
+    rows = max(1, math.ceil(len(names) / cols))
+    fig = Figure(figsize=(3.2 * cols, 2.8 * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
+    ok = pc.equal(variants[S.STATUS], S.STATUS_OK)
+    for ax, name in zip(axes, names):
+        mine = variants.filter(pc.and_(ok, pc.equal(variants[DMS_ID], name)))
+        rho = summary["by_assay"][name].get("spearman")
+        ax.set_title(
+            f"{name}" + (f"\nSpearman {rho['value']:.3f}" if rho and rho.get("value") is not None else ""), fontsize=8
+        )
+        ax.set_xlabel(f"score ({summary['strategy']})", fontsize=7)
+        if DMS_SCORE in mine.column_names and mine.num_rows:
+            ax.scatter(
+                mine["score"].to_numpy(zero_copy_only=False),
+                pc.cast(mine[DMS_SCORE], pa.float64()).to_numpy(zero_copy_only=False),
+                s=4,
+                alpha=0.4,
+            )
+            ax.set_ylabel(DMS_SCORE, fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "no DMS_score to plot", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(names) :]:
+        ax.set_visible(False)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()

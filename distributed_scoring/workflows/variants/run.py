@@ -1,0 +1,308 @@
+"""Variant effects of deep mutational scans (`dscore variants`), by the four strategies of Meier et al. (2021):
+
+    wt-marginal       sum over sites of log p(mt | W) - log p(wt | W), W the wild type   1 pass per wild type
+    masked-marginal   the same with each site masked in W                              <= L passes per wild type
+    mutant-marginal   the same read from the mutant sequence M                         1 pass per variant
+    pll               PLL(M) - PLL(W), each distinct sequence once                     L passes per sequence
+
+The marginals' tables (`workloads.variants`) are computed once per wild type (or per mutant) by a sharded
+run, in this process or on Ray, and joined to the variants by key (assay, mutant) here; `pll` scores the
+distinct sequences with `dscore score`'s run and joins by sequence. Layout of the output folder DIR (held,
+locked, from the first byte to the last):
+    DIR/_run.json                  what the run is (tables, target, strategy, model) and what it wrote
+    DIR/inputs/sequences.parquet   what the model reads: id, text and, for the marginals, the sites to tabulate
+    DIR/sites/ or DIR/pll/         the scoring run over them (rows/, summary, resumable)
+    DIR/variants.parquet           every input row, its columns kept, with DMS_id, score, n_mutations, status, error
+    DIR/summary.json, DIR/report.md, DIR/scatter.png
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ...errors import UserError
+from ...io import schema as S
+from ...io.claim import Claim, claim
+from ...io.dms import (
+    DMS_ID,
+    DMS_SCORE,
+    DMS_SCORE_BIN,
+    MUTANT,
+    MUTATED_SEQUENCE,
+    Assay,
+    DMSError,
+    read_reference,
+    read_table,
+    refuse_repeats,
+)
+from ...io.output import OutputDir
+from ...pipeline.runner import claimed, execute
+from ...workloads.variants import (
+    MARGINALS,
+    PASSES,
+    SITES,
+    STRATEGIES,
+    ResidueVocabulary,
+    Variant,
+    found_plls,
+    found_tables,
+    read_variant,
+    residue_vocabulary,
+    sequences,
+    site_workload,
+    variant_scores,
+)
+from ..score import score
+from .report import write_report
+from .stats import auc, estimate, spearman
+
+logger = logging.getLogger(__name__)
+
+VARIANTS_RUN = "variants"  # the workload of DIR/_run.json
+SEQUENCES = "inputs/sequences.parquet"
+SITES_RUN, PLL_RUN = "sites", "pll"
+OUTPUT_FILES = ("variants.parquet", "summary.json", "report.md", "scatter.png")
+SCORE, N_MUTATIONS = "score", "n_mutations"
+ADDED = (DMS_ID, SCORE, N_MUTATIONS, S.STATUS, S.ERROR)  # the columns each input row gains (DMS_id if it lacks one)
+
+
+@dataclass(frozen=True)
+class VariantsInputs:
+    """The DMS table(s), the wild type (one `target_seq`, or a ProteinGym `reference` file naming many assays,
+    their tables under `table`), the strategy, the numbering of `mutant`'s positions (`offset`: the number of
+    the target's first residue) and the output folder."""
+
+    table: str
+    output: str
+    strategy: str
+    target_seq: str | None = None
+    reference: str | None = None
+    offset: int = 1
+    shard_rows: int = 1000
+    fit_actors: bool = False
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"--strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        if (self.target_seq is None) == (self.reference is None):
+            raise UserError("pass either --target-seq SEQ (one assay) or --reference REFERENCE.csv (ProteinGym's)")
+        if self.target_seq is not None and not self.target_seq.strip().isalpha():
+            raise UserError("--target-seq must be the wild type's residues, one letter each (e.g. MKTAYIAK...)")
+        check_bounds("--shard-rows", self.shard_rows, 1)
+
+
+@dataclass(frozen=True)
+class AssayRows:
+    """An assay, its table as read and its rows' variants, in the table's order."""
+
+    assay: Assay
+    table: pa.Table
+    variants: list[Variant]
+
+
+def score_variants(
+    inputs: VariantsInputs,
+    model: ModelSpec,
+    batch_tokens: int | None = None,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    long_texts: str = "window",
+) -> dict:
+    """Read and check every table, refuse a model without one token per residue (the marginals), score, join
+    and write DIR/variants.parquet, the summary and the report; returns the summary."""
+    from ...engine.model_files import load_tokenizer
+
+    assays = _assays(inputs)
+    tokenizer, _ = load_tokenizer(model)  # a model that cannot be loaded stops the run before any file is written
+    vocabulary = residue_vocabulary(tokenizer, model.name, inputs.strategy, assays[0].target_seq)
+    read = [_read_assay(a, inputs, vocabulary) for a in assays]
+    run = {
+        "workload": VARIANTS_RUN,
+        **{k: v for k, v in asdict(inputs).items() if k not in ("output", "fit_actors")},  # Ray's shard sizing aside
+        "model": model.name,
+    }
+    sources = [inputs.table, *([inputs.reference] if inputs.reference else [])]
+    sub = SITES_RUN if inputs.strategy in MARGINALS else PLL_RUN
+    with claim(inputs.output, sources, [model.name]) as folder:
+        folder.begin(run, folder.admit(run, overwrite), [SEQUENCES, sub, *OUTPUT_FILES])
+        began = time.monotonic()
+        texts = pa.table(sequences([(a.assay.id, a.assay.target_seq, a.variants) for a in read], inputs.strategy))
+        where = folder.write_table(SEQUENCES, texts)
+        corpus = InputSpec(
+            (where,),
+            id_column=S.ID,
+            shard_rows=inputs.shard_rows,
+            extra_columns=(SITES,) if sub == SITES_RUN else (),
+            fit_actors=inputs.fit_actors,
+        )
+        config = RunConfig(
+            corpus,
+            model,
+            ScoringOptions(batch_tokens=batch_tokens, split_chars=True, long_texts=long_texts),
+            folder.subfolder(sub),
+        )
+        if sub == SITES_RUN:
+            assert vocabulary is not None
+            found, passes = _site_tables(config, vocabulary, inputs.strategy, ray, overwrite, texts)
+        else:
+            found, passes = _plls(config, ray, overwrite, texts)
+        alphabet = vocabulary.alphabet if vocabulary else ""
+        scored = [
+            variant_scores(a.assay.id, a.assay.target_seq, a.variants, inputs.strategy, found, alphabet) for a in read
+        ]
+        summary = _summary(read, scored, inputs, model, passes, time.monotonic() - began)
+        _write(folder, read, scored, summary)
+    return summary
+
+
+def _assays(inputs: VariantsInputs) -> list[Assay]:
+    if inputs.reference is not None:
+        return read_reference(inputs.reference, inputs.table)
+    name = PurePosixPath(inputs.table.split("://", 1)[-1]).name
+    assay_id = name.split(".")[0]
+    return [Assay(assay_id, inputs.table, inputs.target_seq.strip().upper())]
+
+
+def _read_assay(assay: Assay, inputs: VariantsInputs, vocabulary: ResidueVocabulary | None) -> AssayRows:
+    """The assay's table and each row's variant; a table without mutants, or one naming a mutant twice, is refused."""
+    table = read_table(assay.table)
+    clash = [c for c in ADDED[1:] if c in table.column_names]
+    if clash:
+        raise DMSError(f"{assay.table} already has the column(s) {clash}, which the output adds: rename them")
+    has_mutant, has_sequence = MUTANT in table.column_names, MUTATED_SEQUENCE in table.column_names
+    if not has_mutant and not has_sequence:
+        raise DMSError(
+            f"{assay.table} has neither a `{MUTANT}` nor a `{MUTATED_SEQUENCE}` column: pass a ProteinGym DMS table"
+        )
+    n = table.num_rows
+    mutants = _strings(table, MUTANT) if has_mutant else [None] * n
+    given = _strings(table, MUTATED_SEQUENCE) if has_sequence else [None] * n
+    keys = [m if m is not None else g for m, g in zip(mutants, given)]
+    refuse_repeats(keys, assay.table)
+    target, strategy, offset = assay.target_seq, inputs.strategy, inputs.offset
+    return AssayRows(
+        assay, table, [read_variant(m, g, target, strategy, offset, vocabulary) for m, g in zip(mutants, given)]
+    )
+
+
+def _strings(table: pa.Table, column: str) -> list[str | None]:
+    values = pc.cast(table[column], pa.string()).to_pylist()
+    return [v.strip() or None if isinstance(v, str) else None for v in values]
+
+
+def _site_tables(
+    config: RunConfig,
+    vocabulary: ResidueVocabulary,
+    strategy: str,
+    ray: RayOptions | None,
+    overwrite: bool,
+    sequences: pa.Table,
+) -> tuple[dict[str, Any], int]:
+    """The site tables by their row's id ({position: log-probs}, or the row's error) and the passes they cost."""
+    workload = site_workload(config.model, strategy == "masked-marginal", vocabulary, config.scoring.batch_tokens)
+    with claimed(config, workload, overwrite, ray=ray) as (_, out, todo):
+        execute(workload, config, todo, out, ray)
+    rows = OutputDir(config.output).read_rows([S.ID, S.TEXT, S.STATUS, S.ERROR, "positions", "logprobs", PASSES])
+    expected = dict(zip(sequences[S.ID].to_pylist(), sequences[S.TEXT].to_pylist()))
+    _check_joined(config.output, rows, expected)
+    found = found_tables(rows.to_pylist(), vocabulary.alphabet)
+    return found, int(pc.sum(rows[PASSES]).as_py() or 0)
+
+
+def _plls(
+    config: RunConfig, ray: RayOptions | None, overwrite: bool, sequences: pa.Table
+) -> tuple[dict[str, Any], int]:
+    """The PLL of each distinct sequence (or its row's error), by sequence, and the masked copies they cost."""
+    score(config, ray, overwrite)
+    rows = OutputDir(config.output).read_rows([S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_UNKNOWN, S.STATUS, S.ERROR])
+    expected = dict(zip(sequences[S.ID].to_pylist(), sequences[S.TEXT].to_pylist()))
+    _check_joined(config.output, rows, expected)
+    found = found_plls(rows.to_pylist())
+    ok = pc.equal(rows[S.STATUS], S.STATUS_OK)
+    return found, int(pc.sum(pc.if_else(ok, rows[S.N_TOKENS], 0)).as_py() or 0)
+
+
+def _check_joined(output: str, rows: pa.Table, expected: dict[str, str]) -> None:
+    """Every row of the sub-run is one of this run's sequences, under its own id, each once: the join is by key,
+    and a folder holding another run's rows is refused, not joined."""
+    ids, texts = rows[S.ID].to_pylist(), rows[S.TEXT].to_pylist()
+    wrong = [(i, t) for i, t in zip(ids, texts) if expected.get(i) != t]
+    if wrong or len(set(ids)) != len(ids) or set(ids) != set(expected):
+        shown = wrong[0][0] if wrong else "(ids)"
+        raise UserError(
+            f"{output} holds rows that are not this run's sequences (e.g. {shown!r}): another run wrote there; "
+            "pass --overwrite to score afresh"
+        )
+
+
+def _summary(
+    read: list[AssayRows],
+    scored: list[list[tuple[float | None, str | None]]],
+    inputs: VariantsInputs,
+    model: ModelSpec,
+    passes: int,
+    seconds: float,
+) -> dict:
+    by_assay = {}
+    for a, rows in zip(read, scored):
+        by_assay[a.assay.id] = _assay_figures(a, rows)
+    n = sum(len(r) for r in scored)
+    ok = sum(1 for rows in scored for s, _ in rows if s is not None)
+    return {
+        "strategy": inputs.strategy,
+        "model": model.name,
+        "offset": inputs.offset,
+        "assays": len(read),
+        "variants": n,
+        "ok": ok,
+        "errors": n - ok,
+        "forward_passes": passes,
+        "seconds": round(seconds, 3),
+        "by_assay": by_assay,
+    }
+
+
+def _assay_figures(read: AssayRows, rows: list[tuple[float | None, str | None]]) -> dict:
+    table, figures = read.table, {}
+    scores = np.asarray([np.nan if s is None else s for s, _ in rows])
+    figures = {"target_length": len(read.assay.target_seq), "variants": len(rows), "ok": int(np.isfinite(scores).sum())}
+    for column, name, statistic in ((DMS_SCORE, "spearman", spearman), (DMS_SCORE_BIN, "auc", auc)):
+        if column not in table.column_names:
+            continue
+        measured = np.asarray(
+            [np.nan if v is None else float(v) for v in pc.cast(table[column], pa.float64()).to_pylist()]
+        )
+        both = np.isfinite(scores) & np.isfinite(measured)
+        figures[name] = estimate(statistic, scores[both], measured[both]).to_dict()
+    return figures
+
+
+def _write(
+    folder: Claim, read: list[AssayRows], scored: list[list[tuple[float | None, str | None]]], summary: dict
+) -> None:
+    tables = []
+    for a, rows in zip(read, scored):
+        table = a.table
+        if DMS_ID not in table.column_names:
+            table = table.append_column(DMS_ID, pa.array([a.assay.id] * table.num_rows, pa.string()))
+        n_mutations = [len(v.sites) if v.sites is not None else None for v in a.variants]
+        table = table.append_column(SCORE, pa.array([s for s, _ in rows], pa.float64()))
+        table = table.append_column(N_MUTATIONS, pa.array(n_mutations, pa.int32()))
+        table = table.append_column(
+            S.STATUS, pa.array([S.STATUS_OK if e is None else S.STATUS_ERROR for _, e in rows], pa.string())
+        )
+        table = table.append_column(S.ERROR, pa.array([e for _, e in rows], pa.string()))
+        tables.append(table)
+    variants = pa.concat_tables(tables, promote_options="permissive")
+    folder.write_table("variants.parquet", variants)
+    folder.write_json("summary.json", summary)
+    write_report(folder, variants, summary)

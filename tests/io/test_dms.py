@@ -1,0 +1,95 @@
+"""DMS tables and the variants they name (`io.dms`): every way a mutant name can be wrong says so, tables are read
+with their columns' types in each format, and the reference file finds each assay's table."""
+
+from __future__ import annotations
+
+import gzip
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_scoring.io.dms import (
+    DMSError,
+    Site,
+    mutants_of,
+    mutated,
+    parse_mutant,
+    read_reference,
+    read_table,
+    refuse_repeats,
+)
+
+TARGET = "MKTAYIAK"
+
+
+def test_substitutions_are_read_numbered_from_the_offset():
+    assert parse_mutant("K2R", TARGET) == [Site(1, "K", "R")]
+    assert parse_mutant("A4G:M1L", TARGET) == [Site(3, "A", "G"), Site(0, "M", "L")]
+    assert parse_mutant("k12r", TARGET, offset=11) == [Site(1, "K", "R")]  # case-insensitive, own numbering
+    assert parse_mutant("M0A", TARGET, offset=0) == [Site(0, "M", "A")]
+    assert mutated(TARGET, parse_mutant("A4G:M1L", TARGET)) == "LKTGYIAK"
+
+
+@pytest.mark.parametrize(
+    ("mutant", "says"),
+    [
+        ("K3R", "residue 3 of the target is T, not K"),
+        ("K9R", "position 9 of 'K9R' is outside the target (8 residues numbered from 1)"),
+        ("M0A", "position 0"),
+        ("K2R:K2A", "site 2 is mutated twice"),
+        ("K2", "not a substitution"),
+        ("K2R:", "not a substitution"),
+        ("ins3G", "not a substitution"),
+    ],
+)
+def test_a_mutant_that_cannot_be_scored_says_why(mutant, says):
+    error = parse_mutant(mutant, TARGET)
+    assert isinstance(error, str) and says in error
+
+
+def test_tables_keep_their_types_in_every_format(tmp_path):
+    rows = {"mutant": ["K2R", "A4G"], "DMS_score": [0.5, -1.25], "DMS_score_bin": [1, 0]}
+    (tmp_path / "t.csv").write_text("mutant,DMS_score,DMS_score_bin\nK2R,0.5,1\nA4G,-1.25,0\n")
+    with gzip.open(tmp_path / "t.csv.gz", "wt") as f:
+        f.write((tmp_path / "t.csv").read_text())
+    (tmp_path / "t.jsonl").write_text('{"mutant":"K2R","DMS_score":0.5,"DMS_score_bin":1}\n'
+                                      '{"mutant":"A4G","DMS_score":-1.25,"DMS_score_bin":0}\n')  # fmt: skip
+    pq.write_table(pa.table(rows), tmp_path / "t.parquet")
+    for name in ("t.csv", "t.csv.gz", "t.jsonl", "t.parquet"):
+        table = read_table(str(tmp_path / name))
+        assert table.to_pydict() == rows, name
+        assert table.schema.field("DMS_score").type == pa.float64()
+        assert mutants_of(table, name) == ["K2R", "A4G"]
+
+
+def test_unreadable_tables_and_repeats_are_refused(tmp_path):
+    with pytest.raises(DMSError, match="must be .csv, .jsonl or .parquet"):
+        read_table(str(tmp_path / "t.xlsx"))
+    with pytest.raises(DMSError, match="cannot read the DMS table"):
+        read_table(str(tmp_path / "missing.csv"))
+    with pytest.raises(DMSError, match="no `mutant` column"):
+        mutants_of(pa.table({"sequence": ["MKT"]}), "t.csv")
+    with pytest.raises(DMSError, match="'K2R' appears twice \\(again on row 3\\)"):
+        refuse_repeats(["K2R", None, "K2R"], "t.csv")
+    refuse_repeats(["K2R", None, None, "A4G"], "t.csv")  # rows that name no mutant are error rows, not repeats
+
+
+def test_the_reference_file_names_each_assay_and_its_table(tmp_path):
+    reference = tmp_path / "reference.csv"
+    reference.write_text("DMS_id,DMS_filename,target_seq,taxon\nA_1,A_1.csv,MKT,Human\nB_2,B_2.csv, GSH ,Virus\n")
+    assays = read_reference(str(reference), str(tmp_path / "tables"))
+    assert [(a.id, a.table, a.target_seq) for a in assays] == [
+        ("A_1", f"{tmp_path}/tables/A_1.csv", "MKT"),
+        ("B_2", f"{tmp_path}/tables/B_2.csv", "GSH"),
+    ]
+    one = read_reference(str(reference), str(tmp_path / "B_2.csv"))  # one table: its own assay only
+    assert [a.id for a in one] == ["B_2"]
+    with pytest.raises(DMSError, match="lists no assay whose DMS_filename is 'C.csv'"):
+        read_reference(str(reference), str(tmp_path / "C.csv"))
+    (tmp_path / "bad.csv").write_text("DMS_id,target_seq\nA,MKT\n")
+    with pytest.raises(DMSError, match="no DMS_filename column"):
+        read_reference(str(tmp_path / "bad.csv"), str(tmp_path))
+    (tmp_path / "twice.csv").write_text("DMS_id,DMS_filename,target_seq\nA,a.csv,MKT\nA,b.csv,MKT\n")
+    with pytest.raises(DMSError, match="appear more than once"):
+        read_reference(str(tmp_path / "twice.csv"), str(tmp_path))
