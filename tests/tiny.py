@@ -223,8 +223,8 @@ def make_protein_tokenizer(family: str):
 
     `bert` (as ProtBert): BERT's specials and residues separated by spaces ("M K T"; "MKT" is one unknown
     word). `esm` (as ESM-2): ESM's vocabulary and specials (<cls> ... <eos>), and every character its own
-    word, so "MKT" and "M K T" give the same tokens, as transformers' `EsmTokenizer` does. Not `EsmTokenizer`
-    itself: it is a Python (slow) tokenizer, which `load_tokenizer` refuses (no word ids or offsets).
+    word, so "MKT" and "M K T" give the same tokens, as transformers' `EsmTokenizer` does (a Python tokenizer,
+    which `load_tokenizer` converts to this: tests/engine/test_esm_tokenizer.py).
     """
     from tokenizers import Regex
     from transformers import PreTrainedTokenizerFast

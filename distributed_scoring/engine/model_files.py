@@ -64,6 +64,8 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
         )
     except (OSError, ValueError, TypeError) as exc:
         raise load_error(spec, "tokenizer", exc) from exc
+    if type(tokenizer).__name__ == "EsmTokenizer":
+        tokenizer = fast_esm_tokenizer(tokenizer)
     if not getattr(tokenizer, "is_fast", False):
         raise ModelLoadError(
             f"the tokenizer of {spec.name!r} is not a fast (tokenizers-backed) tokenizer; word ids and "
@@ -74,6 +76,36 @@ def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
     check_vocabulary(spec.name, tokenizer, config)
     check_masked_lm(spec, config)
     return tokenizer, max_input_length(config, tokenizer)
+
+
+def fast_esm_tokenizer(slow: Any) -> Any:
+    """ESM's tokenizer (ESM-1b, ESM-2: a Python tokenizer, as their checkpoints ship it) as a fast one with the
+    same vocabulary and specials (<cls> ... <eos>), which the preparing stages need for word ids and offsets.
+    Each character is a token, with or without spaces between residues, as `EsmTokenizer` reads a protein;
+    where they differ, on characters outside the vocabulary, each such character is one <unk> here (one token
+    per residue) where `EsmTokenizer` makes one <unk> of a run of them."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = dict(slow.get_vocab())
+    cls, eos = slow.cls_token, slow.eos_token
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token=slow.unk_token))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Split(Regex("."), behavior="isolated")]
+    )
+    tokenizer.decoder = decoders.WordPiece()  # residues joined by spaces, as `EsmTokenizer` decodes them
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{cls} $A {eos}", pair=f"{cls} $A {eos} $B {eos}", special_tokens=[(cls, vocab[cls]), (eos, vocab[eos])]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        cls_token=cls,
+        eos_token=eos,
+        pad_token=slow.pad_token,
+        unk_token=slow.unk_token,
+        mask_token=slow.mask_token,
+        model_max_length=slow.model_max_length,
+    )
 
 
 # Classes whose checkpoints hold no masked-LM head (transformers would add a random one): a bare encoder's

@@ -80,15 +80,10 @@ def read_table(uri: str) -> pa.Table:
         ) from exc
 
 
-def mutants_of(table: pa.Table, uri: str) -> list[str | None]:
-    """The `mutant` column as strings (None where empty); a table without one is refused."""
-    if MUTANT not in table.column_names:
-        raise DMSError(
-            f"{uri} has no `{MUTANT}` column (it has {', '.join(table.column_names[:8])}): a DMS table names each "
-            "variant's substitutions there, e.g. A23G:K45R"
-        )
-    values = pc.cast(table[MUTANT], pa.string()).to_pylist()
-    return [v.strip() or None if isinstance(v, str) else None for v in values]
+def strings_of(table: pa.Table, column: str) -> list[str | None]:
+    """A column as stripped strings, None where empty or missing (a CSV's empty cell, a null)."""
+    values = pc.cast(table[column], pa.string()).to_pylist()
+    return [(v.strip() or None) if isinstance(v, str) else None for v in values]
 
 
 def refuse_repeats(mutants: list[str | None], uri: str) -> None:

@@ -43,6 +43,7 @@ from ...io.dms import (
     read_reference,
     read_table,
     refuse_repeats,
+    strings_of,
 )
 from ...io.output import OutputDir
 from ...pipeline.runner import claimed, execute
@@ -184,19 +185,14 @@ def _read_assay(assay: Assay, inputs: VariantsInputs, vocabulary: ResidueVocabul
             f"{assay.table} has neither a `{MUTANT}` nor a `{MUTATED_SEQUENCE}` column: pass a ProteinGym DMS table"
         )
     n = table.num_rows
-    mutants = _strings(table, MUTANT) if has_mutant else [None] * n
-    given = _strings(table, MUTATED_SEQUENCE) if has_sequence else [None] * n
+    mutants = strings_of(table, MUTANT) if has_mutant else [None] * n
+    given = strings_of(table, MUTATED_SEQUENCE) if has_sequence else [None] * n
     keys = [m if m is not None else g for m, g in zip(mutants, given)]
     refuse_repeats(keys, assay.table)
     target, strategy, offset = assay.target_seq, inputs.strategy, inputs.offset
     return AssayRows(
         assay, table, [read_variant(m, g, target, strategy, offset, vocabulary) for m, g in zip(mutants, given)]
     )
-
-
-def _strings(table: pa.Table, column: str) -> list[str | None]:
-    values = pc.cast(table[column], pa.string()).to_pylist()
-    return [v.strip() or None if isinstance(v, str) else None for v in values]
 
 
 def _site_tables(
@@ -278,9 +274,12 @@ def _assay_figures(read: AssayRows, rows: list[tuple[float | None, str | None]])
     for column, name, statistic in ((DMS_SCORE, "spearman", spearman), (DMS_SCORE_BIN, "auc", auc)):
         if column not in table.column_names:
             continue
-        measured = np.asarray(
-            [np.nan if v is None else float(v) for v in pc.cast(table[column], pa.float64()).to_pylist()]
-        )
+        try:
+            values = pc.cast(table[column], pa.float64()).to_pylist()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            figures[name] = {"value": None, "why": f"{column} is not numeric"}
+            continue
+        measured = np.asarray([np.nan if v is None else v for v in values])
         both = np.isfinite(scores) & np.isfinite(measured)
         figures[name] = estimate(statistic, scores[both], measured[both]).to_dict()
     return figures
