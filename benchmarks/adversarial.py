@@ -1,5 +1,5 @@
-"""The adversarial trial (issue 25's "Must show"): an operator who feeds `dscore` bad inputs, kills it,
-damages its folders, makes every mistake of issue 25 and tries a few attacks, one case at a time, against
+"""The adversarial trial: an operator who feeds `dscore` bad inputs, kills it, damages its folders, makes
+every operator mistake docs/runs.md refuses and tries a few attacks, one case at a time, against
 the real CLI; one table row per case, judged against what docs/runs.md promises.
 
     .venv/bin/python benchmarks/adversarial.py --output out/adversarial [--update docs/reliability.md]
@@ -62,7 +62,7 @@ for _name, _value in {
     os.environ.setdefault(_name, _value)
 
 BAD_INPUT, FAULT, MISTAKE, ATTACK = "bad input", "fault", "operator mistake", "attack"
-STOP = "stop and check"  # signals, models found unusable, the machine's limits (issue 41)
+STOP = "stop and check"  # signals, models found unusable, the machine's limits
 CATEGORIES = (BAD_INPUT, FAULT, MISTAKE, ATTACK, STOP)
 TIMEOUT_S = 300.0  # one command; a run of a case's few rows takes seconds
 RAY_TIMEOUT_S = 420.0
@@ -1420,13 +1420,13 @@ def _(t: Trial, d: Path) -> Outcome:
     return t.complete(o, rerun)
 
 
-# Operator mistakes (issue 25, items 1-7, and their neighbours)
+# Operator mistakes (two runs into one folder, an --output that is an input, a folder of one's own files, ...)
 
 
 @case(
     "O01",
     MISTAKE,
-    "two rescore runs into one folder at once (issue 25, item 1)",
+    "two rescore runs into one folder at once",
     "the second refused in one line, changing nothing; the first exit 0, its texts its own, verify OK",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1493,7 +1493,7 @@ def _texts_are(folder: Path, d: Path, sources: Sequence[str]) -> bool:
 @case(
     "O02",
     MISTAKE,
-    "--output = an input folder: `score o/x --output o/x` (issue 25, item 2)",
+    "--output = an input folder: `score o/x --output o/x`",
     f"{REFUSED_LINE} into o/x",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1543,7 +1543,7 @@ def _users_folder(d: Path) -> dict[str, bytes]:
 @case(
     "O06",
     MISTAKE,
-    "audit into a folder of the user's own files (summary.json, report.html) (item 4)",
+    "audit into a folder of the user's own files (summary.json, report.html)",
     f"{REFUSED_LINE}: the user's files unchanged",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1554,7 +1554,7 @@ def _(t: Trial, d: Path) -> Outcome:
 @case(
     "O07",
     MISTAKE,
-    "score --overwrite into a folder of the user's own files (item 7)",
+    "score --overwrite into a folder of the user's own files",
     f"{REFUSED_LINE}: the user's files unchanged",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1582,15 +1582,13 @@ def _empty_output(command: str) -> Callable[[Trial, Path], Outcome]:
 
 
 for _id, _command in (("O08", "score"), ("O09", "audit"), ("O10", "infill"), ("O11", "rescore")):
-    case(_id, MISTAKE, f"{_command} --output '' (item 4)", f"{REFUSED_LINE} in the current directory")(
-        _empty_output(_command)
-    )
+    case(_id, MISTAKE, f"{_command} --output ''", f"{REFUSED_LINE} in the current directory")(_empty_output(_command))
 
 
 @case(
     "O12",
     MISTAKE,
-    "a copied shard in rows/ (item 6), then the same command",
+    "a copied shard in rows/, then the same command",
     "exit 0 warning of it; rows out (marked shards) == rows in, no repeated id; verify FAILED naming the file",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1613,7 +1611,7 @@ def _(t: Trial, d: Path) -> Outcome:
 @case(
     "O13",
     MISTAKE,
-    "--overwrite of a run folder holding the user's files in rows/ and _done/ (item 7)",
+    "--overwrite of a run folder holding the user's files in rows/ and _done/",
     "exit 0; the user's files kept; rows out == rows in; verify names the user's file in rows/ (FAILED)",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -1636,7 +1634,7 @@ def _(t: Trial, d: Path) -> Outcome:
 @case(
     "O14",
     MISTAKE,
-    "score --overwrite into an audit's folder (item 7)",
+    "score --overwrite into an audit's folder",
     "exit 0; the audit's audit.json and report.html gone; rows in == rows out; verify OK",
 )
 def _(t: Trial, d: Path) -> Outcome:
@@ -2268,10 +2266,12 @@ What [runs.md](runs.md) promises, tried by an operator who means harm or makes m
 a clear one-line error (exit 2, no traceback) or an error row per bad row (rows in == rows out); every
 fault (kill -9, damaged folders, changed inputs, locks, a full disk) survived by rerunning the same
 command with rows in == rows out, no repeated id and `dscore verify` OK, and verify not OK on the
-damaged folder before; every mistake of issue 25 refused in one line or survived with nothing mixed;
-a few attacks. `benchmarks/adversarial.py` plays each case against the real CLI with tiny random models
-(nothing downloaded) and judges what it sees; a FAIL is a promise broken, and stays in the table until
-the code is fixed.
+damaged folder before; every operator mistake (two runs into one folder, an `--output` that is an input
+or an empty string, a folder of your own files, a copied shard, an `--overwrite` where your own files or
+another command's run lie) refused in one line or survived with nothing mixed; a few attacks.
+`benchmarks/adversarial.py` plays each case against the real CLI with tiny random models (nothing
+downloaded) and judges what it sees; a FAIL is a promise broken, and stays in the table until the code
+is fixed.
 
 ```bash
 .venv/bin/python benchmarks/adversarial.py --output out/adversarial --update docs/reliability.md

@@ -1,4 +1,4 @@
-"""An audit of a document corpus whose documents are longer than the model's window (issue 37): `dscore audit`
+"""An audit of a document corpus whose documents are longer than the model's window: `dscore audit`
 on an embedded Ray, with `--long-texts window` (the default) and, for comparison, `--long-texts error`.
 
     .venv/bin/python benchmarks/long_documents.py [--documents 300] [--model DIR] [--output DIR]

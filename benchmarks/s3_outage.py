@@ -1,4 +1,4 @@
-"""An S3 store that stops answering for a while in the middle of an in-process `dscore score` (issue 35: the
+"""An S3 store that stops answering for a while in the middle of an in-process `dscore score` (the
 retries must ride out at least a 60-second outage at the default budget).
 
     .venv/bin/python benchmarks/s3_outage.py [--outage-s 65] [--rows 8]

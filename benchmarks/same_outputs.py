@@ -1,4 +1,4 @@
-"""Every command's outputs on a fixed corpus, and a comparison of two such sets (issue 28: a refactor must
+"""Every command's outputs on a fixed corpus, and a comparison of two such sets (a refactor must
 leave every Parquet table and JSON file as it was).
 
     python benchmarks/same_outputs.py run OUT [--models DIR]       # every command into OUT/<command>

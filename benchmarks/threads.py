@@ -1,4 +1,4 @@
-"""The thread cliff (issue 27): a tiny model's forward against intra-op threads and busy cores.
+"""The thread cliff: a tiny model's forward against intra-op threads and busy cores.
 
     python benchmarks/threads.py --quick --out /tmp/threads                   # checks every path
     python benchmarks/threads.py --update-results benchmarks/RESULTS.md       # on a quiet machine
