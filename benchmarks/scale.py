@@ -1,4 +1,4 @@
-"""The run layer's cost against corpus size, 10^3 to 10^6 rows (issue 27): time, memory, files, resume.
+"""The run layer's cost against corpus size, 10^3 to 10^6 rows: time, memory, files, resume.
 
     python benchmarks/scale.py --quick --out /tmp/scale        # 10^3 and 10^4 rows: checks every path
     python benchmarks/scale.py --update-results benchmarks/RESULTS.md    # full sizes, on a quiet machine
@@ -605,8 +605,9 @@ def measure_resume(spec: Spec, settings: Settings, scratch: Path) -> dict:
 
 def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
     """Score with pseudo-random scores in a child, then audit here: alone, then against itself as baseline."""
+    from distributed_scoring.io.output import REPORT_HTML
     from distributed_scoring.workflows.audit.baseline import AUDIT_FILE
-    from distributed_scoring.workflows.audit.figures import REPORT_FILE, run_audit
+    from distributed_scoring.workflows.audit.figures import run_audit
 
     from scale_stages import peak_rss_kb
 
@@ -636,9 +637,9 @@ def measure_audit(spec: Spec, settings: Settings, scratch: Path) -> dict:
         "audit_s": audited - started,
         "audit_baseline_s": ended - audited,
         "outliers": first.record.outliers.count,
-        "report_bytes": (out / REPORT_FILE).stat().st_size,
+        "report_bytes": (out / REPORT_HTML).stat().st_size,
         "audit_json_bytes": (out / AUDIT_FILE).stat().st_size,
-        "report_baseline_bytes": (again / REPORT_FILE).stat().st_size,
+        "report_baseline_bytes": (again / REPORT_HTML).stat().st_size,
         "verdict": second.record.baseline.verdict,
         "driver_rss_start_kb": rss_start,
         "driver_rss_after_audit_kb": rss_audit,

@@ -3,8 +3,8 @@
 `os.cpu_count()` counts the machine's cores, not this process's: a container limited by a CPU quota, a
 process pinned to some cores (taskset, a Slurm allocation) or a Ray actor of 1 CPU on a 64-core node all
 see every core. A torch pool sized to those cores runs more threads than there are CPUs to run them, and
-on busy CPUs every small op then waits for its slowest thread: 10-50 times as long (issue 27's thread
-cliff, `benchmarks/threads.py`). So threads follow the smallest of the affinity mask, the cgroup's CPU
+on busy CPUs every small op then waits for its slowest thread: 10-50 times as long (the thread cliff
+that `benchmarks/threads.py` measures). So threads follow the smallest of the affinity mask, the cgroup's CPU
 quota and, on a Ray worker, the CPUs Ray gave it.
 """
 

@@ -54,8 +54,8 @@ import numpy as np
 import torch
 
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.baseline import OVERALL
 from distributed_scoring.workflows.audit.figures import NO_PARTITION
+from distributed_scoring.workflows.audit.verdicts import OVERALL
 
 # --- masked LM: pseudo-log-likelihood ----------------------------------------------------------------
 

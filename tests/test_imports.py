@@ -4,15 +4,20 @@
 Each module is imported in a fresh interpreter (this test process may already hold torch): one interpreter
 imports the torch-free libraries every module uses (numpy, pyarrow) once, then forks a child per module
 that imports it and reports, so each module is checked alone without paying a whole interpreter's start.
+
+No module imports itself back through others (`test_no_import_circles`): a definition two modules need lives
+in the one below both.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import pkgutil
 import subprocess
 import sys
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -60,7 +65,6 @@ def test_the_workflow_modules_are_all_checked():
         "engine.packing",
         "api.scorer",
         "api.stages",
-        "api.hf",
     } <= set(DRIVER_MODULES)
 
 
@@ -113,3 +117,67 @@ def driver_imports() -> dict:
 def test_importing_a_driver_module_leaves_torch_out(module, driver_imports):
     outcome = driver_imports[module]
     assert outcome is False, outcome if isinstance(outcome, str) else f"importing {module} imports torch"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(name: str, path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that module `name` imports anywhere (at module level, under `TYPE_CHECKING`,
+    inside functions), relative imports resolved; `from a import b` is module `a.b` where that is one, else
+    `a` (a package: its __init__)."""
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            source = ".".join(base + ([node.module] if node.module else []))
+            found |= {
+                f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source for alias in node.names
+            }
+    return found & modules
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module -> the package's modules it imports, from the source of every module."""
+    paths = {_module_name(path): path for path in (ROOT / "distributed_scoring").rglob("*.py")}
+    return {name: _imported(name, path, set(paths)) for name, path in paths.items()}
+
+
+def _paths_from(graph: dict[str, set[str]], start: str) -> dict[str, str]:
+    """module -> the module before it on a shortest import path from `start` (breadth first)."""
+    before: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        module = queue.popleft()
+        for imported in sorted(graph[module] - set(before)):
+            before[imported] = module
+            queue.append(imported)
+    return before
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One shortest cycle of each strongly connected component of the graph that has one (more than one
+    module, or a module importing itself)."""
+    circles, seen = [], set()
+    for start in sorted(graph):
+        before = _paths_from(graph, start)
+        if start in seen or start not in before:
+            continue
+        cycle = [start]
+        while cycle[-1] != start or len(cycle) == 1:
+            cycle.append(before[cycle[-1]])
+        circles.append(cycle[::-1])
+        seen |= {module for module in before if start in _paths_from(graph, module)}
+    return circles
+
+
+def test_no_import_circles():
+    """No module reaches itself through the imports of the package's modules (module-level and
+    function-level imports alike): each circle would be a definition in the wrong module."""
+    circles = _circles(_import_graph())
+    assert not circles, "import circles:\n" + "\n".join(" -> ".join(cycle) for cycle in circles)

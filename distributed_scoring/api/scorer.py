@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from ..config import ModelSpec, ScoringOptions
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions
+from ..engine.orders import CHAIN_ORDERS, orders_for
 from ..errors import UserError
 from ..io import schema as S
 from ..io.dms import refuse_repeats
@@ -274,11 +275,54 @@ class MLMScorer:
         prefix: str = "",
         batch_size: int = CHUNK_ROWS,
     ) -> Dataset:
-        """A Hugging Face `datasets.Dataset` (or `DatasetDict`, `IterableDataset`) with the columns of
-        `added_schema` added; see `api.hf.score_dataset`."""
-        from .hf import score_dataset
+        """A Hugging Face `datasets.Dataset` (each split of a `DatasetDict`, or an `IterableDataset`, lazily)
+        with the columns of `added_schema` after its own, rows in the same order; see `score`.
 
-        return score_dataset(self, dataset, text_column, per_token, word_scores, prefix, batch_size)
+            >>> from datasets import Dataset
+            >>> scored = scorer.score_dataset(Dataset.from_dict({"text": ["the quick brown fox", ""]}))
+            >>> scored.column_names[:4], scored[1]["status"], scored[1]["error"]
+            (['text', 'pll', 'n_tokens', 'n_words'], 'error', 'empty or whitespace-only text')
+
+        It is `Dataset.map` in batches, reading only the text column, with the added columns' features given
+        up front (so a batch where every row failed keeps their types). The model stays in this process, so
+        there is no `num_proc`: parallel scoring of a large corpus is `dscore score --ray` or `PLLStage`. The
+        map is fingerprinted from the input's fingerprint, the scorer's signature and the options (hashing the
+        model itself would take long), and never loaded from the cache: a local model folder may change under
+        the same name, so the scores are always computed.
+        """
+        from datasets import DatasetDict, Features, IterableDataset, IterableDatasetDict
+        from datasets.fingerprint import Hasher
+
+        if isinstance(dataset, (DatasetDict, IterableDatasetDict)):
+            return type(dataset)(
+                {
+                    split: self.score_dataset(part, text_column, per_token, word_scores, prefix, batch_size)
+                    for split, part in dataset.items()
+                }
+            )
+        added = added_schema(per_token, word_scores, prefix)
+        columns = dataset.column_names
+        if columns is not None:  # an IterableDataset may not know its columns before it is read
+            if text_column not in columns:
+                raise UserError(
+                    f"the dataset has no text column {text_column!r}; its columns are {columns}: pass text_column="
+                )
+            clash = [name for name in added.names if name in columns]
+            if clash:
+                raise UserError(
+                    f"the dataset already has columns {clash}: pass prefix= (prefix='mlm_' adds mlm_pll, ...)"
+                )
+        new = Features.from_arrow_schema(added)
+        features = Features({**dataset.features, **new}) if dataset.features is not None else None
+
+        def add(texts: list) -> dict:
+            return self.score_table(texts, per_token, word_scores, prefix).to_pydict()
+
+        options = dict(batched=True, batch_size=batch_size, input_columns=[text_column], features=features)
+        if isinstance(dataset, IterableDataset):
+            return dataset.map(add, **options)
+        fingerprint = Hasher.hash([dataset._fingerprint, self.signature, text_column, per_token, word_scores, prefix])
+        return dataset.map(add, new_fingerprint=fingerprint, load_from_cache_file=False, desc="scoring", **options)
 
     # The other workloads, on the same model.
 
@@ -405,10 +449,10 @@ class MLMScorer:
             >>> len(row["logp"]), sorted(row["orders"][0]) == list(range(row["n_tokens"])), row["status"]
             (3, True, 'ok')
         """
-        from ..engine.chain import ORDERS, ChainEngine, orders_for
+        from ..engine.chain import ChainEngine
 
-        if order not in ORDERS:
-            raise UserError(f"order {order!r} is not one of {ORDERS}")
+        if order not in CHAIN_ORDERS:
+            raise UserError(f"order {order!r} is not one of {CHAIN_ORDERS}")
         if orders < 1 or (order != "random" and orders != 1):
             raise UserError(f"orders={orders}: `random` takes one or more orders, `{order}` has exactly one")
         engine = ChainEngine(self.mlm, self.options.batch_tokens)

@@ -25,7 +25,7 @@ def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
 
 def _add_baseline_arguments(g: argparse._ArgumentGroup) -> None:
     """The baseline and the verdict against it, `Thresholds`' fields."""
-    from ..workflows.audit.baseline import EXIT_INSUFFICIENT, METRICS, Thresholds
+    from ..workflows.audit.verdicts import EXIT_INSUFFICIENT, METRICS, Thresholds
 
     t = Thresholds()
     g.add_argument("--baseline", default=None, help="the previous run's audit.json (or its folder; path or URI)")
@@ -99,10 +99,10 @@ def _add_outlier_arguments(g: argparse._ArgumentGroup) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..workflows.audit.baseline import Thresholds
     from ..workflows.audit.figures import AuditConfig
     from ..workflows.audit.outliers import OutlierRule
     from ..workflows.audit.run import audit_snapshot
+    from ..workflows.audit.verdicts import Thresholds
 
     config = AuditConfig(
         outliers=OutlierRule(

@@ -9,7 +9,7 @@ from .common import add_corpus_arguments, add_vocab_restrict, finish, model_spec
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.generate import ORDERS, GenerateOptions
+    from ..workflows.generate import GENERATION_ORDERS, GenerateOptions
 
     d = GenerateOptions()
     add_corpus_arguments(
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--order",
-        choices=ORDERS,
+        choices=GENERATION_ORDERS,
         default=d.order,
         help="fill order: random (default; seeded per sequence), l2r, r2l, or given per row",
     )

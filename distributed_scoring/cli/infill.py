@@ -8,7 +8,7 @@ from .common import add_corpus_arguments, add_vocab_restrict, finish, prompt_con
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.infill import DECODERS, ORDERS, InfillOptions
+    from ..workflows.infill import INFILL_DECODERS, INFILL_ORDERS, InfillOptions
 
     d = InfillOptions()
     add_corpus_arguments(
@@ -24,11 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--decoder",
-        choices=DECODERS,
+        choices=INFILL_DECODERS,
         default=d.decoder,
         help="standard or hcb beam search, exact enumeration, or a sampling baseline (default standard)",
     )
-    p.add_argument("--order", choices=ORDERS, default=d.order, help="fill order (default l2r)")
+    p.add_argument("--order", choices=INFILL_ORDERS, default=d.order, help="fill order (default l2r)")
     p.add_argument("--beam", type=int, default=d.beam, help=f"beam width, or chains of a sampler (default {d.beam})")
     p.add_argument("--top", type=int, default=d.top, help="fills written per row, best first (default: --beam of them)")
     add_vocab_restrict(

@@ -62,7 +62,7 @@ def _add_chain_arguments(p: argparse.ArgumentParser, d: SampleOptions) -> None:
 def _add_proposal_arguments(p: argparse.ArgumentParser, d: SampleOptions) -> None:
     """How proposals are drawn and accepted along a chain: temperatures and their schedule, the nucleus,
     the order and start of the positions, what is recorded; `d` gives the defaults."""
-    from ..workflows.sample import ORDERS, STARTS
+    from ..workflows.sample import SAMPLING_ORDERS, STARTS
 
     p.add_argument(
         "--proposal-temperature",
@@ -81,7 +81,9 @@ def _add_proposal_arguments(p: argparse.ArgumentParser, d: SampleOptions) -> Non
     )
     p.add_argument("--top-p", type=float, default=d.top_p, help="nucleus of the proposal (default 1: off)")
     p.add_argument("--record-every", type=int, default=d.record_every, help="record every N epochs (default 1)")
-    p.add_argument("--order", choices=ORDERS, default=d.order, help="positions in order, or a seeded permutation")
+    p.add_argument(
+        "--order", choices=SAMPLING_ORDERS, default=d.order, help="positions in order, or a seeded permutation"
+    )
     p.add_argument(
         "--start",
         choices=STARTS,

@@ -23,7 +23,7 @@ def _pll(args: argparse.Namespace) -> int:
 
 
 def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.chain import ORDERS
+    from ..workflows.chain import CHAIN_ORDERS
 
     g = p.add_argument_group(
         "chain rule",
@@ -40,7 +40,7 @@ def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--order",
-        choices=ORDERS,
+        choices=CHAIN_ORDERS,
         default=None,
         help="chain order: left to right (default), right to left, or random permutations",
     )

@@ -25,23 +25,6 @@ from .masked_lm import MaskedLM
 from .masking import Sentence
 from .pll import PLLEngine
 
-ORDERS = ("l2r", "r2l", "random")
-
-
-def orders_for(positions: np.ndarray, order: str, k: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Orders of `positions` to score in: `l2r` ascending, `r2l` descending (one order each, `k` must be
-    1), `random` `k` permutations drawn from `rng` (a seeded generator gives the same orders again)."""
-    positions = np.sort(np.asarray(positions, dtype=np.int64))
-    if order not in ORDERS:
-        raise ValueError(f"order {order!r} is not one of {ORDERS}")
-    if k < 1 or (order != "random" and k != 1):
-        raise ValueError(f"{k} orders asked for: `random` takes k >= 1, `{order}` has exactly one")
-    if order == "l2r":
-        return [positions]
-    if order == "r2l":
-        return [positions[::-1].copy()]
-    return [rng.permutation(positions) for _ in range(k)]
-
 
 class ChainEngine:
     """Chain-rule log-likelihoods with one loaded model; results do not depend on the batching."""

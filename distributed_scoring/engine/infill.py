@@ -45,7 +45,7 @@ from .packing import Piece, TokenBudget, pack, run_fitting
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p", "filtered")
 SAMPLERS = ("sample", "temperature", "top-k", "top-p", "filtered")
-ORDERS = ("l2r", "best-to-worst", "given")
+FILL_ORDERS = ("l2r", "best-to-worst", "given")
 
 
 @dataclass(frozen=True)
@@ -61,8 +61,10 @@ class InfillSettings:
     top_p: float = 0.9
 
     def __post_init__(self) -> None:
-        if self.decoder not in DECODERS or self.order not in ORDERS:
-            raise ValueError(f"decoder {self.decoder!r} / order {self.order!r}: expected one of {DECODERS} / {ORDERS}")
+        if self.decoder not in DECODERS or self.order not in FILL_ORDERS:
+            raise ValueError(
+                f"decoder {self.decoder!r} / order {self.order!r}: expected one of {DECODERS} / {FILL_ORDERS}"
+            )
         least_top_k = 0 if self.decoder == "filtered" else 1
         if self.beam < 1 or self.temperature <= 0 or self.top_k < least_top_k or not 0 < self.top_p <= 1:
             raise ValueError(

@@ -14,7 +14,7 @@ from ..errors import UserError
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")
-ORDERS = ("sweep", "random")
+SAMPLING_ORDERS = ("sweep", "random")  # the order an epoch visits the positions in
 STARTS = ("given", "random", "warm")
 
 
@@ -43,7 +43,7 @@ class SamplerSettings:
             ("energy", self.energy, ENERGIES),
             ("sampler", self.sampler, SAMPLERS),
             ("start", self.start, STARTS),
-            ("order", self.order, ORDERS),
+            ("order", self.order, SAMPLING_ORDERS),
         ):
             if value not in choices:
                 raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")

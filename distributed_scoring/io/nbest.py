@@ -30,26 +30,17 @@ import io
 import json
 import math
 import re
-from dataclasses import dataclass
 from pathlib import PurePosixPath
-from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 
 import pyarrow as pa
 
-from ..errors import UserError
 from .inputs import detect_format
-from .storage import COMPRESSIONS, is_seekable, open_binary
+from .nbest_records import FEATURES, HYP_ID, REF, SCORE, SEQ_LEN, TEXT, UTT_ID, NBestError, Record, load_json, open_file
+from .storage import COMPRESSIONS, is_seekable
 
 if TYPE_CHECKING:
     from .nbest_formats import FormatOptions
-
-UTT_ID = "utt_id"
-HYP_ID = "hyp_id"
-TEXT = "text"
-SCORE = "score"
-REF = "ref"
-SEQ_LEN = "seq_len"
-FEATURES = "features"  # Moses/Marian's feature list, an extra column where the format has one
 
 NBEST_SCHEMA = pa.schema(
     [
@@ -70,18 +61,6 @@ REFERENCE_FORMATS = ("mlm-scoring", "jsonl", "parquet", "tsv", "text")
 _HYP_KEY = re.compile(r"hyp_(\d+)")
 _SHOWN = 10  # problems listed in one error message
 _INT32_MAX = 2**31 - 1  # `hyp_id` and `seq_len` are int32 columns
-
-
-class NBestError(UserError):
-    """An N-best list or reference file cannot be used as given; the message names the rows and the fix."""
-
-
-@dataclass(frozen=True)
-class Record:
-    """One input record and where it came from (for error messages)."""
-
-    where: str
-    fields: Mapping[str, Any]
 
 
 def read_nbest(
@@ -323,36 +302,6 @@ def reference_count(uri: str) -> int:
     if _reference_format(uri) == "text":
         return sum(1 for _ in _reference_lines(uri))
     return len(read_references(uri))
-
-
-def open_file(uri: str, seekable: bool) -> BinaryIO:
-    """`open_binary`, with a missing or unreadable N-best or reference file as an `NBestError`."""
-    try:
-        return open_binary(uri, seekable)
-    except OSError as exc:
-        raise NBestError(
-            f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file"
-        ) from exc
-
-
-def load_json(uri: str) -> dict:
-    """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
-
-    def pairs(items: list[tuple[str, Any]]) -> dict:
-        keys = [k for k, _ in items]
-        repeated = sorted({k for k in keys if keys.count(k) > 1})
-        if repeated:
-            raise NBestError(f"{uri}: the key(s) {repeated!r} appear twice in one JSON object; each must be unique")
-        return dict(items)
-
-    with open_file(uri, seekable=False) as stream:
-        try:
-            document = json.load(stream, object_pairs_hook=pairs)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise NBestError(f"{uri} is not valid JSON ({exc}); ESPnet N-best lists are one JSON object") from exc
-    if not isinstance(document, dict):
-        raise NBestError(f"{uri}: expected a JSON object {{utt_id: {{...}}}}, got {type(document).__name__}")
-    return document
 
 
 def _espnet_hypotheses(document: dict, uri: str) -> Iterator[Record]:

@@ -1,4 +1,4 @@
-"""N-best lists as sequence-model toolkits write them, read into `nbest` records and written back rescored.
+"""N-best lists as sequence-model toolkits write them, read into `nbest_records` records and written back rescored.
 
 `nbest.read_nbest` reads JSONL, Parquet and mlm-scoring's JSON itself and hands every toolkit format to
 `toolkit_records` here; `detect` tells a file's format by its content (`--format auto`). Each format keeps
@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from ..config import check_bounds
-from .nbest import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
+from .nbest_records import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
 from .storage import COMPRESSIONS, scheme
 
 TOOLKIT_FORMATS = ("fairseq", "marian", "moses", "espnet", "nemo", "kaldi")

@@ -54,6 +54,8 @@ ROWS_DIR = "rows"
 RUN_FILE = "_run.json"
 DONE_DIR = "_done"
 SUMMARY_FILE = "summary.json"
+# The reports a command writes beside its rows: for programs, for people, and the audit's page.
+REPORT_JSON, REPORT_MD, REPORT_HTML = "report.json", "report.md", "report.html"
 LOCK_FILE = "_lock.json"
 # What `_run.json` records beside the fingerprint, for `dscore verify` and --overwrite (never compared
 # between runs, so folders written before a key existed still resume): the planned shards (key -> input
@@ -80,15 +82,17 @@ def part_name(key: str) -> str:
     return f"part-{key}.parquet"
 
 
-# Field metadata of a workload option added after runs were written: it enters the fingerprint only when
-# it differs from its default, so folders written before it existed still resume.
-ADDED_LATER = {"fingerprint": "when set"}
+# Field metadata of a recorded field added after files recording it were written (a workload option in
+# `_run.json`'s fingerprint, a figure or setting in audit.json): it is recorded only when it differs from its
+# default, so folders written before it existed still resume and such a file is written back as it was read.
+ADDED_LATER = {"recorded": "when set"}
 
 
-def option_values(options: Any) -> dict:
-    """A workload's options (a frozen dataclass) as its fingerprint records them."""
-    later = {f.name: f.default for f in dataclasses.fields(options) if f.metadata.get("fingerprint") == "when set"}
-    return {k: v for k, v in dataclasses.asdict(options).items() if not (k in later and v == later[k])}
+def recorded_values(record: Any) -> dict:
+    """`asdict(record)` (a dataclass) less its `ADDED_LATER` fields at their default: a workload's options as
+    its fingerprint records them, an audit record as audit.json does."""
+    later = {f.name: f.default for f in dataclasses.fields(record) if f.metadata == ADDED_LATER}
+    return {k: v for k, v in dataclasses.asdict(record).items() if not (k in later and v == later[k])}
 
 
 def plan_digest(plan: Iterable[Shard]) -> str:
@@ -116,7 +120,7 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
         run["extra_columns"] = list(config.inputs.extra_columns)
     if config.inputs.allow_duplicate_ids:  # likewise: rows keyed by id and line (resume and verify know)
         run["allow_duplicate_ids"] = True
-    values = option_values(options)
+    values = recorded_values(options)
     shadowed = set(values) & (set(run) | set(BOOKKEEPING))
     assert not shadowed, f"options of {workload} shadow the run's own keys: {shadowed}"
     return {**run, **values}

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import RayOptions, RunConfig
+from ..engine.orders import CHAIN_ORDERS  # with ChainOptions: what the CLI builds a run from
 from ..errors import DataLossError, UserError
 from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
@@ -36,18 +37,17 @@ from ..pipeline.aggregate import (
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..pipeline.stats import CorpusStats
-from ..workloads.chain import (  # ORDERS and ChainOptions: what the CLI builds a run from
+from ..workloads.chain import (
     CHAIN,
     LOG_LIKELIHOOD,
     LOG_LIKELIHOOD_STD,
     LOG_LIKELIHOODS,
-    ORDERS,
     ChainOptions,
     chain_workload,
     memory_estimate,
 )
 
-__all__ = ["ORDERS", "ChainOptions", "score_chain"]
+__all__ = ["CHAIN_ORDERS", "ChainOptions", "score_chain"]
 
 logger = logging.getLogger(__name__)
 

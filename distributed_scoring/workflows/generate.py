@@ -28,16 +28,16 @@ from ..pipeline.aggregate import check_complete
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
 from ..pipeline.workload import Workload
-from ..workloads.generate import (  # ORDERS and GenerateOptions: what the CLI builds a run from
+from ..workloads.generate import (  # GENERATION_ORDERS and GenerateOptions: what the CLI builds a run from
+    GENERATION_ORDERS,
     LOG_LIKELIHOOD,
-    ORDERS,
     GenerateOptions,
     generate_workload,
     memory_estimate,
 )
 from ..workloads.infill import allowed_tokens
 
-__all__ = ["ORDERS", "GenerateInputs", "GenerateOptions", "generate"]
+__all__ = ["GENERATION_ORDERS", "GenerateInputs", "GenerateOptions", "generate"]
 
 PROMPTS_DIR = "prompts"
 

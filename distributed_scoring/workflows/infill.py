@@ -20,16 +20,16 @@ import pyarrow.compute as pc
 from ..config import RayOptions, RunConfig
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import SUMMARY_FILE, OutputDir
+from ..io.output import REPORT_MD, SUMMARY_FILE, OutputDir
 from ..pipeline.aggregate import check_complete
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import claimed, execute
-from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the CLI builds a run from
+from ..workloads.infill import (  # INFILL_DECODERS, INFILL_ORDERS and InfillOptions: what the CLI builds a run from
     BEAMS,
     CORRECT_TOKENS,
-    DECODERS,
+    INFILL_DECODERS,
+    INFILL_ORDERS,
     N_MASKS,
-    ORDERS,
     RANK,
     RANK_HCB,
     RANK_PLL,
@@ -41,11 +41,9 @@ from ..workloads.infill import (  # DECODERS, ORDERS and InfillOptions: what the
     surface,
 )
 
-__all__ = ["DECODERS", "ORDERS", "InfillOptions", "infill", "summarize"]
+__all__ = ["INFILL_DECODERS", "INFILL_ORDERS", "InfillOptions", "infill", "summarize"]
 
 logger = logging.getLogger(__name__)
-
-REPORT_MD = "report.md"
 
 
 def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = None, overwrite: bool = False) -> dict:

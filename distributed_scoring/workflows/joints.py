@@ -30,7 +30,7 @@ from ..io import schema as S
 from ..io.claim import claim
 from ..io.ids import refuse_repeated
 from ..io.inputs import InputError
-from ..io.output import SUMMARY_FILE, OutputDir
+from ..io.output import REPORT_JSON, REPORT_MD, SUMMARY_FILE, OutputDir
 from ..io.sources import plan_shards, read_unit, read_units
 from ..io.storage import open_binary
 from ..pipeline import runner
@@ -56,7 +56,6 @@ logger = logging.getLogger(__name__)
 JOINTS = "joints"  # the workload of DIR/_run.json
 EXAMPLES_FILE = "examples/examples.parquet"
 SCORES_DIR = "scores"  # the scoring run's sub-folder
-REPORT_JSON, REPORT_MD = "report.json", "report.md"
 # What an earlier dscore's joints folder held, without a _run.json of its own (its scoring run had one).
 EARLIER_LAYOUT = ("examples", SCORES_DIR, REPORT_JSON, SUMMARY_FILE, REPORT_MD)
 METRIC_NAMES = ("U-PPL", "P-PPL", "A-KL", "G-KL")

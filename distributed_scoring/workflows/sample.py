@@ -17,7 +17,11 @@ from dataclasses import replace
 import pyarrow.compute as pc
 
 from ..config import RayOptions, RunConfig
-from ..engine.sampler_settings import ENERGIES, ORDERS, SAMPLERS  # with STARTS and SampleOptions: what the CLI builds
+from ..engine.sampler_settings import (  # with STARTS and SampleOptions: what the CLI builds
+    ENERGIES,
+    SAMPLERS,
+    SAMPLING_ORDERS,
+)
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import SUMMARY_FILE, OutputDir
@@ -43,7 +47,7 @@ from ..workloads.sample import (
 )
 from .infill import token_bleu
 
-__all__ = ["ENERGIES", "ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
+__all__ = ["ENERGIES", "SAMPLING_ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
 
 logger = logging.getLogger(__name__)
 

@@ -47,6 +47,7 @@ from ..io.output import (
     FILE_DIGEST,
     LOCK_FILE,
     OUTPUTS,
+    REPORT_JSON,
     ROW_KEY,
     ROWS_DIR,
     ROWS_PER_INPUT,
@@ -65,7 +66,7 @@ from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT
 from .joints import JOINTS
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT
 from .rescore.run import RESCORE
-from .train.run import CHECKPOINTS, REPORT_FILE
+from .train.run import CHECKPOINTS
 from .variants.run import VARIANTS_RUN
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
@@ -421,7 +422,7 @@ def _verify_training(out: OutputDir, run: dict) -> Verification:
     """A training folder: its report (written last), the model, and the evaluation runs inside it."""
     parts = tuple(verify_folder(join(out.uri, name)) for name in _sub_runs(out))
     missing, problems = _lock(out), []
-    if not out.exists(out.path(REPORT_FILE)):
+    if not out.exists(out.path(REPORT_JSON)):
         steps = sorted(
             posixpath.basename(p)
             for p in out.files(CHECKPOINTS, suffix="")
@@ -429,7 +430,7 @@ def _verify_training(out: OutputDir, run: dict) -> Verification:
         )
         latest = steps[-1] if steps else None
         missing.append(
-            f"{REPORT_FILE} is missing: the training did not finish ("
+            f"{REPORT_JSON} is missing: the training did not finish ("
             + (f"a rerun continues from {CHECKPOINTS}/{latest})" if latest else "no checkpoint yet)")
         )
     elif not out.exists(out.path("config.json")):

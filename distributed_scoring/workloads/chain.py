@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, check_bounds
+from ..engine.orders import CHAIN_ORDERS, orders_for
 from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate
@@ -29,7 +30,6 @@ from ..pipeline.workload import Declaration, Workload
 from .infill import example_seed
 from .pll import isolated, pll_preparer
 
-ORDERS = ("l2r", "r2l", "random")  # engine.chain.ORDERS, named here for the driver (no torch)
 METHOD, ORDER, LOG_LIKELIHOOD = "method", "order", "log_likelihood"
 LOG_LIKELIHOODS, LOG_LIKELIHOOD_STD = "log_likelihoods", "log_likelihood_std"
 CHAIN = "chain"  # the rows' method and variant
@@ -54,8 +54,8 @@ class ChainOptions:
     split_chars: bool = False
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise UserError(f"--order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if self.order not in CHAIN_ORDERS:
+            raise UserError(f"--order {self.order!r} is not one of {', '.join(CHAIN_ORDERS)}")
         check_bounds("--orders", self.orders, 1)
         if self.orders > 1 and self.order != "random":
             raise UserError(f"--orders {self.orders}: only --order random has more than one order")
@@ -94,8 +94,6 @@ class ChainScorer(Stage):
         return output_schema(S.PARTITION in columns)
 
     def process(self, rows: list[Row]) -> list[Row]:
-        from ..engine.chain import orders_for
-
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
         work = []
         for i in ok:

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import ModelSpec, check_bounds
+from ..engine.orders import orders_for
 from ..errors import UserError
 from ..io import schema as S
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
@@ -37,7 +38,7 @@ from .pll import isolated
 if TYPE_CHECKING:
     from ..engine.infill import Fill
 
-ORDERS = ("random", "l2r", "r2l", "given")
+GENERATION_ORDERS = ("random", "l2r", "r2l", "given")  # `given`: each prompt's own order
 SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
     "sequence",
     "prompt",
@@ -97,8 +98,8 @@ class GenerateOptions:
     order_column: str = FILL_ORDER
 
     def __post_init__(self) -> None:
-        if self.order not in ORDERS:
-            raise UserError(f"--order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if self.order not in GENERATION_ORDERS:
+            raise UserError(f"--order {self.order!r} is not one of {', '.join(GENERATION_ORDERS)}")
         check_bounds("--num-sequences", self.sequences, 1)
         check_bounds("--length", self.length, 1)
         check_bounds("--top-k", self.top_k, 0)
@@ -188,8 +189,6 @@ class GenerateScorer(Stage):
 
     def _order(self, row: Row, masks: np.ndarray, seed: int) -> np.ndarray:
         """The positions in fill order: the row's `given` one, or l2r, r2l or a permutation from `seed`."""
-        from ..engine.chain import orders_for
-
         if self.options.order == "given":
             return masks[row[FILL_ORDER]]
         return orders_for(masks, self.options.order, 1, np.random.default_rng([seed, 1]))[0]

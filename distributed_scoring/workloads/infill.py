@@ -34,8 +34,10 @@ if TYPE_CHECKING:
     from ..engine.infill import Fill
     from ..engine.masked_lm import MaskedLM
 
-DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
-ORDERS = ("l2r", "best-to-worst")
+# What `dscore infill` offers of the engine's decoders and fill orders (`engine.infill`): not `filtered` or
+# `given`, which are generation's.
+INFILL_DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
+INFILL_ORDERS = ("l2r", "best-to-worst")
 DECLARED = Declaration("infill", engines=("engine.infill",), docs="docs/infill.md")  # --rescore-pll: pll's engine too
 
 ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", "n_masks"
@@ -82,10 +84,10 @@ class InfillOptions:
     answer_column: str = ANSWER
 
     def __post_init__(self) -> None:
-        if self.decoder not in DECODERS:
-            raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(DECODERS)}")
-        if self.order not in ORDERS:
-            raise UserError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if self.decoder not in INFILL_DECODERS:
+            raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(INFILL_DECODERS)}")
+        if self.order not in INFILL_ORDERS:
+            raise UserError(f"order {self.order!r} is not one of {', '.join(INFILL_ORDERS)}")
         for flag, value in (
             ("--beam", self.beam),
             ("--top", self.top),

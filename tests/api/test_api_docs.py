@@ -11,10 +11,10 @@ import math
 import pytest
 
 from distributed_scoring import MLMScorer
-from distributed_scoring.api import hf, pool, scorer, stages
+from distributed_scoring.api import pool, scorer, stages
 
 
-@pytest.mark.parametrize("module", [scorer, stages, hf, pool], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [scorer, stages, pool], ids=lambda m: m.__name__)
 def test_docstring_examples_run(module, tiny_model_dir, tiny_protein_dir):
     model, protein = str(tiny_model_dir("bert")), str(tiny_protein_dir("bert"))
     names = {

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.chain import ChainEngine, orders_for
+from distributed_scoring.engine.chain import ChainEngine
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.orders import orders_for
 
 from reference import NaiveChain, scored_positions
 

@@ -1,4 +1,4 @@
-"""The PLL of texts longer than the model's window (`--long-texts window`, issue 37) against a naive reference of
+"""The PLL of texts longer than the model's window (`--long-texts window`) against a naive reference of
 its convention, written here: one masked window per token, the model in float64, full logits.
 
 With M the model's maximum length and C = M minus the special tokens of one sequence, content token i of a text

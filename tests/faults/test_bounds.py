@@ -1,4 +1,4 @@
-"""Issue 25, item 12: absurd numeric options are refused before any work, in one line naming the bounds,
+"""Absurd numeric options are refused before any work, in one line naming the bounds,
 and work whose memory grows with its options is sized first and refused when this machine cannot hold it.
 
 `sample --epochs 1000000000` grew to 19.4 GB in two minutes (and set Ray's out-of-memory killer on other

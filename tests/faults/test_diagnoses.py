@@ -1,4 +1,4 @@
-"""Issue 25, item 13: what a refusal says is true, and it is one line that says what to do.
+"""What a refusal says is true, and it is one line that says what to do.
 
 A binary file was diagnosed as "CR-only line endings"; a UTF-16 file with its byte-order mark got "not
 valid UTF-8" on line 1 and had its line 2 (`\\x00T\\x00h...`) scored as ok; a model that needs its own

@@ -1,4 +1,4 @@
-"""Issue 25, item 10: a full disk (any OSError while writing a shard or a marker) ends the run with one line.
+"""A full disk (any OSError while writing a shard or a marker) ends the run with one line.
 
 It used to end in an OSError traceback and leave a `.tmp` file behind. Now: `dscore: incomplete: ...`
 (exit 1) naming the folder and the system's reason when shards were being written, `dscore: error: ...`

@@ -1,4 +1,4 @@
-"""Issue 25, item 5: repeated ids are refused before any work, unless --allow-duplicate-ids says they are meant.
+"""Repeated ids are refused before any work, unless --allow-duplicate-ids says they are meant.
 
 `score`, `audit`, `infill`, `sample` (and `generate`, `train pmlm`, `joints`' given pairs) used to take them:
 exit 0 with repeated ids in the rows (also `1` and `"1"` in JSON Lines, Parquet ids [1, 2, 2]); only

@@ -1,12 +1,12 @@
-"""Issue 25, items 1, 2, 4, 6 and 7: every command claims its output folder before its first byte, so
-nothing of two runs is mixed and nothing of the user's is lost.
+"""Every command claims its output folder before its first byte, so nothing of two runs is mixed and
+nothing of the user's is lost.
 
 1. a second rescore into a folder held by a first changes no byte of it, and rescoring refuses scores
    whose text is not the hypothesis they are assigned to;
 2. an --output equal to or inside an input (or an input inside the --output) is refused;
-4. a non-empty folder that holds no run (the user's own files) is refused, and so is --output '';
-6. an unmarked Parquet file in rows/ (a copied shard) is read by no reader, each warns;
-7. --overwrite deletes exactly what the run layer wrote: user files in rows/ and _done/ survive, a
+3. a non-empty folder that holds no run (the user's own files) is refused, and so is --output '';
+4. an unmarked Parquet file in rows/ (a copied shard) is read by no reader, each warns;
+5. --overwrite deletes exactly what the run layer wrote: user files in rows/ and _done/ survive, a
    previous audit's reports do not.
 """
 
@@ -189,7 +189,7 @@ def test_an_output_inside_an_input_folder_and_an_input_inside_the_output_are_ref
     assert snapshot(out) == before
 
 
-# 4. Folders that hold no run.
+# 3. Folders that hold no run.
 
 
 def test_audit_refuses_a_folder_of_the_users_own_files(tmp_path, corpus, bert, capsys):
@@ -215,7 +215,7 @@ def test_an_empty_output_is_refused(tmp_path, corpus, bert, capsys, monkeypatch,
     assert snapshot(tmp_path) == before
 
 
-# 6. A stray file in rows/.
+# 4. A stray file in rows/.
 
 
 def test_a_copied_shard_is_read_by_no_reader(tmp_path, corpus, bert, capsys, caplog):
@@ -239,7 +239,7 @@ def test_a_copied_shard_is_read_by_no_reader(tmp_path, corpus, bert, capsys, cap
     assert "part-copy.parquet" in capsys.readouterr().out
 
 
-# 7. What --overwrite deletes.
+# 5. What --overwrite deletes.
 
 
 def test_overwrite_keeps_user_files_and_drops_a_previous_audits_reports(tmp_path, corpus, bert, capsys):

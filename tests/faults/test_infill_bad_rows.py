@@ -1,4 +1,4 @@
-"""Issue 25, item 8: infilling a shard whose ids repeat, beside a null text and a row without a mask token.
+"""Infilling a shard whose ids repeat, beside a null text and a row without a mask token.
 
 The score stage used to join its fills back to the rows by id: an error row that shared its id with a
 filled row was handed that row's fills and crashed the shard with a TypeError (every rerun again), and two

@@ -1,4 +1,4 @@
-"""Issue 25, item 11: Ray's out-of-memory killer during `--ray` ends the run as incomplete, quietly.
+"""Ray's out-of-memory killer during `--ray` ends the run as incomplete, quietly.
 
 It used to end in an `OutOfMemoryError` traceback instead of the "incomplete" line, and Ray's `(raylet)
 ... retried` notices and an `ERROR services.py` line reached the terminal without `--verbose`. Memory is

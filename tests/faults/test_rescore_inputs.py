@@ -1,4 +1,4 @@
-"""Issue 25, item 9 (and item 12's ranks): `dscore rescore` refuses unusable N-best lists before any scoring.
+"""`dscore rescore` refuses unusable N-best lists (empty ones, ranks below 1) before any scoring.
 
 An empty --dev or --test used to score the other list, then end in a numpy ValueError traceback; both empty
 ended in an error naming the internal `texts/texts.parquet`. A `hyp_id` of 0 or -1 was taken, though the

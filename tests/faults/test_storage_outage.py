@@ -4,8 +4,8 @@ rows in == rows out; an outage longer than the budget (`DSCORE_STORAGE_RETRY_S`,
 run with one `incomplete` line, exit 1, and the same command finishes it once the store is back.
 
 pyarrow's S3 client sends a request again by itself for about 7 s (6 s when nothing listens), so the outages
-here last 12 s. Before (issue 35, item 4): the shards' and markers' PUTs were sent again, but not the listings
-and reads of the summary, so an outage as the last shard was written stopped the run (exit 1).
+here last 12 s. Only the shards' and markers' PUTs used to be sent again, not the listings and reads of the
+summary, so an outage as the last shard was written stopped the run (exit 1).
 """
 
 from __future__ import annotations

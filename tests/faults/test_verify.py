@@ -145,7 +145,7 @@ def test_a_folder_that_is_not_a_run_folder_is_exit_2(tmp_path, capsys):
     assert "holds no _run.json" in capsys.readouterr().err
 
 
-# Issue 25, item 3: verify used to say "OK: 0 shards, 0 rows" of a run that stalled before its first shard,
+# verify used to say "OK: 0 shards, 0 rows" of a run that stalled before its first shard,
 # and "OK: 3 shards, 12 rows" of a finished folder whose last shard and summary.json were deleted.
 
 
@@ -241,7 +241,7 @@ def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(joints_folder, c
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"INCOMPLETE: {out}")
 
 
-# Issue 28, item 2: verify told the rows of a workload writing several rows per id apart by a fixed table of
+# verify told the rows of a workload writing several rows per id apart by a fixed table of
 # columns (construction, sequence, chain, epoch); a workload keyed by any other column failed as "ids appear
 # more than once". The workload declares its key, the run records it in _run.json, verify reads it there.
 

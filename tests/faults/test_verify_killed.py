@@ -1,8 +1,8 @@
 """`dscore verify` on the folder of a killed run: INCOMPLETE (rerun the same command), not FAILED.
 
 kill -9 leaves shards not done, the lock of a process that is gone and, when it lands while a shard's file or
-marker is written, that write's temporary file, which the rerun removes. Before (issue 35, item 7): the
-temporary file made verify say FAILED, as if the folder were damaged.
+marker is written, that write's temporary file, which the rerun removes. verify used to say FAILED of
+that temporary file, as if the folder were damaged.
 """
 
 from __future__ import annotations

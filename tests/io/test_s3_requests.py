@@ -1,7 +1,7 @@
 """What a run costs an object store, counted request by request by a proxy in front of moto's S3 server
 (tests/s3_proxy.py), and that the cheaper checks keep every verdict.
 
-Before (issue 35): about 9 requests per shard written (the summary read each shard's marker, footer and rows
+It used to take about 9 requests per shard written (the summary read each shard's marker, footer and rows
 again), and a rerun of a finished run and `dscore verify` several requests per shard (every marker and footer
 read; verify every file whole): 2,215 and 2,812 requests for 200 shards. Now a shard is its file's PUT and its
 marker's, the summary comes from the markers, and a rerun or verify of a finished folder is a few listings and

@@ -23,7 +23,7 @@ import pytest
 from distributed_scoring.cli import main
 from distributed_scoring.config import InputSpec, ModelSpec, RunConfig
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
+from distributed_scoring.workflows.audit.verdicts import EXIT_OK, EXIT_REGRESSION
 from distributed_scoring.workflows.score import score
 
 import rescoring_helpers as H

@@ -84,7 +84,7 @@ def nodes(*cpus: float, gpus: float = 0) -> list[dict]:
         # local_cluster.sh start --workers 2 --cpus 2: no 4-CPU actor fits any node; one node stays free
         (nodes(2, 2, 2), RayOptions(), "auto", (2, 2.0, 0.0, 2, (1, 1))),
         (nodes(8, 8, 8, 8), RayOptions(), "auto", (7, 4.0, 0.0, 4, (1, 3))),
-        # actors asked for, their CPUs not: sized to fit (the 2-core machine of issue 18)
+        # actors asked for, their CPUs not: sized to fit (a 2-core machine)
         (nodes(4), RayOptions(num_actors=2), "cpu", (2, 1.25, 0.0, 1, (1, 1))),
         (nodes(2, 2, 2), RayOptions(num_actors=4), "cpu", (4, 1.0, 0.0, 1, (1, 1))),
         (nodes(2), RayOptions(num_actors=3), "cpu", (3, 0.16, 0.0, 1, (1, 1))),  # below a quarter: hundredths
@@ -214,7 +214,7 @@ def test_small_read_units_travel_together_and_every_shard_once():
 
 @pytest.mark.ray
 def test_a_small_corpus_on_ray_has_a_shard_for_every_scoring_actor(ray_local, tmp_path, tiny_model_dir, caplog):
-    """Issue 36, item 7: 12 rows at the default of 1000 rows a shard were one shard, so one of 3 scoring actors
+    """12 rows at the default of 1000 rows a shard used to be one shard, so one of 3 scoring actors
     worked. Left to the default, the shards are made smaller (said in the log); a rerun on a Ray that starts
     fewer actors resumes the recorded shards; a --shard-rows given, or a run in this process, keeps its size."""
     import json

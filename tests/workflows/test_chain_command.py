@@ -12,8 +12,8 @@ import pytest
 
 from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
-from distributed_scoring.engine.chain import orders_for
 from distributed_scoring.engine.masked_lm import load_masked_lm
+from distributed_scoring.engine.orders import orders_for
 from distributed_scoring.io import schema as S
 from distributed_scoring.workloads.chain import CHAIN_FIELDS
 from distributed_scoring.workloads.infill import example_seed

@@ -27,9 +27,11 @@ from distributed_scoring.engine.maskless import regressor_for, save_student
 from distributed_scoring.engine.model_files import load_tokenizer
 from distributed_scoring.io import schema as S
 from distributed_scoring.measures import pppl
-from distributed_scoring.workflows.train.maskless import StudentOptions, _split, read_teacher
+from distributed_scoring.workflows.train.maskless import _split
 from distributed_scoring.workflows.train.maskless_eval import cross_fitted, fit_calibration
+from distributed_scoring.workflows.train.maskless_job import StudentOptions
 from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
+from distributed_scoring.workflows.train.teacher import read_teacher
 from distributed_scoring.workloads.prepare import PLLPreparer
 
 import rescoring_helpers as H

@@ -1,4 +1,4 @@
-"""Workloads declare themselves (issue 28, item 2): what the code around a workload would otherwise
+"""Workloads declare themselves: what the code around a workload would otherwise
 hard-code about it (its row key, its torch engines, its page) is declared once in its module, and the
 registry finds every declaration in workloads/ without a list kept by hand."""
 

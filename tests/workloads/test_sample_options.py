@@ -1,4 +1,4 @@
-"""The sampling workload's options derive from the engine's settings (issue 28, item 3): one list of
+"""The sampling workload's options derive from the engine's settings: one list of
 settings with one set of defaults and one validation, carried across by field name."""
 
 from __future__ import annotations

@@ -11,11 +11,12 @@ from ..common import finish
 from .common import add_train_arguments, train_options
 
 if TYPE_CHECKING:
-    from ...workflows.train.maskless import StudentOptions
+    from ...workflows.train.maskless_job import StudentOptions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ...workflows.train.maskless import LR, SPEED_SENTENCES, StudentOptions
+    from ...workflows.train.maskless import LR, SPEED_SENTENCES
+    from ...workflows.train.maskless_job import StudentOptions
 
     p.add_argument(
         "--teacher",
@@ -85,7 +86,8 @@ def _add_report_arguments(p: argparse.ArgumentParser, speed_sentences: int) -> N
 
 
 def run(args: argparse.Namespace) -> int:
-    from ...workflows.train.maskless import NBest, StudentOptions, train_maskless
+    from ...workflows.train.maskless import train_maskless
+    from ...workflows.train.maskless_job import NBest, StudentOptions
 
     options, resources = train_options(args)
     model = ModelSpec(args.model, args.revision, trust_remote_code=args.trust_remote_code)

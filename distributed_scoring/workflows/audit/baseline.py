@@ -1,4 +1,4 @@
-"""Comparison of an audit with a previous one (the baseline `audit.json`), and the audit's exit codes.
+"""Comparison of an audit with a previous one (the baseline `audit.json`): each scope's verdict and the run's.
 
 Every scope (the whole corpus and each partition present in both audits) is judged by the uncertainty
 of its change, not by a row count (`intervals.py` computes the intervals):
@@ -15,67 +15,54 @@ scored again: per-row differences, much tighter), unpaired otherwise. A scope wi
 `min_rows` rows on either side is `insufficient data`. `insufficient data` is never a pass: it has its
 own exit code unless `accept_insufficient` is set. PPPLs are judged only when both audits were scored by
 the same model and variant; otherwise only error rates are, and the run is "incomparable". The run's
-verdict is its worst scope's. Exit codes 1 (data loss) and 2 (user errors) are taken by the CLI.
-`baseline_io.py` reads the baseline's files and makes the per-row figures.
+verdict is its worst scope's, and gives the audit's exit code. The verdicts, the thresholds and the exit codes,
+as audit.json records them, are `verdicts.py`'s; `baseline_io.py` reads the baseline's files and makes the
+per-row figures.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import check_bounds
-from ...errors import UserError
 from ...io import schema as S
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
+from .verdicts import (
+    IMPROVEMENT,
+    INSUFFICIENT,
+    NEW,
+    NO_CHANGE,
+    OVERALL,
+    REGRESSION,
+    VANISHED,
+    Check,
+    Comparison,
+    Thresholds,
+)
 
 if TYPE_CHECKING:
     from .records import AuditRecord, ScopeFigures
 
 __all__ = [
-    "Check",
-    "Comparison",
-    "Thresholds",
     "compare",
-    "EXIT_OK",
-    "EXIT_REGRESSION",
-    "EXIT_INCOMPARABLE",
-    "EXIT_INSUFFICIENT",
-    "OVERALL",
-    "METRICS",
     "AUDIT_FILE",
     "ROW_STATS_FILE",
     "ROW_STATS_SCHEMA",
     "SCHEMA_VERSION",
-    "REGRESSION",
-    "IMPROVEMENT",
-    "NO_CHANGE",
-    "INSUFFICIENT",
-    "NEW",
-    "VANISHED",
 ]
-
-EXIT_OK = 0  # no baseline, or every scope shows no change or an improvement
-EXIT_REGRESSION = 3  # some partition or the whole corpus regressed against the baseline
-EXIT_INCOMPARABLE = 4  # nothing regressed, but the baseline was scored by another model/variant
-EXIT_INSUFFICIENT = 5  # nothing regressed, but some scope's data could not tell (see accept_insufficient)
 
 SCHEMA_VERSION = 2  # of audit.json; version 1 files are still read as baselines
 READABLE_VERSIONS = (1, 2)
 AUDIT_FILE = "audit.json"
 ROW_STATS_FILE = "row_stats.parquet"  # per-row figures beside audit.json: what the next night's intervals need
-OVERALL = "(overall)"  # the name of the whole-corpus check in a comparison (and of the corpus-wide cutoff)
-METRICS = ("pppl_token", "pppl_word")
 
-# Verdicts of one scope, worst first.
-REGRESSION, INSUFFICIENT, IMPROVEMENT, NO_CHANGE = "regression", "insufficient data", "improvement", "no change"
-NEW, VANISHED = "new", "vanished"  # reported, not judged
+# Verdicts of one scope by severity: a scope's is the worst of its figures'.
 _SEVERITY = {REGRESSION: 3, INSUFFICIENT: 2, IMPROVEMENT: 1, NO_CHANGE: 0}
 
 OK_COLUMN = "ok"
@@ -91,162 +78,6 @@ ROW_STATS_SCHEMA = pa.schema(
 )
 _DENOMINATOR = {"pppl_token": S.N_TOKENS, "pppl_word": S.N_WORDS}
 _ERROR_RATE_FIGURE = "error rate change"  # the PPPL's figure is "<metric> ratio"
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """When a scope regresses against the baseline, and how sure the judgement must be.
-
-    `max_pppl_increase` is relative (0.05 = +5 %) and sets the band [1 / (1 + t), 1 + t] of the PPPL ratio
-    inside which a change counts as none; `max_error_rate_increase` is absolute (0.01 = one point) and
-    sets the band +-t of the error-rate difference. `max_pppl_decrease`, when set, also makes a PPPL fall
-    beyond it a regression (a corpus that got suspiciously easy). Intervals are at `confidence`, seeded by
-    `seed`. Scopes with fewer than `min_rows` rows on either side are `insufficient data`.
-    """
-
-    metric: str = "pppl_token"
-    max_pppl_increase: float = 0.05
-    max_pppl_decrease: float | None = None
-    max_error_rate_increase: float = 0.01
-    min_rows: int = 10
-    confidence: float = 0.95
-    seed: int = 0
-    accept_insufficient: bool = False
-
-    def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise UserError(f"regression metric {self.metric!r} is not one of {METRICS}")
-        check_bounds("--max-pppl-increase", self.max_pppl_increase, 0)
-        check_bounds("--max-pppl-decrease", self.max_pppl_decrease, 0, 1, below=True)  # a relative fall: 0.2 = -20 %
-        check_bounds("--max-error-rate-increase", self.max_error_rate_increase, 0, 1)  # a rate rises by 1 at most
-        check_bounds("--min-rows", self.min_rows, 2)
-        check_bounds("--confidence", self.confidence, 0.5, 1, below=True)
-        check_bounds("--seed", self.seed, 0)  # numpy's generators take no negative seed
-
-
-@dataclass(frozen=True)
-class Check:
-    """One scope (a partition, or the corpus `OVERALL`) against the baseline.
-
-    `status` is the scope's verdict (REGRESSION, IMPROVEMENT, NO_CHANGE, INSUFFICIENT) or NEW / VANISHED;
-    `pppl_ratio` is current / baseline with its interval, `error_rate_change` the absolute difference
-    with its interval; `reasons` say why, one line each.
-    """
-
-    name: str
-    status: str
-    rows: int | None
-    baseline_rows: int | None
-    pppl: float | None
-    baseline_pppl: float | None
-    pppl_ratio: float | None = None
-    pppl_ratio_low: float | None = None
-    pppl_ratio_high: float | None = None
-    pppl_verdict: str | None = None
-    error_rate: float | None = None
-    baseline_error_rate: float | None = None
-    error_rate_change: float | None = None
-    error_rate_change_low: float | None = None
-    error_rate_change_high: float | None = None
-    error_rate_verdict: str | None = None
-    paired: bool = False
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def pppl_change(self) -> float | None:
-        return None if self.pppl_ratio is None else self.pppl_ratio - 1
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "pppl_change": self.pppl_change, "reasons": list(self.reasons)}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Check":
-        """`pppl_change` is derived, so it is not read back."""
-        known = {f.name for f in fields(cls)} - {"reasons"}
-        return cls(**{k: v for k, v in data.items() if k in known}, reasons=tuple(data["reasons"]))
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The audit against a baseline audit: each scope's verdict and why, and the run's exit code.
-
-    `methods` says how the intervals were computed: one line per figure and method, with how many scopes
-    it served, paired and unpaired (`_methods`).
-    """
-
-    source: str
-    thresholds: Thresholds
-    overall: Check
-    partitions: tuple[Check, ...]
-    signature_mismatch: str | None = None
-    methods: tuple[str, ...] = ()
-
-    def _with(self, status: str) -> tuple[Check, ...]:
-        return tuple(c for c in (self.overall, *self.partitions) if c.status == status)
-
-    @property
-    def regressions(self) -> tuple[Check, ...]:
-        return self._with(REGRESSION)
-
-    @property
-    def insufficient(self) -> tuple[Check, ...]:
-        return self._with(INSUFFICIENT)
-
-    @property
-    def new_partitions(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self._with(NEW))
-
-    @property
-    def vanished_partitions(self) -> tuple[str, ...]:
-        return tuple(c.name for c in self._with(VANISHED))
-
-    @property
-    def exit_code(self) -> int:
-        if self.regressions:
-            return EXIT_REGRESSION
-        if self.insufficient and not self.thresholds.accept_insufficient:
-            return EXIT_INSUFFICIENT
-        return EXIT_INCOMPARABLE if self.signature_mismatch else EXIT_OK
-
-    @property
-    def verdict(self) -> str:
-        return {
-            EXIT_OK: "pass",
-            EXIT_REGRESSION: "regression",
-            EXIT_INCOMPARABLE: "incomparable",
-            EXIT_INSUFFICIENT: INSUFFICIENT,
-        }[self.exit_code]
-
-    def to_json(self) -> dict:
-        """The `baseline` object of audit.json: the checks, and the verdicts derived from them."""
-        return {
-            "source": self.source,
-            "verdict": self.verdict,
-            "exit_code": self.exit_code,
-            "metric": self.thresholds.metric,
-            "thresholds": asdict(self.thresholds),
-            "methods": list(self.methods),
-            "signature_mismatch": self.signature_mismatch,
-            "regressed": [c.name for c in self.regressions],
-            "insufficient": [c.name for c in self.insufficient],
-            "new_partitions": list(self.new_partitions),
-            "vanished_partitions": list(self.vanished_partitions),
-            "overall": self.overall.to_json(),
-            "partitions": {c.name: c.to_json() for c in self.partitions},
-        }
-
-    @classmethod
-    def from_json(cls, data: dict) -> "Comparison":
-        """The comparison an audit.json recorded; its verdict and lists are derived again from the checks."""
-        partitions = tuple(Check.from_json(c) for _, c in sorted(data["partitions"].items()))
-        return cls(
-            data["source"],
-            Thresholds(**data["thresholds"]),
-            Check.from_json(data["overall"]),
-            partitions,
-            data["signature_mismatch"],
-            tuple(data["methods"]),
-        )
 
 
 def compare(

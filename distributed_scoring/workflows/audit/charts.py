@@ -8,8 +8,8 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from .baseline import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED, Check, Comparison
 from .records import AuditRecord, Positionwise, ScopeFigures
+from .verdicts import IMPROVEMENT, INSUFFICIENT, NEW, NO_CHANGE, OVERALL, REGRESSION, VANISHED, Check, Comparison
 
 MAX_BARS = 40  # partitions drawn in the bar chart (regressed and most changed first); the table has all
 MAX_CURVES = 4  # sentence lengths drawn in the Figure-4 panel (the most frequent ones)

@@ -30,30 +30,21 @@ import pyarrow.parquet as pq
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim
-from ...io.output import ROWS_DIR, SUMMARY_FILE, OutputDir
+from ...io.output import REPORT_HTML, ROWS_DIR, SUMMARY_FILE, OutputDir
 from ...io.storage import filesystem, join
 from ...pipeline.stats import STAT_COLUMNS, CorpusStats
 from ...versions import package_version
-from .baseline import (
-    AUDIT_FILE,
-    EXIT_OK,
-    ROW_STATS_FILE,
-    ROW_STATS_SCHEMA,
-    SCHEMA_VERSION,
-    Comparison,
-    Thresholds,
-    compare,
-)
+from .baseline import AUDIT_FILE, ROW_STATS_FILE, ROW_STATS_SCHEMA, SCHEMA_VERSION, compare
 from .baseline_io import load_baseline, load_row_stats, row_stats_table
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
 from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
+from .verdicts import EXIT_OK, Comparison, Thresholds
 
-__all__ = ["AuditConfig", "AuditResult", "LogBins", "PositionCurves", "run_audit", "NO_PARTITION", "REPORT_FILE"]
+__all__ = ["AuditConfig", "AuditResult", "LogBins", "PositionCurves", "run_audit", "NO_PARTITION"]
 
 logger = logging.getLogger(__name__)
 
-REPORT_FILE = "report.html"
-AUDIT_OUTPUTS = (AUDIT_FILE, ROW_STATS_FILE, OUTLIERS_FILE, REPORT_FILE)  # what an audit writes beside the rows
+AUDIT_OUTPUTS = (AUDIT_FILE, ROW_STATS_FILE, OUTLIERS_FILE, REPORT_HTML)  # what an audit writes beside the rows
 NO_PARTITION = "(none)"  # the partition of rows whose partition value is null
 
 _REQUIRED = [S.ID, S.TEXT, *STAT_COLUMNS, S.MODEL, S.VARIANT]
@@ -210,7 +201,7 @@ class AuditResult:
 
     @property
     def report_path(self) -> str:
-        return join(self.output_dir, REPORT_FILE)
+        return join(self.output_dir, REPORT_HTML)
 
 
 def run_audit(
@@ -249,7 +240,7 @@ def run_audit(
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
         audit = replace(audit, baseline=comparison)
     folder.write_json(AUDIT_FILE, audit.to_json())
-    folder.write_text(REPORT_FILE, render_report(audit, base))
+    folder.write_text(REPORT_HTML, render_report(audit, base))
     result = AuditResult(audit, output_dir)
     logger.info(
         "audit: %d rows, pppl_token %s, %d outliers, verdict %s (exit %d)",

@@ -27,7 +27,8 @@ import pyarrow.parquet as pq
 from ...config import check_bounds
 from ...errors import UserError
 from ...io import schema as S
-from .baseline import OVERALL
+from ...io.output import ADDED_LATER
+from .verdicts import OVERALL
 
 __all__ = [
     "Cutoff",
@@ -51,9 +52,6 @@ SCOPES = ("overall", "partition")
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 _MEAN_AD_TO_SIGMA = 1.2533  # the same for the mean absolute deviation (used when the MAD is 0)
 _SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0), at least min_sigma"
-# Field metadata of a recorded figure added after audit.json files were written: absent from those, None
-# when read back, and left out when None, so that such a file is written back as it was read.
-RECORDED_WHEN_SET = {"audit.json": "when set"}
 _LISTED_TEXT_CHARS = 500  # text kept per listed sentence in audit.json; outliers.parquet has it whole
 
 OUTLIER_SCHEMA = pa.schema(
@@ -111,7 +109,7 @@ class Cutoff:
     sigma: float
     high: float
     low: float | None
-    measured_sigma: float | None = field(default=None, metadata=RECORDED_WHEN_SET)
+    measured_sigma: float | None = field(default=None, metadata=ADDED_LATER)
 
     def z(self, values: np.ndarray) -> np.ndarray:
         if self.sigma == 0:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from .baseline import Comparison
-from .outliers import RECORDED_WHEN_SET
+from ...io.output import ADDED_LATER, recorded_values
 from .outliers import Cutoff as RobustCutoff
+from .verdicts import Comparison
 
 __all__ = [
     "AuditRecord",
@@ -21,20 +21,13 @@ __all__ = [
     "Histogram",
     "LengthCurve",
     "Listed",
-    "OutlierRule",
+    "OutlierRuleRecord",
     "Outliers",
     "PositionMeans",
     "Positionwise",
     "ScopeFigures",
     "WorstRows",
 ]
-
-
-def _recorded(record) -> dict:
-    """`asdict(record)` less its fields added later (`RECORDED_WHEN_SET`) that are None: a file written
-    before them is written back as it was read."""
-    later = {f.name for f in fields(record) if f.metadata == RECORDED_WHEN_SET}
-    return {name: value for name, value in asdict(record).items() if not (name in later and value is None)}
 
 
 def _flat(cls, data: dict):
@@ -133,7 +126,7 @@ class Positionwise:
 
 
 @dataclass(frozen=True)
-class OutlierRule:
+class OutlierRuleRecord:
     """The outlier rule as recorded: `outliers.OutlierRule`'s fields plus the statistic and MAD factor
     (absent from version 1 files) and the floor of sigma (absent from files written before it)."""
 
@@ -143,7 +136,7 @@ class OutlierRule:
     scope: str
     statistic: str | None = None
     sigma: str | None = None
-    min_sigma: float | None = field(default=None, metadata=RECORDED_WHEN_SET)
+    min_sigma: float | None = field(default=None, metadata=ADDED_LATER)
 
 
 @dataclass(frozen=True)
@@ -191,27 +184,27 @@ class Outliers:
     the worst rows by each scope's rule whatever the rule's scope, by scope (`overall`, `partition`; absent
     from files written before it)."""
 
-    rule: OutlierRule
+    rule: OutlierRuleRecord
     cutoffs: dict[str, Cutoff]
     eligible: int
     count: int
     by_partition: dict[str, int]
     listed: list[Listed]
     file: str
-    worst: dict[str, WorstRows] | None = field(default=None, metadata=RECORDED_WHEN_SET)
+    worst: dict[str, WorstRows] | None = field(default=None, metadata=ADDED_LATER)
 
     def to_json(self) -> dict:
         return {
-            **_recorded(self),
-            "rule": _recorded(self.rule),
-            "cutoffs": {name: _recorded(cutoff) for name, cutoff in self.cutoffs.items()},
+            **recorded_values(self),
+            "rule": recorded_values(self.rule),
+            "cutoffs": {name: recorded_values(cutoff) for name, cutoff in self.cutoffs.items()},
         }
 
     @classmethod
     def from_json(cls, data: dict) -> "Outliers":
         worst = data.get("worst")
         return cls(
-            _flat(OutlierRule, data["rule"]),
+            _flat(OutlierRuleRecord, data["rule"]),
             {name: _flat(Cutoff, cutoff) for name, cutoff in data["cutoffs"].items()},
             data["eligible"],
             data["count"],

@@ -13,7 +13,6 @@ import base64
 import html
 
 from ...io import schema as S
-from .baseline import IMPROVEMENT, INSUFFICIENT, OVERALL, REGRESSION, Check, Comparison
 from .charts import (
     MAX_BARS,
     Row,
@@ -30,12 +29,13 @@ from .records import (
     Cutoff,
     Histogram,
     Listed,
-    OutlierRule,
+    OutlierRuleRecord,
     Outliers,
     Positionwise,
     ScopeFigures,
     WorstRows,
 )
+from .verdicts import IMPROVEMENT, INSUFFICIENT, OVERALL, REGRESSION, Check, Comparison
 
 __all__ = ["render_report"]
 
@@ -381,7 +381,7 @@ def _outlier_intro(outliers: Outliers) -> str:
     )
 
 
-def _worst_note(rule: OutlierRule, scope: str, rows: WorstRows, against: str) -> str:
+def _worst_note(rule: OutlierRuleRecord, scope: str, rows: WorstRows, against: str) -> str:
     beyond = f"{'beyond median ±' if rule.low_tail else 'above median +'} {rule.k:g} sigma of {against}"
     counted = (
         "the outliers counted above"

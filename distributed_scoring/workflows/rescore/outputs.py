@@ -16,6 +16,7 @@ from ...io import schema as S
 from ...io.claim import Claim
 from ...io.nbest import HYP_ID, NBEST_SCHEMA, REF, SCORE, TEXT, UTT_ID
 from ...io.nbest_formats import RescoredHypothesis, rescored_files
+from ...io.output import REPORT_JSON, REPORT_MD
 
 SPLITS = ("dev", "test")
 
@@ -70,8 +71,6 @@ BEST_SCHEMA = pa.schema(
 
 HYPOTHESES_FILE = "hypotheses.parquet"
 BEST_FILE = "best.parquet"
-REPORT_JSON = "report.json"
-REPORT_MD = "report.md"
 
 
 def best_text_file(split: str) -> str:

@@ -19,7 +19,7 @@ and writes report.md.
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pyarrow as pa
@@ -31,12 +31,11 @@ from ...engine.model_files import (
     TARGET_DISTRIBUTION,
     TARGET_SENTENCE,
     TARGET_TOKEN,
-    TARGETS,
 )
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim_training
-from ...io.output import OutputDir
+from ...io.output import REPORT_JSON, REPORT_MD, OutputDir
 from ...io.storage import join
 from ...workloads.maskless import RANGE
 from ...workloads.prepare import PLLPreparer
@@ -55,10 +54,10 @@ from .maskless_eval import (
     summary_of,
     token_counts,
 )
+from .maskless_job import MasklessJob, NBest, StudentOptions
 from .run import (
     DATA_HELDOUT,
     DATA_TRAIN,
-    REPORT_FILE,
     TARGET,
     TOKEN_TARGETS,
     TRAINING_OUTPUTS,
@@ -81,68 +80,9 @@ logger = logging.getLogger(__name__)
 # default peak learning rate of the encoder (the paper used 1e-5 over 10 epochs of LibriSpeech text; the head
 # learns faster, see engine.training)
 LR = 1e-4
-DEFAULT_TARGET = TARGET_DISTRIBUTION  # the target that won on the demo's held-out report (docs/train.md)
 PREDICTIONS_FILE = "heldout_predictions.parquet"
-REPORT_MD = "report.md"
 SPEED_SENTENCES = 32  # default held-out sentences both scorers are timed on (the PLL engine's share dominates)
 MIN_HELDOUT = 3  # rows a correlation needs
-
-
-@dataclass(frozen=True)
-class StudentOptions:
-    """What kind of student (all of it enters the run's fingerprint). `target`: `sentence` (the paper's
-    regression of the PLL from the first token), `token` (each position's log q(w_t) regressed on the
-    teacher's term) or `distribution` (each position's distribution fitted by KL to the teacher's
-    conditional, plus `token_weight` times the token term). `parent_separator`: a row id `P<sep>...` is a
-    variant of row `P`: both on the same side of the held-out split, compared in the report. `freeze_layers`:
-    the embeddings and that many of the lowest transformer layers stay as they are."""
-
-    target: str = DEFAULT_TARGET
-    parent_separator: str | None = None
-    freeze_layers: int = 0
-    token_weight: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise UserError(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
-        if self.parent_separator == "":
-            raise UserError("--parent-separator must be a non-empty string")
-        if self.freeze_layers < 0 or not self.token_weight >= 0:
-            raise UserError(
-                f"--freeze-layers and --token-weight must be >= 0, got {self.freeze_layers} and {self.token_weight}"
-            )
-
-    @property
-    def weights(self) -> tuple[float, float]:
-        """(token term, KL term) of a per-token student's loss."""
-        return (1.0, 0.0) if self.target == TARGET_TOKEN else (self.token_weight, 1.0)
-
-
-@dataclass(frozen=True)
-class NBest:
-    """N-best lists to rescore with the teacher, the student and `unmasked` after training (WER or BLEU
-    by `metric`), e.g. built from held-out rows; None for no rescoring."""
-
-    dev: str
-    test: str
-    metric: str = "wer"
-
-
-@dataclass(frozen=True)
-class MasklessJob:
-    """What the training workers and the evaluation task need (torch-free, pickled to them)."""
-
-    model: ModelSpec
-    location: str
-    options: TrainOptions
-    student: StudentOptions
-    steps: int
-    checkpoint_every: int
-    mean: float
-    std: float
-    meta: dict
-    variant: str
-    batch_tokens: int | None
 
 
 def train_maskless(
@@ -194,7 +134,7 @@ def train_maskless(
             "rescoring": rescored,
             "speed": evaluation["speed"],
         }
-        folder.write_json(REPORT_FILE, report)
+        folder.write_json(REPORT_JSON, report)
         folder.write_text(REPORT_MD, render_report(report))
     return report
 

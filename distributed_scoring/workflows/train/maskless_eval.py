@@ -31,7 +31,7 @@ from ...measures import pppl
 from .run import TARGET, set_threads
 
 if TYPE_CHECKING:  # maskless.py runs this module's tasks
-    from .maskless import MasklessJob, NBest
+    from .maskless_job import MasklessJob, NBest
 
 RESCORE_DIR = "rescore"  # DIR/rescore/<teacher|student|unmasked>: `dscore rescore` runs of the N-best lists
 # heldout_predictions.parquet's columns beside id and pll (the teacher's).

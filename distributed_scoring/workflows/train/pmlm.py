@@ -25,13 +25,13 @@ from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim_training
 from ...io.ids import check_unique_ids
+from ...io.output import REPORT_JSON
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
 from ...workloads.prepare import PLLPreparer
 from .run import (
     DATA_HELDOUT,
     DATA_TRAIN,
-    REPORT_FILE,
     TRAINING_OUTPUTS,
     TrainOptions,
     TrainResources,
@@ -147,7 +147,7 @@ def train_pmlm(
                 "runs": f"{EVALUATION_DIR}/(before|after)-(l2r|random)",
             },
         }
-        out.write_json(REPORT_FILE, report)
+        out.write_json(REPORT_JSON, report)
     return report
 
 

@@ -38,7 +38,7 @@ from ...config import ModelSpec, RayOptions, check_bounds
 from ...cpus import set_torch_threads
 from ...io import schema as S
 from ...io.claim import TRAINING
-from ...io.output import OutputDir
+from ...io.output import REPORT_JSON, OutputDir
 from ...pipeline.cluster import cluster_address, ray_session
 from ...quiet import quiet_transformers
 
@@ -51,7 +51,6 @@ CHECKPOINTS = "checkpoints"
 DATA_TRAIN = "data/train.parquet"
 DATA_HELDOUT = "data/heldout.parquet"
 METRICS_FILE = "metrics.jsonl"
-REPORT_FILE = "report.json"
 CHECKPOINTS_KEPT = 2
 PROGRESS_S = 10.0  # seconds between progress lines (and rewrites of metrics.jsonl) on worker 0
 RELAY_S = 1.0  # seconds between the driver's collections of the workers' log lines
@@ -113,7 +112,7 @@ class TrainResources:
 
 
 # What every training run writes beside its model (`io.claim.claim_training` records them for --overwrite).
-TRAINING_OUTPUTS = (DATA_TRAIN, DATA_HELDOUT, CHECKPOINTS, METRICS_FILE, REPORT_FILE)
+TRAINING_OUTPUTS = (DATA_TRAIN, DATA_HELDOUT, CHECKPOINTS, METRICS_FILE, REPORT_JSON)
 
 
 def training_fingerprint(command: str, model: ModelSpec, options: TrainOptions, data: dict) -> dict:

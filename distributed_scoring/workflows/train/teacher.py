@@ -18,7 +18,7 @@ from ...io import schema as S
 from ...io.output import ROWS_DIR, RUN_FILE, SUMMARY_FILE, OutputDir
 
 if TYPE_CHECKING:
-    from .maskless import StudentOptions
+    from .maskless_job import StudentOptions
 
 logger = logging.getLogger(__name__)
 

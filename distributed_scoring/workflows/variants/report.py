@@ -14,15 +14,16 @@ import pyarrow.compute as pc
 from ...io import schema as S
 from ...io.claim import Claim
 from ...io.dms import DMS_ID, DMS_SCORE
+from ...io.output import REPORT_MD
 
 MAX_PANELS = 16
-REPORT, SCATTER = "report.md", "scatter.png"
+SCATTER = "scatter.png"
 
 
 def write_report(folder: Claim, variants: pa.Table, summary: dict) -> None:
     folder.out.write_bytes(SCATTER, scatter(variants, summary))
     folder.record(SCATTER)
-    folder.write_text(REPORT, markdown(summary))
+    folder.write_text(REPORT_MD, markdown(summary))
 
 
 def _estimate(figure: dict | None) -> str:

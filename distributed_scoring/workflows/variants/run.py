@@ -45,7 +45,7 @@ from ...io.dms import (
     refuse_repeats,
     strings_of,
 )
-from ...io.output import OutputDir
+from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
 from ...pipeline.runner import claimed, execute
 from ...workloads.variants import (
     MARGINALS,
@@ -63,7 +63,7 @@ from ...workloads.variants import (
     variant_scores,
 )
 from ..score import score
-from .report import write_report
+from .report import SCATTER, write_report
 from .stats import auc, estimate, spearman
 
 logger = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ logger = logging.getLogger(__name__)
 VARIANTS_RUN = "variants"  # the workload of DIR/_run.json
 SEQUENCES = "inputs/sequences.parquet"
 SITES_RUN, PLL_RUN = "sites", "pll"
-OUTPUT_FILES = ("variants.parquet", "summary.json", "report.md", "scatter.png")
+OUTPUT_FILES = ("variants.parquet", SUMMARY_FILE, REPORT_MD, SCATTER)
 SCORE, N_MUTATIONS = "score", "n_mutations"
 ADDED = (DMS_ID, SCORE, N_MUTATIONS, S.STATUS, S.ERROR)  # the columns each input row gains (DMS_id if it lacks one)
 
@@ -303,5 +303,5 @@ def _write(
         tables.append(table)
     variants = pa.concat_tables(tables, promote_options="permissive")
     folder.write_table("variants.parquet", variants)
-    folder.write_json("summary.json", summary)
+    folder.write_json(SUMMARY_FILE, summary)
     write_report(folder, variants, summary)

@@ -20,7 +20,10 @@ import pytest
 
 from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.baseline import (
+from distributed_scoring.workflows.audit.baseline_io import load_baseline
+from distributed_scoring.workflows.audit.figures import NO_PARTITION, AuditConfig, LogBins, run_audit
+from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
+from distributed_scoring.workflows.audit.verdicts import (
     EXIT_INCOMPARABLE,
     EXIT_INSUFFICIENT,
     EXIT_OK,
@@ -34,9 +37,6 @@ from distributed_scoring.workflows.audit.baseline import (
     VANISHED,
     Thresholds,
 )
-from distributed_scoring.workflows.audit.baseline_io import load_baseline
-from distributed_scoring.workflows.audit.figures import NO_PARTITION, AuditConfig, LogBins, run_audit
-from distributed_scoring.workflows.audit.outliers import OUTLIER_SCHEMA, ROBUST_Z, OutlierRule, robust_cutoff
 
 from audit_helpers import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
 from reference import audit_figures, audit_outliers
@@ -686,7 +686,7 @@ def test_each_partitions_verdict_is_judged_on_its_own_rows(tmp_path):
 
 
 def test_an_audit_of_documents_scores_the_long_ones_in_windows_and_reports_their_share(tmp_path, tiny_model_dir):
-    """Issue 37: documents longer than the model's window (96 tokens for the tiny BERT) were error rows, so an
+    """Documents longer than the model's window (96 tokens for the tiny BERT) used to be error rows, so an
     audit of documents judged mostly errors. They are scored in windows by default; audit.json and the report
     say how many; `--long-texts error` keeps the error rows."""
     import contextlib

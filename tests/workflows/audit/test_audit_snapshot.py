@@ -17,7 +17,7 @@ import pytest
 
 from distributed_scoring.cli import main
 from distributed_scoring.offline.antibodies import spaced, v_genes
-from distributed_scoring.workflows.audit.baseline import EXIT_OK, EXIT_REGRESSION
+from distributed_scoring.workflows.audit.verdicts import EXIT_OK, EXIT_REGRESSION
 
 from audit_helpers import corrupt
 

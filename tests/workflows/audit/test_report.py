@@ -18,12 +18,12 @@ import pyarrow as pa
 import pytest
 
 from distributed_scoring.io import schema as S
-from distributed_scoring.workflows.audit.baseline import INSUFFICIENT, NO_CHANGE, REGRESSION, Thresholds
 from distributed_scoring.workflows.audit.baseline_io import load_baseline
 from distributed_scoring.workflows.audit.charts import lengths_title
 from distributed_scoring.workflows.audit.figures import AuditConfig, run_audit
 from distributed_scoring.workflows.audit.outliers import OutlierRule
 from distributed_scoring.workflows.audit.report import render_report
+from distributed_scoring.workflows.audit.verdicts import INSUFFICIENT, NO_CHANGE, REGRESSION, Thresholds
 
 from audit_helpers import scored_table, write_rows
 
@@ -110,8 +110,8 @@ def section(text: str, title: str) -> str:
 
 @pytest.mark.parametrize("scope", ["partition", "overall"])
 def test_the_worst_rows_are_listed_overall_and_per_partition_whatever_the_scope(tmp_path, scope):
-    """Issue 36: 80 junk strings came in a file of their own, so one outlier rule per partition measured the
-    junk against the junk and the report's worst sentences were 10 human fragments. Both lists are shown,
+    """80 junk strings in a file of their own: one outlier rule per partition measured the junk against the
+    junk, and the report's worst sentences used to be 10 human fragments. Both lists are shown,
     labelled, whatever `--outlier-scope`: the junk is the worst overall, the fragments the worst within a
     partition; audit.json records both."""
     rng = np.random.default_rng(11)
@@ -147,8 +147,8 @@ def test_the_worst_rows_are_listed_overall_and_per_partition_whatever_the_scope(
 
 
 def test_the_methods_name_each_figure_and_method_once(audits):
-    """Issue 36: "Methods: error rate: ...; error rate: ...; paired percentile bootstrap ...; ..." named each
-    pairing as a method of its own and the PPPL's method without its figure. Now one entry per figure and
+    """The methods used to read "Methods: error rate: ...; error rate: ...; paired percentile bootstrap ...; ...",
+    naming each pairing as a method of its own and the PPPL's method without its figure. Now one entry per figure and
     method, with the scopes it was used in, in audit.json and once in the report."""
     _, result = audits
     methods = json.loads(Path(result.audit_path).read_text())["baseline"]["methods"]
@@ -162,7 +162,7 @@ def test_the_methods_name_each_figure_and_method_once(audits):
 
 
 def test_the_regression_banner_lists_only_the_regressed_scopes(audits):
-    """Issue 36: the red banner also listed a scope whose verdict was "insufficient data". It is listed apart,
+    """The red banner used to list also a scope whose verdict was "insufficient data". It is listed apart,
     in a neutral box, and the banner counts only the regressions."""
     _, result = audits
     comparison = result.comparison

@@ -1,0 +1,64 @@
+"""What every N-best reader makes and shares: the columns of a hypothesis, a `Record` with its place in the
+input, the `NBestError` that names the rows and the fix, and a list's or reference file opened (`open_file`)
+or loaded as JSON (`load_json`). `nbest` (JSONL, Parquet, mlm-scoring's JSON, references) and `nbest_formats`
+(the toolkits' lists) build their records from these; `nbest` makes the table of them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Mapping
+
+from ..errors import UserError
+from .storage import open_binary
+
+UTT_ID = "utt_id"
+HYP_ID = "hyp_id"
+TEXT = "text"
+SCORE = "score"
+REF = "ref"
+SEQ_LEN = "seq_len"
+FEATURES = "features"  # Moses/Marian's feature list, an extra column where the format has one
+
+
+class NBestError(UserError):
+    """An N-best list or reference file cannot be used as given; the message names the rows and the fix."""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One input record and where it came from (for error messages)."""
+
+    where: str
+    fields: Mapping[str, Any]
+
+
+def open_file(uri: str, seekable: bool) -> BinaryIO:
+    """`open_binary`, with a missing or unreadable N-best or reference file as an `NBestError`."""
+    try:
+        return open_binary(uri, seekable)
+    except OSError as exc:
+        raise NBestError(
+            f"cannot read {uri!r} ({exc.strerror or exc}): check the path of the N-best or reference file"
+        ) from exc
+
+
+def load_json(uri: str) -> dict:
+    """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        keys = [k for k, _ in items]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise NBestError(f"{uri}: the key(s) {repeated!r} appear twice in one JSON object; each must be unique")
+        return dict(items)
+
+    with open_file(uri, seekable=False) as stream:
+        try:
+            document = json.load(stream, object_pairs_hook=pairs)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise NBestError(f"{uri} is not valid JSON ({exc}); ESPnet N-best lists are one JSON object") from exc
+    if not isinstance(document, dict):
+        raise NBestError(f"{uri}: expected a JSON object {{utt_id: {{...}}}}, got {type(document).__name__}")
+    return document
