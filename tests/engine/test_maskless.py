@@ -30,8 +30,8 @@ from distributed_scoring.engine.model_files import (
 )
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import tiny
-from reference import maskless_prediction, unmasked_logprobs
+from helpers import tiny
+from helpers.reference import maskless_prediction, unmasked_logprobs
 
 BUDGETS = (20, 100, 10**5)  # 20: below one sentence, each goes alone
 
@@ -59,7 +59,10 @@ def test_unmasked_equals_the_naive_one_pass_reference(family, tiny_model_dir):
 def test_sentence_predictions_equal_the_reference_under_any_budget(family, tiny_model_dir, tmp_path):
     mlm = load_masked_lm(ModelSpec(str(tiny_model_dir(family))))
     regressor = regressor_for(mlm, mean=-50.0, std=20.0)
-    torch.nn.init.normal_(regressor.head.weight, std=0.5)  # a trained head's scale, not the fresh 0.02
+    # A trained head's scale (not the fresh 0.02), drawn from its own seed: from the global one, the draw depended on
+    # the tests run before, and some draws push every sentence deep into the -softplus's flat side, where each
+    # predicts the mean and the guard below refuses the comparison (seeds 0-2 do so for bert; 3 does not).
+    torch.nn.init.normal_(regressor.head.weight, std=0.5, generator=torch.Generator().manual_seed(3))
     save_student(mlm, tmp_path, {"target": "sentence", "teacher": "t"}, regressor)
     student = load_student(ModelSpec(str(tmp_path)))
     head = regressor.head
