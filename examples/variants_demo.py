@@ -12,7 +12,7 @@ mutant), seconds to minutes on 2 CPU cores. `pll` takes L masked copies of each 
 passes a second on 2 shared cores). `--strategies` leaves it out; `--limit N` scores the first N variants
 (N / 19 positions) for a quick check (the numbers in docs/variants.md).
 
-    python jobs/variants_demo.py --output out/variants-demo [--models antiberty sapiens-vh]
+    python examples/variants_demo.py --output out/variants-demo [--models antiberty sapiens-vh]
         [--strategies wt-marginal masked-marginal mutant-marginal pll] [--limit N] [--ray] [--overwrite]
 """
 
