@@ -29,7 +29,7 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: setup
-	$(BIN)/python jobs/antibody_demo.py --output out/demo --overwrite --ray
+	$(BIN)/python examples/antibody_demo.py --output out/demo --overwrite --ray
 	@echo "dscore is installed in $(BIN): run '. $(BIN)/activate' to call it as dscore (or call $(BIN)/dscore)"
 
 # The audit report is checked in a real headless browser: Chromium from Debian, installed when missing

@@ -3,8 +3,8 @@ on an embedded Ray, with `--long-texts window` (the default) and, for comparison
 
     .venv/bin/python benchmarks/long_documents.py [--documents 300] [--model DIR] [--output DIR]
 
-The documents are 1 to 5 windows long (drawn uniformly in tokens), made of the sentences of tests/tiny.py; the
-model is the tiny BERT of tests/tiny.py (96 positions, so that a CPU runs hundreds of documents in seconds)
+The documents are 1 to 5 windows long (drawn uniformly in tokens), made of the sentences of tests/helpers/tiny.py; the
+model is the tiny BERT of tests/helpers/tiny.py (96 positions, so that a CPU runs hundreds of documents in seconds)
 unless --model names another. Prints one JSON line per mode: seconds, rows, windowed rows and their share as
 audit.json gives them, errors, tokens scored, and the load average before the run.
 """
@@ -30,7 +30,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 def documents(tokenizer, n: int, window: int, seed: int = 0) -> list[str]:
     """n documents of 1 to 5 windows' worth of tokens each (whole sentences, so a little over the draw)."""
-    import tiny
+    from helpers import tiny
 
     rng = random.Random(seed)
     out = []
@@ -48,7 +48,9 @@ def documents(tokenizer, n: int, window: int, seed: int = 0) -> list[str]:
 def main_() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--documents", type=int, default=300)
-    parser.add_argument("--model", default=None, help="a masked-LM folder (default: the tiny BERT of tests/tiny.py)")
+    parser.add_argument(
+        "--model", default=None, help="a masked-LM folder (default: the tiny BERT of tests/helpers/tiny.py)"
+    )
     parser.add_argument("--output", type=Path, default=None, help="where the audits go (default: a temporary folder)")
     args = parser.parse_args()
     from transformers import AutoTokenizer
@@ -57,7 +59,7 @@ def main_() -> None:
     from distributed_scoring.config import ModelSpec
     from distributed_scoring.engine.model_files import load_tokenizer
 
-    import tiny
+    from helpers import tiny
 
     with tempfile.TemporaryDirectory() as name:
         folder = args.output or Path(name)

@@ -3,7 +3,7 @@ retries must ride out at least a 60-second outage at the default budget).
 
     .venv/bin/python benchmarks/s3_outage.py [--outage-s 65] [--rows 8]
 
-moto's S3 server on loopback behind the counting proxy of tests/s3_proxy.py, which answers 503 to every
+moto's S3 server on loopback behind the counting proxy of tests/helpers/s3_proxy.py, which answers 503 to every
 request for `--outage-s` seconds from the third shard file written on. Prints one JSON line: the run's exit
 code and seconds, the requests refused, the summary's rows against the rows in, and `dscore verify`'s exit code.
 """
@@ -31,13 +31,12 @@ def main_() -> None:
     parser.add_argument("--outage-s", type=float, default=65.0)
     parser.add_argument("--rows", type=int, default=8)
     args = parser.parse_args()
-    from s3_proxy import CountingProxy
-
     from distributed_scoring.cli import main
     from distributed_scoring.config import STORAGE_RETRY_ENV
 
-    import tiny
-    from object_store import Bucket, MotoServer
+    from helpers import tiny
+    from helpers.object_store import Bucket, MotoServer
+    from helpers.s3_proxy import CountingProxy
 
     os.environ.pop(STORAGE_RETRY_ENV, None)  # the default budget
     with tempfile.TemporaryDirectory() as name:

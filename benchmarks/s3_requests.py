@@ -1,11 +1,11 @@
 """Requests an object store sees from a run: `dscore score` of N one-row shards into an s3 folder on moto's S3 server
 (loopback), then a rerun of the finished run and `dscore verify`, each counted by a proxy in front of the server
-(tests/s3_proxy.py), which can add a fixed latency to every request, as a store across a network would.
+(tests/helpers/s3_proxy.py), which can add a fixed latency to every request, as a store across a network would.
 
     .venv/bin/python benchmarks/s3_requests.py --shards 1000 --latency-ms 0 25 [--json out.json]
 
 Prints, per latency, requests per shard written, and the requests and seconds of the run, of the rerun and of
-verify, with the load average (/proc/loadavg) before each step. The tiny BERT of tests/tiny.py scores; the input
+verify, with the load average (/proc/loadavg) before each step. The tiny BERT of tests/helpers/tiny.py scores; the input
 is a local text file, so every request counted is the output folder's. To measure another version of the
 package, put its folder first on PYTHONPATH (the script prints which package it imported).
 """
@@ -45,12 +45,11 @@ def kinds(seen: list[str]) -> dict[str, int]:
 
 def measure(server, shards: int, latency_ms: float, folder: Path, model: Path) -> dict:
     """One run, its rerun and verify through a proxy adding `latency_ms` to each request, into a fresh bucket."""
-    from s3_proxy import CountingProxy
-
     from distributed_scoring.cli import main
 
-    import tiny
-    from object_store import Bucket
+    from helpers import tiny
+    from helpers.object_store import Bucket
+    from helpers.s3_proxy import CountingProxy
 
     proxy = CountingProxy(server.endpoint, latency_ms / 1000).start()
     try:
@@ -83,8 +82,8 @@ def main_() -> None:
     args = parser.parse_args()
     import distributed_scoring
 
-    import tiny
-    from object_store import MotoServer
+    from helpers import tiny
+    from helpers.object_store import MotoServer
 
     results = {"package": str(Path(distributed_scoring.__file__).parent), "runs": []}
     print(f"package: {results['package']}", file=sys.stderr)

@@ -5,7 +5,7 @@ mouse) and shuffled human chains with AntiBERTy, fetched from PyPI and cached on
 groups are three input files, so the summary's per-input figures are the per-group PPPLs: a working
 scorer ranks human < mouse < shuffled.
 
-    python jobs/antibody_demo.py --output out/demo
+    python examples/antibody_demo.py --output out/demo
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ rows (beam 5, the 20 amino acids only), and `exact` enumerates all 20^3 fills wh
 CPU cores); the table shows top-1 and top-5 exact-match accuracy of the whole span per decoder and span
 length.
 
-    python jobs/infill_demo.py --output out/infill-demo [--chains 16] [--exact-chains 4] [--ray]
+    python examples/infill_demo.py --output out/infill-demo [--chains 16] [--exact-chains 4] [--ray]
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ and framework 4 after it (about 35 residues: the three runs took 28 CPU-minutes,
 2 quiet cores, most of it in the MH runs' energies); `--context 200` keeps the whole V gene (about 120
 residues, over 10x the cost).
 
-    python jobs/sample_demo.py --output out/sample-demo [--rows 4] [--chains 2] [--epochs 6] [--ray]
+    python examples/sample_demo.py --output out/sample-demo [--rows 4] [--chains 2] [--epochs 6] [--ray]
 """
 
 from __future__ import annotations

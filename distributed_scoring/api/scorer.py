@@ -517,7 +517,7 @@ class MLMScorer:
             {
                 "mutant": m,
                 "score": score,
-                "n_mutations": len(v.sites) if v.sites is not None else None,
+                "n_mutations": len(v.sites) if v.sites and error is None else None,
                 S.STATUS: S.STATUS_OK if error is None else S.STATUS_ERROR,
                 S.ERROR: error,
             }

@@ -73,8 +73,16 @@ def signatures(markers: Iterable[dict]) -> list[dict]:
 
 
 def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
-    """Check that every planned row was written exactly once, sum the statistics, write summary.json."""
-    markers = complete_markers(out, plan)
+    """Check that every planned row was written exactly once, sum the statistics, write summary.json: the
+    steps `runner.run` takes for `dscore score`, in one call for a caller that times them apart."""
+    summary = corpus_summary(out, plan, config, complete_markers(out, plan))
+    out.write_json(SUMMARY_FILE, summary)
+    return summary
+
+
+def corpus_summary(out: OutputDir, plan: list[Shard], config: RunConfig, markers: dict[str, dict]) -> dict:
+    """summary.json's content for PLL rows: the statistics summed from the planned shards' checked `markers`
+    (`complete_markers`), per input and partition, with what was scored and the warnings."""
     stats = CorpusStats()
     by_input: dict[str, CorpusStats] = {}
     by_partition: dict[str | None, CorpusStats] = {}
@@ -112,7 +120,6 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig) -> dict:
     )
     for warning in summary.warnings:
         logger.warning(warning)
-    out.write_json(SUMMARY_FILE, summary.to_json())
     return summary.to_json()
 
 

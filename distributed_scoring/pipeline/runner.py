@@ -1,7 +1,10 @@
 """A run's lifecycle: plan -> claim the output folder -> execute the unfinished shards -> aggregate.
 
-Execution is either in this process (`execute_local`: read -> prepare -> score -> write per shard) or
-on Ray (`on_ray.execute_ray`), over the same `Workload` stages.
+`run` is every command's run: it claims, executes, checks that no row was lost, and hands the finished run
+(`Finished`) to the command's own summary step, whose summary it writes, then to its report. `claimed` and
+`execute` are its parts, for a caller that times them apart (the benchmarks). Execution is either in this
+process (`execute_local`: read -> prepare -> score -> write per shard) or on Ray (`on_ray.execute_ray`),
+over the same `Workload` stages.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ import math
 import os
 import sys
 import time
-from typing import Iterator
+from dataclasses import dataclass
+from typing import Callable, Iterator
 
 from ..config import InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, usable_cpus
@@ -21,12 +25,12 @@ from ..errors import DataLossError, UserError
 from ..io import schema as S
 from ..io.claim import Claim, check_paths, claim
 from ..io.ids import check_unique_ids
-from ..io.output import ROW_KEY, ROWS_PER_INPUT, RUN_FILE, SHARDS, OutputDir, fingerprint
+from ..io.output import ROW_KEY, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE, OutputDir, fingerprint
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
 from ..io.sources import Shard, plan_shards, read_unit, read_units
 from ..io.storage import error_reason
 from ..stopping import Stopped
-from .aggregate import check_complete
+from .aggregate import complete_markers
 from .progress import Pace, Progress
 from .workload import Workload
 
@@ -240,8 +244,53 @@ def execute(
         execute_ray(workload, config, todo, out, ray, progress)
 
 
-def run(config: RunConfig, workload: Workload, ray: RayOptions | None = None, overwrite: bool = False) -> None:
-    """A workload over the corpus, then the no-loss check (for workloads with their own summary)."""
-    with claimed(config, workload, overwrite, ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray)
-        check_complete(out, plan, workload.rows_per_input)
+@dataclass(frozen=True)
+class Finished:
+    """A run whose every planned shard is written and checked, as its command's summary step sees it: what ran
+    (`config`, `workload`, the `plan`), where (`out`), the shards this call ran (`todo`) in how many `seconds`,
+    and the planned shards' checked markers (`markers`: rows, signature and the figures a summary adds up)."""
+
+    config: RunConfig
+    workload: Workload
+    plan: list[Shard]
+    out: OutputDir
+    todo: list[Shard]
+    seconds: float
+    markers: dict[str, dict]
+
+    @property
+    def rows_now(self) -> int:
+        """The output rows this call wrote (not those of the shards an earlier run finished)."""
+        return sum(s.rows for s in self.todo) * self.workload.rows_per_input
+
+
+def run(
+    config: RunConfig,
+    workload: Workload,
+    ray: RayOptions | None = None,
+    overwrite: bool = False,
+    *,
+    progress: bool | None = None,
+    folder: Claim | None = None,
+    summarise: Callable[[Finished], dict] | None = None,
+    report: Callable[[OutputDir, dict], None] | None = None,
+    outputs: tuple[str, ...] = (),
+) -> dict | None:
+    """Every command's run: claim the folder (`folder`, when the command holds it already), execute the
+    unfinished shards (on Ray when `ray` options are given; `progress` as in `execute`), check that every
+    planned row was written once, then `summarise` the finished run into summary.json and `report` it in
+    `outputs`, the files it writes beside (report.md, a plot). Returns the summary; None without `summarise`
+    (a sub-run whose rows the command reads itself)."""
+    written = ((SUMMARY_FILE,) if summarise is not None else ()) + outputs
+    with claimed(config, workload, overwrite, written, folder, ray) as (plan, out, todo):
+        began = time.perf_counter()
+        execute(workload, config, todo, out, ray, progress)
+        seconds = time.perf_counter() - began
+        markers = complete_markers(out, plan, workload.rows_per_input)
+        if summarise is None:
+            return None
+        summary = summarise(Finished(config, workload, plan, out, todo, seconds, markers))
+        out.write_json(SUMMARY_FILE, summary)
+        if report is not None:
+            report(out, summary)
+        return summary

@@ -10,7 +10,9 @@ them to its workers.
 
 What the code around a workload would otherwise hard-code about it, it declares once in its module
 (`Declaration`, found by `workloads.registered`): its row key (recorded in `_run.json`, read by `dscore
-verify`), its torch engine modules (which the driver may never import) and its documentation page.
+verify`), its torch engine modules (which the driver may never import) and its documentation page. Its
+factory builds each run's `Workload` from that declaration (`DECLARED.workload(...)`), which gives the
+name and the row key.
 """
 
 from __future__ import annotations
@@ -44,13 +46,28 @@ class Declaration:
     docs: str
     row_key: tuple[str, ...] = ()
 
+    def workload(
+        self,
+        options: Any,
+        make_preparer: Callable[[], Callable[[pa.Table], pa.Table]],
+        make_scorer: Callable[[], ShardScorer],
+        device: str,
+        rows_per_input: int = 1,
+        name: str | None = None,
+    ) -> Workload:
+        """A run of this workload, under this declaration's name and row key; `name` when the run's is another
+        (a kind of it, `joints-random`, or its other name, `unmasked`)."""
+        return Workload(name or self.name, options, make_preparer, make_scorer, device, rows_per_input, self.row_key)
+
 
 @dataclass(frozen=True)
 class Workload:
     """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
     fingerprint; `device` sizes the Ray actors (see resources.plan_resources); `rows_per_input` is how
     many output rows each input row becomes (the no-loss check counts them); `row_key` the columns that,
-    with `id`, key its rows (its `Declaration`'s; `_run.json` records them)."""
+    with `id`, key its rows (`_run.json` records them). A workload's factory builds it from its
+    `Declaration` (`DECLARED.workload`), which gives `name` and `row_key`; a workload of no module (a test's,
+    a benchmark's) is built directly."""
 
     name: str
     options: Any

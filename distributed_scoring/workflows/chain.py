@@ -23,19 +23,17 @@ from ..config import RayOptions, RunConfig
 from ..engine.orders import CHAIN_ORDERS  # with ChainOptions: what the CLI builds a run from
 from ..errors import DataLossError, UserError
 from ..io import schema as S
-from ..io.output import SUMMARY_FILE, OutputDir
-from ..io.sources import Shard
 from ..measures import pppl
 from ..pipeline.aggregate import (
     SUMMARY_VERSION,
     add_by_partition,
-    check_complete,
     one_or_all,
+    signatures,
     unknown_tokens,
     unknown_warnings,
 )
 from ..pipeline.memory import check_memory, text_tokens
-from ..pipeline.runner import claimed, execute
+from ..pipeline.runner import Finished, run
 from ..pipeline.stats import CorpusStats
 from ..workloads.chain import (
     CHAIN,
@@ -84,11 +82,7 @@ def score_chain(
         "dscore score --method chain", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length))
     )
     workload = chain_workload(config.model, options, scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray, progress)
-        summary = summarize(out, plan, config, options)
-        out.write_json(SUMMARY_FILE, summary)
-        return summary
+    return run(config, workload, ray, overwrite, progress=progress, summarise=lambda done: summarize(done, options))
 
 
 @dataclass(frozen=True)
@@ -154,10 +148,10 @@ class ChainStats:
         }
 
 
-def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: ChainOptions) -> dict:
-    """Check that every planned row was written once, sum the statistics (one file at a time), and
-    return summary.json's content: the PLL summary's layout with the chain's figures."""
-    signatures = check_complete(out, plan)
+def summarize(done: Finished, options: ChainOptions) -> dict:
+    """Sum the statistics of the finished run's rows (one file at a time) and return summary.json's content:
+    the PLL summary's layout with the chain's figures."""
+    out, plan, config = done.out, done.plan, done.config
     columns = [S.STATUS, LOG_LIKELIHOOD, LOG_LIKELIHOODS, LOG_LIKELIHOOD_STD, S.N_TOKENS, S.N_WORDS, S.N_UNKNOWN]
     partitioned = config.inputs.partitioned
     stats, by_input, by_partition = ChainStats(), {}, {}
@@ -191,7 +185,7 @@ def summarize(out: OutputDir, plan: list[Shard], config: RunConfig, options: Cha
         "model": config.model.name,
         "inputs": list(config.inputs.paths),
         "shards": len(plan),
-        "signature": one_or_all(signatures),
+        "signature": one_or_all(signatures(done.markers.values())),
         "by_input": {name: s.to_dict() for name, s in by_input.items()},
     }
     if partitioned:

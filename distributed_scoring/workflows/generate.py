@@ -11,7 +11,6 @@ share of distinct texts among the ok rows.
 from __future__ import annotations
 
 import hashlib
-import time
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -21,12 +20,11 @@ from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import Claim, claim
-from ..io.output import SUMMARY_FILE, OutputDir, fingerprint
+from ..io.output import fingerprint
 from ..io.storage import join
 from ..measures import pppl
-from ..pipeline.aggregate import check_complete
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_tokens
-from ..pipeline.runner import claimed, execute
+from ..pipeline.runner import Finished, run
 from ..pipeline.workload import Workload
 from ..workloads.generate import (  # GENERATION_ORDERS and GenerateOptions: what the CLI builds a run from
     GENERATION_ORDERS,
@@ -93,15 +91,7 @@ def generate(
         )
         if prompts is not None:
             _write_prompts(folder, *prompts, config, workload, overwrite)
-        with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
-            start = time.perf_counter()
-            execute(workload, config, todo, out, ray)
-            seconds = time.perf_counter() - start
-            check_complete(out, plan, workload.rows_per_input)
-            summary = summarize(inputs.output, options, sum(s.rows for s in todo) * workload.rows_per_input, seconds)
-            summary["model"] = model.name
-            out.write_json(SUMMARY_FILE, summary)
-    return summary
+        return run(config, workload, ray, overwrite, folder=folder, summarise=lambda done: summarize(done, options))
 
 
 def _checked_mask_token(inputs: GenerateInputs, model: ModelSpec, options: GenerateOptions) -> str:
@@ -167,9 +157,9 @@ def _write_prompts(
         folder.write_table(name, table)
 
 
-def summarize(folder: str, options: GenerateOptions, generated_now: int, seconds: float) -> dict:
-    """The figures of `summary.json` from the written rows (see the module docstring)."""
-    table = OutputDir(folder).read_rows([S.STATUS, S.TEXT, LOG_LIKELIHOOD, S.N_TOKENS])
+def summarize(done: Finished, options: GenerateOptions) -> dict:
+    """The figures of `summary.json` from the finished run's rows (see the module docstring), and its model."""
+    table = done.out.read_rows([S.STATUS, S.TEXT, LOG_LIKELIHOOD, S.N_TOKENS])
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     total, tokens = float(pc.sum(ok[LOG_LIKELIHOOD]).as_py() or 0.0), int(pc.sum(ok[S.N_TOKENS]).as_py() or 0)
     return {
@@ -187,5 +177,6 @@ def summarize(folder: str, options: GenerateOptions, generated_now: int, seconds
         "sum_log_likelihood": total,
         "ppl_token": pppl(total, tokens),
         "distinct_texts": len(set(ok[S.TEXT].to_pylist())) / ok.num_rows if ok.num_rows else None,
-        "sequences_per_s": generated_now / seconds if seconds > 0 and generated_now else None,
+        "sequences_per_s": done.rows_now / done.seconds if done.seconds > 0 and done.rows_now else None,
+        "model": done.config.model.name,
     }

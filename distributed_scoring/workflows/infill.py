@@ -12,7 +12,6 @@ under the HCB joint (and the PLL with --rescore-pll) show each ranking's ground 
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import replace
 
 import pyarrow.compute as pc
@@ -20,10 +19,9 @@ import pyarrow.compute as pc
 from ..config import RayOptions, RunConfig
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import REPORT_MD, SUMMARY_FILE, OutputDir
-from ..pipeline.aggregate import check_complete
+from ..io.output import REPORT_MD, OutputDir
 from ..pipeline.memory import check_memory, text_tokens
-from ..pipeline.runner import claimed, execute
+from ..pipeline.runner import Finished, run
 from ..workloads.infill import (  # INFILL_DECODERS, INFILL_ORDERS and InfillOptions: what the CLI builds a run from
     BEAMS,
     CORRECT_TOKENS,
@@ -64,24 +62,23 @@ def infill(config: RunConfig, options: InfillOptions, ray: RayOptions | None = N
     )
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = infill_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE, REPORT_MD), ray=ray) as (plan, out, todo):
-        start = time.perf_counter()
-        execute(workload, config, todo, out, ray)
-        seconds = time.perf_counter() - start
-        check_complete(out, plan, workload.rows_per_input)
-        summary = summarize(config.output, options, tokenizer, sum(s.rows for s in todo), seconds)
-        summary["model"] = config.model.name
-        out.write_json(SUMMARY_FILE, summary)
-        out.write_text(REPORT_MD, render_infill_report(summary))
-    return summary
+    return run(
+        config,
+        workload,
+        ray,
+        overwrite,
+        summarise=lambda done: summarize(done, options, tokenizer),
+        report=_write_report,
+        outputs=(REPORT_MD,),
+    )
 
 
-def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, seconds: float) -> dict:
-    """The figures of `summary.json` from the written rows (see the module docstring)."""
+def summarize(done: Finished, options: InfillOptions, tokenizer) -> dict:
+    """The figures of `summary.json` from the finished run's rows (see the module docstring), and its model."""
     columns = [S.STATUS, N_MASKS, RANK, CORRECT_TOKENS, BEAMS, "answer"]
     if options.decoder == "exact":
         columns += [RANK_HCB] + ([RANK_PLL] if options.rescore_pll else [])
-    table = OutputDir(folder).read_rows(columns)
+    table = done.out.read_rows(columns)
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     judged = ok.filter(pc.is_valid(ok["answer"])).to_pylist()
     summary = {
@@ -93,7 +90,7 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
         "beam": options.beam,
         "top": options.written,
         "with_answer": len(judged),
-        "examples_per_s": filled_now / seconds if seconds > 0 and filled_now else None,
+        "examples_per_s": done.rows_now / done.seconds if done.seconds > 0 and done.rows_now else None,
     }
     if judged:
         summary["accuracy"] = _accuracy(judged, RANK, options.written)
@@ -103,6 +100,7 @@ def summarize(folder: str, options: InfillOptions, tokenizer, filled_now: int, s
             summary["accuracy_hcb"] = _accuracy(judged, RANK_HCB, options.written)
             if options.rescore_pll:
                 summary["accuracy_pll"] = _accuracy(judged, RANK_PLL, options.written)
+    summary["model"] = done.config.model.name
     return summary
 
 
@@ -131,6 +129,11 @@ def token_bleu(hypotheses: list[str], answers: list[str]) -> dict:
         hypotheses, [[" ".join(a.split()) for a in answers]]
     )
     return {"score": score.score, "max_ngram_order": order}
+
+
+def _write_report(out: OutputDir, summary: dict) -> None:
+    """report.md beside the rows."""
+    out.write_text(REPORT_MD, render_infill_report(summary))
 
 
 def render_infill_report(summary: dict) -> str:

@@ -16,11 +16,11 @@ from ..engine.model_files import CALIBRATION, student_calibration
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import Claim
-from ..io.output import SUMMARY_FILE, OutputDir
+from ..io.output import OutputDir
 from ..io.sources import Shard
-from ..pipeline.aggregate import summarize
-from ..pipeline.runner import claimed, execute
+from ..pipeline.runner import Finished, run
 from ..workloads.maskless import MASKLESS, RANGE, UNMASKED, maskless_workload
+from .score import pll_summary
 
 logger = logging.getLogger(__name__)
 
@@ -46,30 +46,38 @@ def score_maskless(
     uncalibrated = [uncalibrated_warning(config.model.name, info)] if student_calibration(info) is None else []
     for warning in uncalibrated:
         logger.warning(warning)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray, progress)
-        summary = summarize(out, plan, config)
-        outside = count_out_of_range(out, plan)
-        span = info.get(RANGE, {}).get("pll_per_token")
-        warnings = (
-            summary["warnings"] + uncalibrated + ([range_warning(outside, summary["ok"], span)] if outside else [])
-        )
-        if outside:
-            logger.warning(warnings[-1])
-        summary = {
-            **summary,
-            "variant": MASKLESS,
-            "method": MASKLESS,
-            "target": info["target"],
-            "teacher": info.get("teacher"),
-            "heldout": info.get(HELDOUT),
-            CALIBRATION: info.get(CALIBRATION),
-            "out_of_range": outside,
-            "training_range": {"pll_per_token": span},
-            "warnings": warnings,
-        }
-        out.write_json(SUMMARY_FILE, summary)
-        return summary
+    return run(
+        config,
+        workload,
+        ray,
+        overwrite,
+        progress=progress,
+        folder=folder,
+        summarise=lambda done: student_summary(done, info, uncalibrated),
+    )
+
+
+def student_summary(done: Finished, info: dict, uncalibrated: list[str]) -> dict:
+    """The PLL's summary of a student's predictions, with what the student is (`info`, its maskless.json)
+    and how far to trust them: the warnings `uncalibrated` and one for rows outside its training range."""
+    summary = pll_summary(done)
+    outside = count_out_of_range(done.out, done.plan)
+    span = info.get(RANGE, {}).get("pll_per_token")
+    warnings = summary["warnings"] + uncalibrated + ([range_warning(outside, summary["ok"], span)] if outside else [])
+    if outside:
+        logger.warning(warnings[-1])
+    return {
+        **summary,
+        "variant": MASKLESS,
+        "method": MASKLESS,
+        "target": info["target"],
+        "teacher": info.get("teacher"),
+        "heldout": info.get(HELDOUT),
+        CALIBRATION: info.get(CALIBRATION),
+        "out_of_range": outside,
+        "training_range": {"pll_per_token": span},
+        "warnings": warnings,
+    }
 
 
 def score_unmasked(
@@ -84,11 +92,15 @@ def score_unmasked(
 
     load_tokenizer(config.model)
     workload = maskless_workload(config.model, config.scoring, UNMASKED)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray, progress)
-        summary = {**summarize(out, plan, config), "variant": UNMASKED, "method": UNMASKED}
-        out.write_json(SUMMARY_FILE, summary)
-        return summary
+    return run(
+        config,
+        workload,
+        ray,
+        overwrite,
+        progress=progress,
+        folder=folder,
+        summarise=lambda done: {**pll_summary(done), "variant": UNMASKED, "method": UNMASKED},
+    )
 
 
 def check_student(config: RunConfig) -> dict:

@@ -24,10 +24,9 @@ from ..engine.sampler_settings import (  # with STARTS and SampleOptions: what t
 )
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import SUMMARY_FILE, OutputDir
-from ..pipeline.aggregate import check_complete
+from ..io.output import OutputDir
 from ..pipeline.memory import check_memory, text_tokens
-from ..pipeline.runner import claimed, execute
+from ..pipeline.runner import Finished, run
 from ..workloads.infill import allowed_tokens
 from ..workloads.sample import (
     ACCEPTED,
@@ -65,19 +64,14 @@ def sample(config: RunConfig, options: SampleOptions, ray: RayOptions | None = N
     check_memory("dscore sample", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length)))
     config = replace(config, inputs=replace(config.inputs, extra_columns=(options.answer_column,)))
     workload = sample_workload(config.model, options, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE, PLOT), ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray)
-        check_complete(out, plan, workload.rows_per_input)
-        summary = summarize(config.output, options)
-        summary["model"] = config.model.name
-        out.write_json(SUMMARY_FILE, summary)
-        _plot(out, summary)
-    return summary
+    return run(
+        config, workload, ray, overwrite, summarise=lambda done: summarize(done, options), report=_plot, outputs=(PLOT,)
+    )
 
 
-def summarize(folder: str, options: SampleOptions) -> dict:
-    """The figures of `summary.json` from the written rows (see the module docstring)."""
-    table = OutputDir(folder).read_rows()
+def summarize(done: Finished, options: SampleOptions) -> dict:
+    """The figures of `summary.json` from the finished run's rows (see the module docstring), and its model."""
+    table = done.out.read_rows()
     ok = table.filter(pc.equal(table[S.STATUS], S.STATUS_OK))
     key = [S.ID, *([S.LINE] if S.LINE in table.column_names else []), CHAIN]  # a chain's rows
     rows = ok.select(
@@ -114,6 +108,7 @@ def summarize(folder: str, options: SampleOptions) -> dict:
         lowest = [min(rs, key=lambda r: (r[energy], r[EPOCH])) for rs in chains.values()]
         summary["accuracy"] = {"final": _accuracy(final), "lowest_energy": _accuracy(lowest)}
         summary["bleu"] = {"final": _bleu(final), "lowest_energy": _bleu(lowest)}
+    summary["model"] = done.config.model.name
     return summary
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from ..config import RayOptions, RunConfig
 from ..io.claim import Claim
-from ..io.output import SUMMARY_FILE
-from ..pipeline.aggregate import summarize
-from ..pipeline.runner import claimed, execute
+from ..pipeline.aggregate import corpus_summary
+from ..pipeline.runner import Finished, run
 from ..workloads.pll import pll_workload
 
 
@@ -27,6 +26,9 @@ def score(
 
     load_tokenizer(config.model)
     workload = pll_workload(config.model, config.scoring)
-    with claimed(config, workload, overwrite, (SUMMARY_FILE,), folder, ray=ray) as (plan, out, todo):
-        execute(workload, config, todo, out, ray, progress)
-        return summarize(out, plan, config)
+    return run(config, workload, ray, overwrite, progress=progress, folder=folder, summarise=pll_summary)
+
+
+def pll_summary(done: Finished) -> dict:
+    """summary.json of a run of PLL rows (`score`'s, and the maskless runs' in the same layout)."""
+    return corpus_summary(done.out, done.plan, done.config, done.markers)

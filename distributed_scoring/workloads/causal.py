@@ -119,6 +119,4 @@ def causal_workload(model: ModelSpec, batch_tokens: int | None = None) -> Worklo
 
     Its tokenisation depends on the loaded LM's boundary tokens, so it runs in the score stage.
     """
-    return Workload(
-        DECLARED.name, CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens), model.device
-    )
+    return DECLARED.workload(CausalOptions(), _unchanged, partial(CausalScorer, model, batch_tokens), model.device)

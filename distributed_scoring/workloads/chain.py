@@ -159,8 +159,7 @@ def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> Memo
 
 def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:
     """Chain-rule log-likelihoods along an order (`dscore score --method chain`)."""
-    return Workload(
-        DECLARED.name,
+    return DECLARED.workload(
         options,
         partial(pll_preparer, model, options.split_chars),
         partial(ChainScorer, model, options, batch_tokens),

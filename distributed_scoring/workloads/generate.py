@@ -249,12 +249,10 @@ def memory_estimate(options: GenerateOptions, shard_rows: int, tokens: int, n_al
 
 def generate_workload(model: ModelSpec, options: GenerateOptions, batch_tokens: int | None = None) -> Workload:
     """Generation in any order (`dscore generate`): `per_prompt` rows per prompt row."""
-    return Workload(
-        DECLARED.name,
+    return DECLARED.workload(
         options,
         partial(GeneratePreparer, model, options),
         partial(GenerateScorer, model, options, batch_tokens),
         model.device,
         rows_per_input=options.per_prompt,
-        row_key=DECLARED.row_key,
     )

@@ -396,8 +396,7 @@ def memory_estimate(options: InfillOptions, shard_rows: int, tokens: int, n_allo
 
 def infill_workload(model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None) -> Workload:
     """Infilling of masked spans (`dscore infill`)."""
-    return Workload(
-        DECLARED.name,
+    return DECLARED.workload(
         options,
         partial(InfillPreparer, model, options),
         partial(InfillScorer, model, options, batch_tokens),

@@ -100,14 +100,13 @@ def joints_workload(
     batch_tokens: int | None,
     top_k: int | None,
 ) -> Workload:
-    return Workload(
-        f"{DECLARED.name}-{scheme}",
+    return DECLARED.workload(
         PairwiseOptions.of(seed, options, top_k),
         partial(PairPreparer, model, examples_file, scheme, seed),
         partial(JointsScorer, model, options, batch_tokens, top_k),
         model.device,
         rows_per_input=len(CONSTRUCTIONS),
-        row_key=DECLARED.row_key,
+        name=f"{DECLARED.name}-{scheme}",
     )
 
 

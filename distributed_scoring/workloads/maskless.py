@@ -127,10 +127,10 @@ class MasklessScorer(Stage):
 def maskless_workload(model: ModelSpec, scoring: ScoringOptions, method: str = MASKLESS) -> Workload:
     """Predicted PLLs from a student folder (`dscore score --maskless`), or with `method` UNMASKED the
     masked LM's one-pass scores (`dscore score --method unmasked`)."""
-    return Workload(
-        method,
+    return DECLARED.workload(
         MasklessOptions(scoring.split_chars, scoring.per_token),
         partial(pll_preparer, model, scoring.split_chars),
         partial(MasklessScorer, model, scoring.batch_tokens, scoring.per_token, method),
         model.device,
+        name=method,
     )

@@ -218,8 +218,7 @@ def pll_preparer(model: ModelSpec, split_chars: bool, long_texts: str = "error")
 
 def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
     """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
-    return Workload(
-        DECLARED.name,
+    return DECLARED.workload(
         PLLOptions.of(scoring),
         partial(pll_preparer, model, scoring.split_chars, scoring.long_texts),
         partial(PLLScorer, model, scoring),

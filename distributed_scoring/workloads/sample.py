@@ -273,12 +273,10 @@ def memory_estimate(options: SampleOptions, shard_rows: int, tokens: int) -> Mem
 
 def sample_workload(model: ModelSpec, options: SampleOptions, batch_tokens: int | None = None) -> Workload:
     """MH chains from an MLM's energy (`dscore sample`): `chains` x records rows per input row."""
-    return Workload(
-        DECLARED.name,
+    return DECLARED.workload(
         options,
         partial(SamplePreparer, model, options),
         partial(SampleScorer, model, options, batch_tokens),
         model.device,
         rows_per_input=options.chains * options.records,
-        row_key=DECLARED.row_key,
     )

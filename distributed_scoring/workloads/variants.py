@@ -80,15 +80,16 @@ def residue_vocabulary(tokenizer: Any, model: str, strategy: str, target: str) -
         token = tokenizer.convert_tokens_to_ids(letter)
         if isinstance(token, int) and token != tokenizer.unk_token_id:
             ids[letter] = token
-    residues = [r for r in target if r in ids][:50]
+    residues = [r for r in target if r in ids][:50]  # a residue it lacks makes its assay's rows errors, not this
     encoded = list(tokenizer(" ".join(residues))["input_ids"])
     body = [ids[r] for r in residues]
     start = next((i for i in range(len(encoded) - len(body) + 1) if encoded[i : i + len(body)] == body), None)
     if len(ids) < 20 or not residues or start is None:
         raise UserError(
-            f"the model {model!r} does not give one token per residue (its tokenizer makes {len(encoded)} tokens of "
-            f"{len(residues)} residues and knows {len(ids)} residue letters): the {strategy} strategy reads one "
-            "position per residue; use a per-residue protein model, or --strategy pll"
+            f"the model {model!r} does not give one token per residue (its tokenizer has a token of its own for "
+            f"{len(ids)} of the 26 residue letters, and makes {len(encoded)} tokens, specials included, of "
+            f"{len(residues)} residues of the wild type it has): the {strategy} strategy reads one position per "
+            "residue; use a per-residue protein model, or --strategy pll"
         )
     return ResidueVocabulary(ids, tuple(encoded[:start]), tuple(encoded[start + len(body) :]))
 
@@ -213,10 +214,13 @@ def _why(error: Any) -> str:
 
 @dataclass(frozen=True)
 class SiteOptions:
-    """What changes a site table: whether the position is masked, and the residues tabulated."""
+    """What changes a site table: whether the position is masked, the residues tabulated, and what becomes of a
+    sequence longer than the model's window (`window`: read in windows centred on each site; `error`: an error
+    row, as `--long-texts` says for every command)."""
 
     masked: bool
     alphabet: str
+    long_texts: str = "window"
 
 
 class SitePreparer(Stage):
@@ -318,6 +322,11 @@ class SiteScorer(Stage):
         from ..engine.masking import Sentence
 
         ok = [i for i, r in enumerate(rows) if r[S.STATUS] == S.STATUS_OK]
+        out = [self._row(row, None, 0) for row in rows]
+        if self.options.long_texts == "error":
+            for i in [i for i in ok if len(rows[i][S.INPUT_IDS]) > self.mlm.max_length]:
+                out[i] = self._row(rows[i], _too_long(len(rows[i][S.INPUT_IDS]), self.mlm.max_length), 0)
+            ok = [i for i in ok if len(rows[i][S.INPUT_IDS]) <= self.mlm.max_length]
         parts = [
             self._windows(
                 Sentence(
@@ -331,7 +340,6 @@ class SiteScorer(Stage):
         flat = [sentence for part in parts for sentence, _ in part]
         table = self.engine.masked if self.options.masked else self.engine.unmasked
         results = iter(isolated(lambda batch: table(batch, self.columns, self.report), flat))
-        out = [self._row(row, None, 0) for row in rows]
         for i, part in zip(ok, parts):
             got = [next(results) for _ in part]
             failed = next((g for g in got if isinstance(g, str)), None)
@@ -382,13 +390,23 @@ class SiteScorer(Stage):
         }
 
 
+def _too_long(tokens: int, max_length: int) -> str:
+    return (
+        f"the sequence is {tokens} tokens long with special tokens, over the model's maximum of {max_length}: "
+        "--long-texts window reads it in windows of the model's width"
+    )
+
+
 def site_workload(
-    model: ModelSpec, masked: bool, vocabulary: ResidueVocabulary, batch_tokens: int | None = None
+    model: ModelSpec,
+    masked: bool,
+    vocabulary: ResidueVocabulary,
+    batch_tokens: int | None = None,
+    long_texts: str = "window",
 ) -> Workload:
     """The site tables of `dscore variants`: masked (the masked marginal) or not (wild-type, mutant marginals)."""
-    options = SiteOptions(masked, vocabulary.alphabet)
-    return Workload(
-        DECLARED.name,
+    options = SiteOptions(masked, vocabulary.alphabet, long_texts)
+    return DECLARED.workload(
         options,
         partial(SitePreparer, vocabulary),
         partial(SiteScorer, model, options, vocabulary, batch_tokens),

@@ -9,7 +9,7 @@ from datasets import Dataset, DatasetDict, IterableDataset
 from distributed_scoring import MLMScorer, UserError
 from distributed_scoring.api.scorer import added_schema
 
-from pll_helpers import TEXTS, assert_same
+from helpers.pll import TEXTS, assert_same
 
 SENTENCES = TEXTS[:4] + ["", "the " * 200]
 

@@ -19,8 +19,8 @@ from distributed_scoring.config import VARIANTS
 from distributed_scoring.engine.joint_stats import CONSTRUCTIONS
 from distributed_scoring.io import schema as S
 
-from pll_helpers import TEXTS, assert_same
-from reference import NaiveScorer
+from helpers.pll import TEXTS, assert_same
+from helpers.reference import NaiveScorer
 
 BAD = ["", "   ", None, 7, "the " * 200, "lone \ud800 surrogate"]
 BAD_ERRORS = [
@@ -295,7 +295,7 @@ def test_joints_rows_equal_dscore_joints_rows(tmp_path, bert, scorer):
 
 
 def test_chain_equals_the_naive_chain_along_each_order(bert):
-    from reference import NaiveChain, scored_positions
+    from helpers.reference import NaiveChain, scored_positions
 
     scorer = MLMScorer(bert, device="cpu", batch_tokens=50)
     naive = NaiveChain(scorer.mlm.model, scorer.mlm.mask_token_id)

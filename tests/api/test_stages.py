@@ -13,7 +13,7 @@ from distributed_scoring import MLMScorer, PLLStage
 from distributed_scoring.api.scorer import added_schema
 from distributed_scoring.pipeline.stage import ColumnError
 
-from pll_helpers import TEXTS
+from helpers.pll import TEXTS
 
 SENTENCES = TEXTS[:5] + ["", None, "the " * 200]
 OK = [True] * 5 + [False] * 2 + [True]  # the long text is scored in windows (`long_texts="window"`)

@@ -13,7 +13,7 @@ from datasets import Dataset
 from distributed_scoring import MLMScorer, PLLStage
 from distributed_scoring.io import schema as S
 
-from pll_helpers import TEXTS
+from helpers.pll import TEXTS
 
 UNREADABLE = ["ζζζ ψψψ ωωω", "猫 坐 在", "the ζζζ fox"]  # all, all, and one of three tokens [UNK]
 MOSTLY_UNKNOWN = "mostly unknown tokens"

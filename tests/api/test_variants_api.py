@@ -12,7 +12,7 @@ from distributed_scoring import MLMScorer, VariantsStage
 from distributed_scoring.errors import UserError
 from distributed_scoring.pipeline.stage import ColumnError
 
-from reference import NaiveVariants
+from helpers.reference import NaiveVariants
 
 WILD = "MKTAYIAKQRQISFVKSHFSRQ"
 MUTANTS = ["K2R", "A4G:Q9E", "M1L:S13T:Q22F", "Q9K"]

@@ -14,9 +14,9 @@ from distributed_scoring.engine.model_files import ModelLoadError
 from distributed_scoring.io import schema as S
 from distributed_scoring.workloads.causal import CAUSAL_SCHEMA, score_texts
 
-import rescoring_helpers as H
-import tiny
-from reference import NaiveCausal
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.reference import NaiveCausal
 
 TEXTS = tiny.CORPUS[:6] + ["the", "Colourless green ideas sleep", "café crème"]
 # 24 is below every sentence's length (one sentence per pass), 120 packs a few, 10**6 packs all.

@@ -12,7 +12,7 @@ from distributed_scoring.engine.chain import ChainEngine
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.orders import orders_for
 
-from reference import NaiveChain, scored_positions
+from helpers.reference import NaiveChain, scored_positions
 
 FAMILIES = ("bert", "roberta", "albert", "deberta-v2")
 SHORT = ("the fox", "the dog", "dog", "fox")  # one of them has 3 or 4 scored tokens in each family

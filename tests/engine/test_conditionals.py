@@ -1,4 +1,4 @@
-"""The conditionals engine against a naive one-pass-per-value float64 reference (tests/reference.py).
+"""The conditionals engine against a naive one-pass-per-value float64 reference (tests/helpers/reference.py).
 
 Every table is compared: q(a | b = v) and q(b | a = v) for every v in V, the both-masked marginals and
 the raw logits, on tiny random BERT and RoBERTa models (real trained tokenizers), with a budget small
@@ -18,8 +18,8 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.errors import UserError
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import tiny
-from reference import NaivePairs, candidate_set
+from helpers import tiny
+from helpers.reference import NaivePairs, candidate_set
 
 # (text, a, b): adjacent, reversed and distant pairs; the last text is short, so lengths differ in a batch.
 EXAMPLES = [

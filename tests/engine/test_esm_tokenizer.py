@@ -12,7 +12,7 @@ from distributed_scoring import MLMScorer
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.model_files import load_tokenizer
 
-from tiny import ESM_VOCABULARY
+from helpers.tiny import ESM_VOCABULARY
 
 TEXTS = ["MKTAYIAK", "M K T A Y", "MKT<mask>AYI", "MKT <mask> AY", "MKJT", "ACDEFGHIKLMNPQRSTVWYXBUZO.-", ""]
 

@@ -11,7 +11,7 @@ from distributed_scoring.engine.chain import ChainEngine
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
 from distributed_scoring.engine.masked_lm import load_masked_lm
 
-from reference import NaiveChain
+from helpers.reference import NaiveChain
 
 GREEDY = InfillSettings("standard", "given", beam=1)
 

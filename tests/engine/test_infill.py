@@ -12,7 +12,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.infill import InfillEngine, InfillExample, InfillSettings
 from distributed_scoring.engine.masked_lm import load_masked_lm
 
-from reference import NaiveInfill
+from helpers.reference import NaiveInfill
 
 TEXTS = ["the quick brown fox jumps over the lazy dog", "she sells seashells by the seashore"]
 

@@ -3,7 +3,7 @@
 Compatible conditionals (derived from a known joint): HCB and AG recover it and are faithful (A-KL 0),
 the MRF is not (app. B, KL 1.27). Incompatible ones (Goyal et al., 2022, app. C; and random pairs): AG's
 joint minimises eq. 4, checked against a brute-force minimiser. Every metric is recomputed from its
-sec. 3 definition with the joint's conditionals materialised. Both references are in tests/reference.py.
+sec. 3 definition with the joint's conditionals materialised. Both references are in tests/helpers/reference.py.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.errors import UserError
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-from pairwise_helpers import conditionals_of, conditionals_of_joint
-from reference import eq4_objective, joint_metrics, kl, minimise_eq4
+from helpers.pairwise import conditionals_of, conditionals_of_joint
+from helpers.reference import eq4_objective, joint_metrics, kl, minimise_eq4
 
 F64 = torch.float64
 # Enough Arnold-Gokhale iterations to converge on these small cases (50, the default, is not: see below).

@@ -9,7 +9,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.model_files import ModelLoadError
 
-import tiny
+from helpers import tiny
 
 
 def test_folder_without_mlm_head_is_refused(tmp_path):

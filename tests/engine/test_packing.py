@@ -16,8 +16,8 @@ from distributed_scoring.engine.packing import OutOfMemory, Piece, TokenBudget, 
 from distributed_scoring.workloads.causal import score_texts
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import rescoring_helpers as H
-import tiny
+from helpers import rescoring as H
+from helpers import tiny
 
 
 class FakeOutOfMemory(Exception):

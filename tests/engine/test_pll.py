@@ -9,9 +9,9 @@ from distributed_scoring.config import VARIANTS, ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 
-import tiny
-from pll_helpers import TEXTS, sentences_of
-from reference import NaiveScorer
+from helpers import tiny
+from helpers.pll import TEXTS, sentences_of
+from helpers.reference import NaiveScorer
 
 # The smallest budget is below one sentence's copies, so sentences are split across batches.
 BUDGETS = (40, 300, 10**6)

@@ -23,7 +23,7 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.sampler import Chain, Sampler, Step
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 
-from reference import NaiveEnergy, total_variation
+from helpers.reference import NaiveEnergy, total_variation
 
 TEXT = "the lazy dog"
 PROBLEM_IDS = (84, 131, 69, 65, 201)  # one session's "the la ##z ##y dog"

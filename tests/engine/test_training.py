@@ -28,8 +28,8 @@ from distributed_scoring.engine.training import (
 )
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import tiny
-from reference import distillation_loss, maskless_prediction, upmlm_loss
+from helpers import tiny
+from helpers.reference import distillation_loss, maskless_prediction, upmlm_loss
 
 
 @pytest.fixture(autouse=True)

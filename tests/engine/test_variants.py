@@ -18,8 +18,8 @@ from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.engine.variants import SiteEngine
 
-import tiny
-from reference import NaiveVariants, Site, mutant_of
+from helpers import tiny
+from helpers.reference import NaiveVariants, Site, mutant_of
 
 
 def random_protein(length: int, seed: int) -> str:

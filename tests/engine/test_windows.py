@@ -19,7 +19,7 @@ from distributed_scoring.api import MLMScorer
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.windows import split, window_start
 
-import tiny
+from helpers import tiny
 
 M = 32
 C = M - 2  # [CLS] ... [SEP]

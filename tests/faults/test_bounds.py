@@ -14,7 +14,7 @@ import pytest
 
 from distributed_scoring.cli import main
 
-from cli_helpers import refusal
+from helpers.cli import refusal
 
 # (command and its arguments before the flag, flag, absurd value, the bounds the line must give)
 SCORE = ["score", "IN"]

@@ -20,7 +20,7 @@ import pytest
 
 from distributed_scoring.cli import main
 
-from cli_helpers import refusal
+from helpers.cli import refusal
 
 JSONL_RECORDS = [
     {"id": 1, "text": "the [MASK] fox"},

@@ -1,5 +1,5 @@
 """An empty input file through the commands that read a corpus (found by the adversarial trial, cases B58
-and B64: benchmarks/adversarial.py).
+and B64: tests/helpers/trial/bad_inputs.py).
 
 `score` of an empty file is a finished run of 0 rows (exit 0), and so is `infill` now: it used to write a
 0-row run and then fail reading its rows ("holds no finished shard: rerun the command", which no rerun

@@ -26,8 +26,8 @@ from distributed_scoring.cli import main
 from distributed_scoring.io import schema as S
 from distributed_scoring.io.lock import current_pid_namespace
 
-import rescoring_helpers as H
-import tiny
+from helpers import rescoring as H
+from helpers import tiny
 
 SHARD_ROWS = 4
 

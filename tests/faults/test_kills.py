@@ -20,8 +20,8 @@ from distributed_scoring.config import InputSpec, ModelSpec, RayOptions, RunConf
 from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.score import score
 
-from driver_helpers import embedded_env, make_corpus, why
-from local_cluster import REPO, node_pids, running, wait_for_alive_nodes
+from helpers.driver import embedded_env, make_corpus, why
+from helpers.local_cluster import REPO, node_pids, running, wait_for_alive_nodes
 
 pytestmark = pytest.mark.ray
 STALL_S = 120  # a run that stops making progress fails within this, instead of hanging the suite

@@ -19,10 +19,10 @@ import pytest
 
 from distributed_scoring.cli import main
 
-import rescoring_helpers as H
-import tiny
-from cli_helpers import refusal
-from test_kills import embedded_env
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.cli import refusal
+from helpers.driver import embedded_env
 
 DSCORE = str(Path(sys.executable).with_name("dscore"))
 

@@ -13,7 +13,7 @@ import pytest
 
 from distributed_scoring.cli import main
 
-import rescoring_helpers as H
+from helpers import rescoring as H
 
 
 def write_jsonl(path, records: list[dict]) -> str:

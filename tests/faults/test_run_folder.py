@@ -25,10 +25,10 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.io.lock import FolderLock, FolderLockedError, current_pid_namespace, read_holder
 from distributed_scoring.io.output import BOOKKEEPING, OutputDir, OutputError
 from distributed_scoring.io.provenance import InputChangedError
-from distributed_scoring.workflows import score as score_workflow
+from distributed_scoring.pipeline import runner
 from distributed_scoring.workflows.score import score
 
-import tiny
+from helpers import tiny
 
 SHARD_ROWS = 4
 
@@ -239,7 +239,7 @@ def test_the_lock_is_released_after_a_run_and_after_a_failed_run(run, monkeypatc
         assert read_holder(OutputDir(str(out))).pid == os.getpid()  # held while the run works
         raise RuntimeError("scorer crashed")
 
-    monkeypatch.setattr(score_workflow, "execute", fail)
+    monkeypatch.setattr(runner, "execute", fail)  # where every command's run calls it
     with pytest.raises(RuntimeError, match="scorer crashed"):
         score(config, overwrite=True)
     assert not (out / "_lock.json").exists()

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-import rescoring_helpers as H
-import tiny
-from test_kills import embedded_env
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.driver import embedded_env
 
 DSCORE = str(Path(sys.executable).with_name("dscore"))
 LINES = 400

@@ -20,8 +20,8 @@ import pytest
 from distributed_scoring.io.lock import FolderLock, read_holder
 from distributed_scoring.io.output import OutputDir
 
-from cli_helpers import refusal
-from object_store import free_port
+from helpers.cli import refusal
+from helpers.object_store import free_port
 
 
 @pytest.fixture

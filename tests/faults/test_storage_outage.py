@@ -1,5 +1,5 @@
 """An object store that stops answering mid-run (503 to every request for a while, from a proxy in front of moto's
-S3 server: tests/s3_proxy.py): a run in this process sends its writes and reads again with backoff and finishes,
+S3 server: tests/helpers/s3_proxy.py): a run in this process sends its writes and reads again with backoff and finishes,
 rows in == rows out; an outage longer than the budget (`DSCORE_STORAGE_RETRY_S`, `--storage-retry-s`) ends the
 run with one `incomplete` line, exit 1, and the same command finishes it once the store is back.
 
@@ -17,7 +17,7 @@ import pytest
 from distributed_scoring.cli import main
 from distributed_scoring.config import STORAGE_RETRY_ENV
 
-import tiny
+from helpers import tiny
 
 LINES = 8
 

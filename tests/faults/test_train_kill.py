@@ -17,8 +17,8 @@ import pytest
 
 from distributed_scoring.cli import main
 
-from local_cluster import running
-from test_kills import embedded_env, make_corpus
+from helpers.driver import embedded_env, make_corpus
+from helpers.local_cluster import running
 
 pytestmark = pytest.mark.ray
 STEPS, EVERY = 200, 20

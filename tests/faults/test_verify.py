@@ -26,7 +26,7 @@ from distributed_scoring.pipeline.stage import Stage
 from distributed_scoring.pipeline.workload import Workload
 from distributed_scoring.workflows.score import score
 
-import tiny
+from helpers import tiny
 
 
 def write_corpus(folder: Path) -> Path:

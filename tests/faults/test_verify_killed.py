@@ -18,7 +18,7 @@ from pathlib import Path
 from distributed_scoring.cli import main
 from distributed_scoring.io.lock import Holder, current_pid_namespace
 
-import tiny
+from helpers import tiny
 
 
 def corpus(folder: Path, lines: int) -> Path:

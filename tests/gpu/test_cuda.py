@@ -10,8 +10,8 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.engine.pll import PLLEngine
 
-from pll_helpers import TEXTS, sentences_of
-from reference import NaiveScorer
+from helpers.pll import TEXTS, sentences_of
+from helpers.reference import NaiveScorer
 
 pytestmark = [
     pytest.mark.gpu,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import tiny
-from local_cluster import REPO
+from helpers import tiny
+from helpers.local_cluster import REPO
 
 
 def make_corpus(folder: Path, n_lines: int) -> str:

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = ["bash", str(REPO / "cluster" / "local_cluster.sh")]
 
 

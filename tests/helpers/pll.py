@@ -2,8 +2,8 @@
 the sentences they score and their preparation into engine inputs; and by the API tests (tests/api):
 the comparison of two scored rows.
 
-Here, at the top of tests/ (on `pythonpath`), rather than in test_pll.py: a test file in another folder
-could import test_pll only after pytest had collected tests/engine, so `pytest tests/gpu` alone would fail.
+Here, in the helper package, rather than in test_pll.py: no test file imports another (one in another folder
+could import test_pll only after pytest had collected tests/engine, so `pytest tests/gpu` alone would fail).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import tiny
+from helpers import tiny
 
 TEXTS = tiny.CORPUS[:7] + ["Hi", "the", "internationalization, unbelievably", "Naïve café ☃ déjà-vu"]
 

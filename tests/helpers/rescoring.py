@@ -19,7 +19,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
 from distributed_scoring.io import nbest
 
-import tiny
+from helpers import tiny
 
 ENDOFTEXT = "<|endoftext|>"
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)

@@ -1,4 +1,4 @@
-"""A counting HTTP proxy on loopback in front of an S3 server (moto's, tests/object_store.py): what an object
+"""A counting HTTP proxy on loopback in front of an S3 server (moto's, tests/helpers/object_store.py): what an object
 store sees of a run, request by request.
 
 AWS_ENDPOINT_URL names the proxy instead of the server; the proxy forwards every request as it came (method,

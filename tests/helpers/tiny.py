@@ -8,7 +8,7 @@ default so that conditionals are far from uniform and a wrong position or mask s
 The vocabularies were trained once and are kept in tests/data/tiny_vocabularies.json: the tokenizers
 library's trainers break ties in hash order, so a vocabulary trained in each test session differed from one
 session to the next ("Hi" was 2 tokens in one, 3 in another), and with it every tiny model's numbers: a test
-that passed 9 fresh runs failed the 10th. `python tests/tiny.py --write` trains them again.
+that passed 9 fresh runs failed the 10th. `python tests/helpers/tiny.py --write` trains them again.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, interme
 MAX_POSITIONS = 96
 
 
-VOCABULARIES = Path(__file__).resolve().parent / "data" / "tiny_vocabularies.json"
+VOCABULARIES = Path(__file__).resolve().parents[1] / "data" / "tiny_vocabularies.json"
 
 
 @functools.cache

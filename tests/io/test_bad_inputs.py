@@ -23,7 +23,7 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.io.sources import plan_shards, read_unit, read_units
 from distributed_scoring.io.sources.lines import _OpenQuote, _records
 
-from test_sources import read_all
+from helpers.sources import read_all
 
 BAD = Path(__file__).resolve().parents[1] / "data" / "bad"
 

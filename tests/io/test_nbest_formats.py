@@ -15,7 +15,7 @@ from distributed_scoring.io import nbest
 from distributed_scoring.io.nbest import NBestError, read_nbest
 from distributed_scoring.io.nbest_formats import FormatOptions, RescoredHypothesis, detect, rescored_files
 
-import nbest_samples as S
+from helpers import nbest_samples as S
 
 # The lists every format must read alike: utterance -> (reference, [(text, natural-log score), ...]).
 LISTS = {

@@ -1,5 +1,5 @@
 """What a run costs an object store, counted request by request by a proxy in front of moto's S3 server
-(tests/s3_proxy.py), and that the cheaper checks keep every verdict.
+(tests/helpers/s3_proxy.py), and that the cheaper checks keep every verdict.
 
 It used to take about 9 requests per shard written (the summary read each shard's marker, footer and rows
 again), and a rerun of a finished run and `dscore verify` several requests per shard (every marker and footer
@@ -16,11 +16,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from s3_proxy import CountingProxy
 
 from distributed_scoring.cli import main
 
-import tiny
+from helpers import tiny
+from helpers.s3_proxy import CountingProxy
 
 SHARDS = 20
 

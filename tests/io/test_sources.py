@@ -13,19 +13,11 @@ import pytest
 from distributed_scoring.config import InputSpec
 from distributed_scoring.io import schema as S
 from distributed_scoring.io.inputs import InputError, detect_format, find_inputs
-from distributed_scoring.io.sources import Shard, plan_shards, read_unit, read_units
+from distributed_scoring.io.sources import Shard, plan_shards, read_units
+
+from helpers.sources import read_all
 
 LINES = ["first line", "", "third ☃ line", "fourth", "fifth", "sixth", "seventh"]
-
-
-def read_all(spec: InputSpec) -> list[dict]:
-    plan = plan_shards(spec)
-    rows = []
-    for unit in read_units(plan):
-        for shard, table in read_unit(unit, spec):
-            assert table.num_rows == shard.rows and table.schema == S.read_schema(spec.partitioned)
-            rows += table.to_pylist()
-    return rows
 
 
 def write_text(path, lines, opener=open):

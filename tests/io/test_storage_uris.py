@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from object_store import free_port
+from helpers.object_store import free_port
 
 
 def test_gcs_without_credentials_is_refused_in_seconds(tiny_model_dir, tmp_path):

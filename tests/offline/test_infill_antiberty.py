@@ -10,7 +10,7 @@ from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workloads.infill import allowed_tokens
 
-from reference import NaiveInfill
+from helpers.reference import NaiveInfill
 
 AMINO_ACIDS = tuple("ACDEFGHIKLMNPQRSTVWY")
 

@@ -26,7 +26,7 @@ from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.offline.antibodies import shuffled, spaced, v_genes
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-from reference import NaiveScorer
+from helpers.reference import NaiveScorer
 
 TRASTUZUMAB_VH = "EVQLVESGGGLVQPGGSLRLSCAASGFNIKDTYIHWVRQAPGKGLEWVARIYPTNGYTRYADSVKGRFTISADTSKNTAYLQMNSLRAEDTAVYYCSRWGGDGFYAMDYWGQGTLVTVSS"  # noqa: E501
 REACTIONS = [

@@ -26,9 +26,9 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.workflows.audit.verdicts import EXIT_OK, EXIT_REGRESSION
 from distributed_scoring.workflows.score import score
 
-import rescoring_helpers as H
-import tiny
-from local_cluster import REPO, SCRIPT, node_pids, running
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.local_cluster import REPO, SCRIPT, node_pids, running
 
 pytestmark = pytest.mark.ray
 

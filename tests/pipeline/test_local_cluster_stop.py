@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from local_cluster import SCRIPT, running
+from helpers.local_cluster import SCRIPT, running
 
 NODE = 'trap "sleep 1; exit 0" TERM; while :; do sleep 0.1; done'
 

@@ -18,7 +18,7 @@ from distributed_scoring.io.output import FILE_MD5, ROW_SUMS, unknown_tokens
 from distributed_scoring.pipeline.stats import CorpusStats
 from distributed_scoring.workflows.score import score
 
-import tiny
+from helpers import tiny
 
 
 @pytest.fixture

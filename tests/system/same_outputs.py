@@ -1,10 +1,10 @@
 """Every command's outputs on a fixed corpus, and a comparison of two such sets (a refactor must
 leave every Parquet table and JSON file as it was).
 
-    python benchmarks/same_outputs.py run OUT [--models DIR]       # every command into OUT/<command>
-    python benchmarks/same_outputs.py compare BEFORE AFTER [--noise AGAIN]
+    python tests/system/same_outputs.py run OUT [--models DIR]       # every command into OUT/<command>
+    python tests/system/same_outputs.py compare BEFORE AFTER [--noise AGAIN]
 
-`run` builds the tiny random BERT of tests/tiny.py once (into --models, shared by the runs compared, so
+`run` builds the tiny random BERT of tests/helpers/tiny.py once (into --models, shared by the runs compared, so
 both score with the same weights), writes a fixed corpus and plays `dscore score` (PLL, per token),
 `score --method unmasked`, `audit` (partitioned, then against itself as baseline), `rescore`, `joints`,
 `infill`, `sample` and `generate`, each in this process's CLI (`distributed_scoring.cli.main`), without Ray.
@@ -24,8 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterator
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # tests/tiny.py: the tiny models and corpus
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the helper package (tests/helpers/tiny.py)
 
 MASKED = [
     "the quick brown [MASK] jumps",
@@ -37,7 +36,7 @@ MASKED = [
 
 def write_inputs(d: Path) -> dict[str, str]:
     """The fixed inputs: a corpus with a bad line, partitioned JSONL, N-best lists, masked texts and prompts."""
-    import tiny
+    from helpers import tiny
 
     d.mkdir(parents=True, exist_ok=True)
     texts = [*tiny.CORPUS, "", "x " * 300]
@@ -133,7 +132,7 @@ def commands(inputs: dict[str, str], model: str, out: Path) -> list[tuple[str, l
 def run(out: Path, models: Path) -> int:
     from distributed_scoring.cli import main
 
-    import tiny
+    from helpers import tiny
 
     model = models / "bert"
     if not (model / "config.json").exists():

@@ -18,7 +18,7 @@ from distributed_scoring.io import schema as S
 from distributed_scoring.workloads.chain import CHAIN_FIELDS
 from distributed_scoring.workloads.infill import example_seed
 
-from reference import NaiveChain, scored_positions
+from helpers.reference import NaiveChain, scored_positions
 
 TEXTS = ["the quick brown fox", "she sells seashells", "", "colourless green ideas sleep"]
 

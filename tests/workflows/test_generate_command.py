@@ -13,7 +13,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.io import schema as S
 
-from reference import NaiveChain
+from helpers.reference import NaiveChain
 
 PROMPTS = [
     {"id": "prefix", "text": "the quick [MASK] [MASK] [MASK]", "fill_order": [2, 0, 1]},

@@ -13,7 +13,7 @@ from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 from distributed_scoring.workloads.infill import InfillOptions, InfillPreparer, allowed_tokens
 
-from reference import NaiveInfill
+from helpers.reference import NaiveInfill
 
 WORDS = ("the", "com", "and", "rec", "cor", "over")  # whole-word tokens of the tiny WordPiece vocabulary
 TEXTS = {

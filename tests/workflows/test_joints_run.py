@@ -14,7 +14,7 @@ from distributed_scoring.engine.joints import CONSTRUCTIONS
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workloads.joints import draw_pair
 
-import tiny
+from helpers import tiny
 
 METRICS = ("U-PPL", "P-PPL", "A-KL", "G-KL")
 

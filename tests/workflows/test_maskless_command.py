@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import random
 from contextlib import redirect_stdout
 from pathlib import Path
 
@@ -34,9 +33,10 @@ from distributed_scoring.workflows.train.run import TOKEN_TARGETS, TrainOptions
 from distributed_scoring.workflows.train.teacher import read_teacher
 from distributed_scoring.workloads.prepare import PLLPreparer
 
-import rescoring_helpers as H
-import tiny
-from reference import unmasked_logprobs
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.maskless import write_family_corpus
+from helpers.reference import unmasked_logprobs
 
 
 @pytest.fixture(autouse=True)
@@ -58,22 +58,6 @@ def error_line(capsys) -> str:
     lines = capsys.readouterr().err.strip().splitlines()
     assert lines and lines[-1].startswith("dscore: error: "), lines
     return lines[-1]
-
-
-def write_family_corpus(path: Path, parents: int = 12, mutants: int = 2, seed: int = 0) -> Path:
-    """Parents of tiny-corpus words (ids p<i>) and their one-word substitutions (ids p<i>~m<j>)."""
-    rng = random.Random(seed)
-    words = " ".join(tiny.CORPUS).split()
-    rows = []
-    for i in range(parents):
-        parent = [rng.choice(words) for _ in range(rng.randint(4, 12))]
-        rows.append({"id": f"p{i}", "text": " ".join(parent)})
-        for j in range(1, mutants + 1):
-            child = list(parent)
-            child[rng.randrange(len(child))] = rng.choice(words)
-            rows.append({"id": f"p{i}~m{j}", "text": " ".join(child)})
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
 
 
 def make_student(

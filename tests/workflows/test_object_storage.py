@@ -23,10 +23,10 @@ import pytest
 
 from distributed_scoring.cli import main
 
-import rescoring_helpers as H
-import tiny
-from cli_helpers import refusal
-from driver_helpers import embedded_env, make_corpus, why
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.cli import refusal
+from helpers.driver import embedded_env, make_corpus, why
 
 LINES = [tiny.CORPUS[i % len(tiny.CORPUS)] + f" {i}" for i in range(7)]
 # Figures of summary.json that count, and those that sum PLLs (equal within the PLL's tolerance).

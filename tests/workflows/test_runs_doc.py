@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import tiny
-from object_store import CREDENTIALS, Bucket
+from helpers import tiny
+from helpers.object_store import CREDENTIALS, Bucket
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "runs.md"
 

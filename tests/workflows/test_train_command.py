@@ -20,9 +20,9 @@ import pytest
 from distributed_scoring.cli import main
 from distributed_scoring.io import schema as S
 
-import rescoring_helpers as H
-import tiny
-from test_maskless_command import write_family_corpus
+from helpers import rescoring as H
+from helpers import tiny
+from helpers.maskless import write_family_corpus
 
 # One local-Ray worker of one CPU: a second torch thread on a shared 2-core machine only waits.
 FAST = ["--cpus-per-worker", "1", "--batch-size", "8", "--lr", "1e-3"]

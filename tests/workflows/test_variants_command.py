@@ -21,8 +21,8 @@ from distributed_scoring.cli import main
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine.masked_lm import load_masked_lm
 
-from cli_helpers import refusal
-from reference import NaiveVariants
+from helpers.cli import refusal
+from helpers.reference import NaiveVariants
 
 WILD = "MKTAYIAKQRQISFVKSHFSRQLEERLGLI"  # 30 residues: one window of the tiny models
 STRATEGIES = ("wt-marginal", "masked-marginal", "mutant-marginal", "pll")
@@ -321,3 +321,35 @@ def test_on_ray_the_scores_equal_in_process(tmp_path, tiny_protein_dir, ray_loca
     assert len(a) == len(b) == local["variants"]
     assert all(close(r["score"], b[(r["DMS_id"], r["mutant"])]["score"]) for r in a)
     assert main(["verify", str(tmp_path / "ray")]) == 0
+
+
+def test_an_edited_table_is_another_run_refused_before_any_byte(tmp_path, tiny_protein_dir, capsys):
+    """The folder records what its tables make the model read: adding a variant to the table and rerunning is
+    refused before the folder changes (its generated input and its rows as they were)."""
+    model = str(tiny_protein_dir("bert"))
+    table = write_table(tmp_path / "assay.csv", WILD, GOOD[:4])
+    common = [str(table), "--model", model, "--target-seq", WILD, "--strategy", "masked-marginal"]
+    code, _ = run("variants", *common, "--output", str(tmp_path / "out"))
+    assert code == 0
+    before = {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    write_table(table, WILD, GOOD[:5])
+    line = refusal(capsys, ["variants", *common, "--output", str(tmp_path / "out")])
+    assert "different run" in line and "sequences_to_score" in line
+    assert {p: p.read_bytes() for p in (tmp_path / "out").rglob("*") if p.is_file()} == before
+    write_table(table, WILD, GOOD[:4])  # the table as it was, new measurements aside: the same run
+    code, again = run("variants", *common, "--output", str(tmp_path / "out"))
+    assert code == 0 and again["ok"] == 4
+
+
+def test_long_texts_error_makes_a_long_wild_type_an_error_row_under_every_strategy(tmp_path, tiny_protein_dir):
+    model = tiny_protein_dir("bert")
+    wild = (WILD * 6)[:150]
+    table = write_table(tmp_path / "long.csv", wild, ["M1A", "K2R"])
+    for strategy in STRATEGIES:
+        out = tmp_path / strategy
+        code, summary = run(
+            "variants", str(table), "--model", str(model), "--target-seq", wild, "--strategy", strategy,
+            "--long-texts", "error", "--output", str(out),
+        )  # fmt: skip
+        assert code == 0 and summary["ok"] == 0 and summary["errors"] == 2, strategy
+        assert all("over the model's maximum" in r["error"] for r in rows_of(out).values()), rows_of(out)

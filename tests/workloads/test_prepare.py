@@ -52,7 +52,7 @@ def test_over_long_text_is_an_error_not_truncated(family, preparers):
 
 
 def test_roberta_positions_leave_room_for_the_padding_offset(preparers):
-    from tiny import MAX_POSITIONS
+    from helpers.tiny import MAX_POSITIONS
 
     assert preparers("roberta").max_length == MAX_POSITIONS - 2
     assert preparers("bert").max_length == MAX_POSITIONS

@@ -18,6 +18,7 @@ locked, from the first byte to the last):
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass
@@ -46,7 +47,7 @@ from ...io.dms import (
     strings_of,
 )
 from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
-from ...pipeline.runner import claimed, execute
+from ...pipeline.runner import run
 from ...workloads.variants import (
     MARGINALS,
     PASSES,
@@ -70,6 +71,7 @@ logger = logging.getLogger(__name__)
 
 VARIANTS_RUN = "variants"  # the workload of DIR/_run.json
 SEQUENCES = "inputs/sequences.parquet"
+SEQUENCES_DIGEST = "sequences_to_score"  # _run.json: what the tables make the model read
 SITES_RUN, PLL_RUN = "sites", "pll"
 OUTPUT_FILES = ("variants.parquet", SUMMARY_FILE, REPORT_MD, SCATTER)
 SCORE, N_MUTATIONS = "score", "n_mutations"
@@ -126,17 +128,19 @@ def score_variants(
     tokenizer, _ = load_tokenizer(model)  # a model that cannot be loaded stops the run before any file is written
     vocabulary = residue_vocabulary(tokenizer, model.name, inputs.strategy, assays[0].target_seq)
     read = [_read_assay(a, inputs, vocabulary) for a in assays]
+    texts = pa.table(sequences([(a.assay.id, a.assay.target_seq, a.variants) for a in read], inputs.strategy))
     run = {
         "workload": VARIANTS_RUN,
         **{k: v for k, v in asdict(inputs).items() if k not in ("output", "fit_actors")},  # Ray's shard sizing aside
         "model": model.name,
+        "long_texts": long_texts,
+        SEQUENCES_DIGEST: _digest(texts),  # an edited table that changes what is scored is another run
     }
     sources = [inputs.table, *([inputs.reference] if inputs.reference else [])]
     sub = SITES_RUN if inputs.strategy in MARGINALS else PLL_RUN
     with claim(inputs.output, sources, [model.name]) as folder:
         folder.begin(run, folder.admit(run, overwrite), [SEQUENCES, sub, *OUTPUT_FILES])
         began = time.monotonic()
-        texts = pa.table(sequences([(a.assay.id, a.assay.target_seq, a.variants) for a in read], inputs.strategy))
         where = folder.write_table(SEQUENCES, texts)
         corpus = InputSpec(
             (where,),
@@ -163,6 +167,14 @@ def score_variants(
         summary = _summary(read, scored, inputs, model, passes, time.monotonic() - began)
         _write(folder, read, scored, summary)
     return summary
+
+
+def _digest(texts: pa.Table) -> str:
+    """SHA-256 of what the model is to read (ids, sequences, sites), in order."""
+    digest = hashlib.sha256()
+    for row in zip(*(texts[c].to_pylist() for c in texts.column_names)):
+        digest.update(("\t".join(map(str, row)) + "\n").encode())
+    return digest.hexdigest()
 
 
 def _assays(inputs: VariantsInputs) -> list[Assay]:
@@ -204,9 +216,9 @@ def _site_tables(
     sequences: pa.Table,
 ) -> tuple[dict[str, Any], int]:
     """The site tables by their row's id ({position: log-probs}, or the row's error) and the passes they cost."""
-    workload = site_workload(config.model, strategy == "masked-marginal", vocabulary, config.scoring.batch_tokens)
-    with claimed(config, workload, overwrite, ray=ray) as (_, out, todo):
-        execute(workload, config, todo, out, ray)
+    masked, scoring = strategy == "masked-marginal", config.scoring
+    workload = site_workload(config.model, masked, vocabulary, scoring.batch_tokens, scoring.long_texts)
+    run(config, workload, ray, overwrite)
     rows = OutputDir(config.output).read_rows([S.ID, S.TEXT, S.STATUS, S.ERROR, "positions", "logprobs", PASSES])
     expected = dict(zip(sequences[S.ID].to_pylist(), sequences[S.TEXT].to_pylist()))
     _check_joined(config.output, rows, expected)
@@ -293,7 +305,7 @@ def _write(
         table = a.table
         if DMS_ID not in table.column_names:
             table = table.append_column(DMS_ID, pa.array([a.assay.id] * table.num_rows, pa.string()))
-        n_mutations = [len(v.sites) if v.sites is not None else None for v in a.variants]
+        n_mutations = [len(v.sites) if v.sites and e is None else None for v, (_, e) in zip(a.variants, rows)]
         table = table.append_column(SCORE, pa.array([s for s, _ in rows], pa.float64()))
         table = table.append_column(N_MUTATIONS, pa.array(n_mutations, pa.int32()))
         table = table.append_column(

@@ -38,8 +38,8 @@ from distributed_scoring.workflows.audit.verdicts import (
     Thresholds,
 )
 
-from audit_helpers import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
-from reference import audit_figures, audit_outliers
+from helpers.audit import ROWS_SCHEMA, corrupt, mixed_corpus, scored_table, write_rows
+from helpers.reference import audit_figures, audit_outliers
 
 SMALL = AuditConfig(  # one corpus-wide outlier rule: what reference.audit_outliers computes
     outliers=OutlierRule(scope="overall"), histogram=LogBins(1.0, 1e4, 24), max_position=12, max_length=10, listed=15

@@ -19,7 +19,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.offline.antibodies import spaced, v_genes
 from distributed_scoring.workflows.audit.verdicts import EXIT_OK, EXIT_REGRESSION
 
-from audit_helpers import corrupt
+from helpers.audit import corrupt
 
 CHAIN_RESIDUES = 30  # the first residues of each germline gene keep two CPU cores fast
 

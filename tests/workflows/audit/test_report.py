@@ -25,7 +25,7 @@ from distributed_scoring.workflows.audit.outliers import OutlierRule
 from distributed_scoring.workflows.audit.report import render_report
 from distributed_scoring.workflows.audit.verdicts import INSUFFICIENT, NO_CHANGE, REGRESSION, Thresholds
 
-from audit_helpers import scored_table, write_rows
+from helpers.audit import scored_table, write_rows
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)

@@ -12,8 +12,8 @@ from distributed_scoring.cli import main
 from distributed_scoring.io.nbest import read_nbest
 from distributed_scoring.io.nbest_formats import FormatOptions
 
-import nbest_samples as S
-import rescoring_helpers as H
+from helpers import nbest_samples as S
+from helpers import rescoring as H
 
 FIGURES = ("lambda", "gamma", "mlm_alpha")
 

@@ -12,7 +12,7 @@ from distributed_scoring.cli import main
 from distributed_scoring.io import nbest
 from distributed_scoring.offline.antibodies import v_genes
 
-import rescoring_helpers as H
+from helpers import rescoring as H
 
 
 def write_jsonl(path, records: list[dict]) -> str:

@@ -24,8 +24,8 @@ from distributed_scoring.workflows.rescore.metrics import BleuStats, WerStats
 from distributed_scoring.workflows.rescore.rescoring import rescore
 from distributed_scoring.workflows.rescore.search import BLEU_ALPHAS, RescoreOptions
 
-import rescoring_helpers as H
-from reference import corpus_metric, rescore_brute_force
+from helpers import rescoring as H
+from helpers.reference import corpus_metric, rescore_brute_force
 
 NO_PENALTY = dict(mlm_alpha=0.0, causal_alpha=0.0)
 
