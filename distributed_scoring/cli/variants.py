@@ -29,8 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--strategy",
         choices=STRATEGIES,
         required=True,
-        help="wt-marginal (1 pass per wild type), masked-marginal (one masked pass per mutated position of the wild "
-        "type), mutant-marginal (1 pass per variant) or pll (PLL(mutant) - PLL(wild type), L passes per sequence)",
+        help="wt-marginal (1 pass per wild type, per window of a long one), masked-marginal (one masked pass per "
+        "mutated position of the wild type), mutant-marginal (1 pass per variant) or pll (PLL(mutant) - PLL(wild "
+        "type), L passes per sequence)",
     )
     p.add_argument(
         "--offset",

@@ -41,7 +41,7 @@ def markdown(summary: dict) -> str:
         "",
         f"Model `{summary['model']}`; {summary['variants']} variants in {summary['assays']} assay(s), "
         f"{summary['ok']} scored, {summary['errors']} error rows; {summary['forward_passes']} forward passes "
-        f"(sequences through the model) in {summary['seconds']:.1f} s.",
+        f"(sequences through the model); {summary['seconds']:.1f} s from reading the tables to the statistics.",
         "",
         "Spearman: of `score` with `DMS_score`; AUC: of `score` for `DMS_score_bin`; 95% bootstrap intervals "
         "(1,000 resamples of the scored variants).",

@@ -124,6 +124,7 @@ def score_variants(
     and write DIR/variants.parquet, the summary and the report; returns the summary."""
     from ...engine.model_files import load_tokenizer
 
+    began = time.monotonic()  # the summary's seconds: from here to the statistics (the outputs' writing aside)
     assays = _assays(inputs)
     tokenizer, _ = load_tokenizer(model)  # a model that cannot be loaded stops the run before any file is written
     vocabulary = residue_vocabulary(tokenizer, model.name, inputs.strategy, assays[0].target_seq)
@@ -140,7 +141,6 @@ def score_variants(
     sub = SITES_RUN if inputs.strategy in MARGINALS else PLL_RUN
     with claim(inputs.output, sources, [model.name]) as folder:
         folder.begin(run, folder.admit(run, overwrite), [SEQUENCES, sub, *OUTPUT_FILES])
-        began = time.monotonic()
         where = folder.write_table(SEQUENCES, texts)
         corpus = InputSpec(
             (where,),
@@ -164,7 +164,7 @@ def score_variants(
         scored = [
             variant_scores(a.assay.id, a.assay.target_seq, a.variants, inputs.strategy, found, alphabet) for a in read
         ]
-        summary = _summary(read, scored, inputs, model, passes, time.monotonic() - began)
+        summary = _summary(read, scored, inputs, model, passes, began)
         _write(folder, read, scored, summary)
     return summary
 
@@ -258,11 +258,10 @@ def _summary(
     inputs: VariantsInputs,
     model: ModelSpec,
     passes: int,
-    seconds: float,
+    began: float,
 ) -> dict:
-    by_assay = {}
-    for a, rows in zip(read, scored):
-        by_assay[a.assay.id] = _assay_figures(a, rows)
+    """The run's figures; `seconds` from `began` (the command's start) to the statistics, included."""
+    by_assay = {a.assay.id: _assay_figures(a, rows) for a, rows in zip(read, scored)}
     n = sum(len(r) for r in scored)
     ok = sum(1 for rows in scored for s, _ in rows if s is not None)
     return {
@@ -274,7 +273,7 @@ def _summary(
         "ok": ok,
         "errors": n - ok,
         "forward_passes": passes,
-        "seconds": round(seconds, 3),
+        "seconds": round(time.monotonic() - began, 3),
         "by_assay": by_assay,
     }
 
