@@ -337,6 +337,13 @@ class SiteScorer(Stage):
             )
             for i in ok
         ]
+        for i, part in zip(ok, parts):
+            if isinstance(part, str):
+                out[i] = self._row(rows[i], part, 0)
+        ok, parts = (
+            [i for i, p in zip(ok, parts) if not isinstance(p, str)],
+            [p for p in parts if not isinstance(p, str)],
+        )
         flat = [sentence for part in parts for sentence, _ in part]
         table = self.engine.masked if self.options.masked else self.engine.unmasked
         results = iter(isolated(lambda batch: table(batch, self.columns, self.report), flat))
@@ -353,26 +360,30 @@ class SiteScorer(Stage):
             out[i] = self._row(rows[i], values, passes)
         return out
 
-    def _windows(self, sentence: Sentence) -> list[tuple[Sentence, np.ndarray]]:
+    def _windows(self, sentence: Sentence) -> list[tuple[Sentence, np.ndarray]] | str:
         """The sentence as the model can read it: itself, or, when longer than the model's window, the windows
-        centred on its targets (`engine.windows`), each with the indices of its targets among the sentence's."""
+        `engine.windows.split` gives its residues, those that hold a target, each with its targets and their
+        indices among the sentence's; or why it has none (the row's error)."""
         from ..engine.masking import Sentence
-        from ..engine.windows import window_start
+        from ..engine.windows import split
 
         ids, targets = sentence.input_ids, sentence.targets
         if len(ids) <= self.mlm.max_length:
             return [(sentence, np.arange(len(targets)))]
-        first, last = len(self.vocabulary.prefix), len(ids) - len(self.vocabulary.suffix) - 1
-        c = self.mlm.max_length - first - len(self.vocabulary.suffix)
-        n = last - first + 1
-        starts = np.asarray([window_start(int(t) - first, n, c) for t in targets])
-        prefix, suffix = ids[:first], ids[last + 1 :]
+        first = len(self.vocabulary.prefix)
+        residues = np.arange(first, len(ids) - len(self.vocabulary.suffix))
+        slot_of = np.full(len(ids), -1)
+        slot_of[targets] = np.arange(len(targets))
+        parts = split(Sentence(ids, residues, sentence.piece_words), self.mlm.max_length, "original")
+        if isinstance(parts, str):
+            return parts
         windows = []
-        for s in np.unique(starts):
-            slots = np.flatnonzero(starts == s)
-            inside = ids[first + s : first + s + c]
-            window_ids = np.concatenate([prefix, inside, suffix])
-            windows.append((Sentence(window_ids, targets[slots] - s, np.full(len(window_ids), -1, np.int64)), slots))
+        for window in parts:
+            wanted = slot_of[first + window.slots] >= 0  # the window's residues that are targets
+            if wanted.any():
+                w = window.sentence
+                read = Sentence(w.input_ids, w.targets[wanted], w.piece_words)
+                windows.append((read, slot_of[first + window.slots[wanted]]))
         return windows
 
     def _row(self, row: Row, values: np.ndarray | str | None, passes: int) -> Row:
