@@ -53,8 +53,7 @@ class Site:
 
 def table_format(uri: str) -> str:
     """csv, jsonl or parquet, from the name (a `.gz` suffix aside)."""
-    name = PurePosixPath(uri.split("://", 1)[-1]).name.lower().removesuffix(".gz")
-    fmt = _SUFFIXES.get(PurePosixPath(name).suffix)
+    fmt = _SUFFIXES.get(_suffix(uri))
     if fmt is None:
         raise DMSError(f"{uri}: a DMS table must be .csv, .jsonl or .parquet (optionally .gz), ProteinGym's columns")
     return fmt
@@ -111,20 +110,25 @@ def read_reference(uri: str, tables: str) -> list[Assay]:
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise DMSError(f"{uri}: the DMS_id(s) {repeated[:3]} appear more than once; each assay must be listed once")
-    one_table = _is_table_name(tables)
+    one_table = _suffix(tables) in _SUFFIXES
     assays = [
         Assay(str(r[DMS_ID]), tables if one_table else join(tables, str(r[DMS_FILENAME])), str(r[TARGET_SEQ]).strip())
         for r in rows
-        if not one_table or str(r[DMS_FILENAME]) == PurePosixPath(tables).name
+        if not one_table or str(r[DMS_FILENAME]) == file_name(tables)
     ]
     if not assays:
-        raise DMSError(f"{uri} lists no assay whose DMS_filename is {PurePosixPath(tables).name!r}")
+        raise DMSError(f"{uri} lists no assay whose DMS_filename is {file_name(tables)!r}")
     return assays
 
 
-def _is_table_name(uri: str) -> bool:
-    name = PurePosixPath(uri.split("://", 1)[-1]).name.lower().removesuffix(".gz")
-    return PurePosixPath(name).suffix in _SUFFIXES
+def file_name(uri: str) -> str:
+    """The last part of a path or URI: a table's file name."""
+    return PurePosixPath(uri.split("://", 1)[-1]).name
+
+
+def _suffix(uri: str) -> str:
+    """A table's format suffix, lower case, a `.gz` after it aside."""
+    return PurePosixPath(file_name(uri).lower().removesuffix(".gz")).suffix
 
 
 def parse_mutant(mutant: str, target: str, offset: int = 1) -> list[Site] | str:

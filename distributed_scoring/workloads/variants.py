@@ -327,27 +327,18 @@ class SiteScorer(Stage):
             for i in [i for i in ok if len(rows[i][S.INPUT_IDS]) > self.mlm.max_length]:
                 out[i] = self._row(rows[i], _too_long(len(rows[i][S.INPUT_IDS]), self.mlm.max_length), 0)
             ok = [i for i in ok if len(rows[i][S.INPUT_IDS]) <= self.mlm.max_length]
-        parts = [
-            self._windows(
-                Sentence(
-                    np.asarray(rows[i][S.INPUT_IDS], np.int64),
-                    np.asarray(rows[i][S.TARGETS], np.int64),
-                    np.full(len(rows[i][S.INPUT_IDS]), -1, np.int64),
-                )
-            )
-            for i in ok
-        ]
-        for i, part in zip(ok, parts):
+        parts = {}  # row -> its windows, for the rows that can be read
+        for i in ok:
+            ids = np.asarray(rows[i][S.INPUT_IDS], np.int64)
+            part = self._windows(Sentence(ids, np.asarray(rows[i][S.TARGETS], np.int64), np.full(len(ids), -1)))
             if isinstance(part, str):
                 out[i] = self._row(rows[i], part, 0)
-        ok, parts = (
-            [i for i, p in zip(ok, parts) if not isinstance(p, str)],
-            [p for p in parts if not isinstance(p, str)],
-        )
-        flat = [sentence for part in parts for sentence, _ in part]
+            else:
+                parts[i] = part
+        flat = [sentence for part in parts.values() for sentence, _ in part]
         table = self.engine.masked if self.options.masked else self.engine.unmasked
         results = iter(isolated(lambda batch: table(batch, self.columns, self.report), flat))
-        for i, part in zip(ok, parts):
+        for i, part in parts.items():
             got = [next(results) for _ in part]
             failed = next((g for g in got if isinstance(g, str)), None)
             if failed is not None:

@@ -22,7 +22,6 @@ import hashlib
 import logging
 import time
 from dataclasses import asdict, dataclass
-from pathlib import PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -41,6 +40,7 @@ from ...io.dms import (
     MUTATED_SEQUENCE,
     Assay,
     DMSError,
+    file_name,
     read_reference,
     read_table,
     refuse_repeats,
@@ -180,8 +180,7 @@ def _digest(texts: pa.Table) -> str:
 def _assays(inputs: VariantsInputs) -> list[Assay]:
     if inputs.reference is not None:
         return read_reference(inputs.reference, inputs.table)
-    name = PurePosixPath(inputs.table.split("://", 1)[-1]).name
-    assay_id = name.split(".")[0]
+    assay_id = file_name(inputs.table).split(".")[0]
     return [Assay(assay_id, inputs.table, inputs.target_seq.strip().upper())]
 
 
