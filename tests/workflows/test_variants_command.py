@@ -353,3 +353,31 @@ def test_long_texts_error_makes_a_long_wild_type_an_error_row_under_every_strate
         )  # fmt: skip
         assert code == 0 and summary["ok"] == 0 and summary["errors"] == 2, strategy
         assert all("over the model's maximum" in r["error"] for r in rows_of(out).values()), rows_of(out)
+
+
+def test_tables_and_folder_on_s3_equal_a_local_run(tmp_path, tiny_protein_dir, s3, capsys):
+    """The reference file and the tables read from the S3 server the tests start, the folder written there: the
+    same rows as a local run, `verify` OK, a rerun resumes, another strategy is refused."""
+    model = str(tiny_protein_dir("bert"))
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    write_table(tables / "A.csv", WILD, GOOD[:6])
+    write_table(tables / "B.csv", WILD[::-1], ["I1V", "L2A:G3C"])
+    (tables / "reference.csv").write_text(f"DMS_id,DMS_filename,target_seq\nA,A.csv,{WILD}\nB,B.csv,{WILD[::-1]}\n")
+    s3.upload(tables, "dms")
+    common = ["--model", model, "--strategy", "masked-marginal"]
+    local = ["variants", str(tables), "--reference", str(tables / "reference.csv"), *common]
+    code, here = run(*local, "--output", str(tmp_path / "local"))
+    remote = ["variants", s3.uri("dms"), "--reference", s3.uri("dms/reference.csv"), *common]
+    code_s3, there = run(*remote, "--output", s3.uri("out"))
+    assert code == code_s3 == 0 and here["forward_passes"] == there["forward_passes"] and there["ok"] == 8
+    expected = {
+        (r["DMS_id"], r["mutant"]): r for r in pq.read_table(tmp_path / "local" / "variants.parquet").to_pylist()
+    }
+    got = pq.read_table(s3.uri("out/variants.parquet")).to_pylist()
+    assert {(r["DMS_id"], r["mutant"]): r["score"] for r in got} == {k: r["score"] for k, r in expected.items()}
+    assert main(["verify", s3.uri("out")]) == 0
+    code, again = run(*remote, "--output", s3.uri("out"))
+    assert code == 0 and again["ok"] == 8
+    line = refusal(capsys, [*remote[:-1], "pll", "--output", s3.uri("out")])
+    assert "different run" in line
