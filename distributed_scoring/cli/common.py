@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 from types import ModuleType
-from typing import Iterator, NamedTuple
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..config import (
     DEVICES,
@@ -26,6 +26,7 @@ from ..config import (
     check_bounds,
 )
 from ..errors import UserError
+from ..options import flag_name, flagged
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -240,6 +241,38 @@ def add_long_texts(p: argparse.ArgumentParser) -> None:
         help="a text longer than the model's maximum length: score each token in a window of the model's width "
         "centred on it (window, the default; such rows say `windowed`) or leave an error row (error)",
     )
+
+
+def add_options(p: Parser, options: type, names: Iterable[str] | None = None, skip: Iterable[str] = ()) -> None:
+    """The flags of an options class, declared once in its fields' metadata (`options.option`): those of
+    `names` in that order, or else every flagged field in declaration order less `skip`. A boolean field
+    that defaults to False is a switch; the others take a value of their default's type."""
+    declared = {f.name: (f, spec) for f, spec in flagged(options)}
+    chosen = list(names) if names is not None else [n for n in declared if n not in set(skip)]
+    for name in chosen:
+        f, spec = declared[name]
+        kwargs: dict = {"help": spec.help.format(default=f.default)}
+        if f.default is False:
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["default"] = f.default
+            kind = spec.type or (None if f.default is None or isinstance(f.default, str) else type(f.default))
+            kwargs |= {"type": kind} if kind else {}
+            kwargs |= {"choices": spec.choices} if spec.choices else {}
+            kwargs |= {"metavar": spec.metavar} if spec.metavar else {}
+        p.add_argument(flag_name(f, spec), **kwargs)
+
+
+def options_from(args: argparse.Namespace, options: type, **given: object) -> Any:
+    """An options instance from the flags `add_options` declared (each through its `read`), `given`
+    supplying the fields the command reads otherwise."""
+    values = {}
+    for f, spec in flagged(options):
+        dest = flag_name(f, spec).removeprefix("--").replace("-", "_")
+        if f.name not in given and hasattr(args, dest):
+            value = getattr(args, dest)
+            values[f.name] = spec.read(value) if spec.read else value
+    return options(**values, **given)
 
 
 def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:

@@ -40,48 +40,9 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from .infill_settings import SAMPLERS, InfillSettings
 from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
 from .packing import Piece, TokenBudget, pack, run_fitting
-
-DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p", "filtered")
-SAMPLERS = ("sample", "temperature", "top-k", "top-p", "filtered")
-FILL_ORDERS = ("l2r", "best-to-worst", "given")
-
-
-@dataclass(frozen=True)
-class InfillSettings:
-    """How to search: the decoder, the order, the beam width (chains for samplers) and each sampler's knob."""
-
-    decoder: str = "standard"
-    order: str = "l2r"
-    beam: int = 5
-    pivot: int | None = None  # token id whose log-probability HCB subtracts; None: the mask token
-    temperature: float = 1.0
-    top_k: int = 10  # 0: no top-k filter (`filtered` only)
-    top_p: float = 0.9
-
-    def __post_init__(self) -> None:
-        if self.decoder not in DECODERS or self.order not in FILL_ORDERS:
-            raise ValueError(
-                f"decoder {self.decoder!r} / order {self.order!r}: expected one of {DECODERS} / {FILL_ORDERS}"
-            )
-        least_top_k = 0 if self.decoder == "filtered" else 1
-        if self.beam < 1 or self.temperature <= 0 or self.top_k < least_top_k or not 0 < self.top_p <= 1:
-            raise ValueError(
-                "beam and top_k must be >= 1 (top_k >= 0 for `filtered`), temperature > 0, top_p in (0, 1]"
-            )
-
-    @property
-    def filters(self) -> tuple[float, int, float]:
-        """(temperature, top-k, top-p) a sampler applies, in that order (top-k 0 and top-p 1 are off):
-        a baseline its own knob alone (`sample` none), `filtered` all three as set."""
-        if self.decoder == "filtered":
-            return self.temperature, self.top_k, self.top_p
-        return (
-            self.temperature if self.decoder == "temperature" else 1.0,
-            self.top_k if self.decoder == "top-k" else 0,
-            self.top_p if self.decoder == "top-p" else 1.0,
-        )
 
 
 @dataclass(frozen=True)

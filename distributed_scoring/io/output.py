@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from ..config import RunConfig
 from ..errors import UserError
+from ..options import added_later
 from . import schema as S
 from .provenance import DIGEST, INPUT_FILES, changed_files
 from .sources import Shard
@@ -82,16 +83,12 @@ def part_name(key: str) -> str:
     return f"part-{key}.parquet"
 
 
-# Field metadata of a recorded field added after files recording it were written (a workload option in
-# `_run.json`'s fingerprint, a figure or setting in audit.json): it is recorded only when it differs from its
-# default, so folders written before it existed still resume and such a file is written back as it was read.
-ADDED_LATER = {"recorded": "when set"}
-
-
 def recorded_values(record: Any) -> dict:
     """`asdict(record)` (a dataclass) less its `ADDED_LATER` fields at their default: a workload's options as
-    its fingerprint records them, an audit record as audit.json does."""
-    later = {f.name: f.default for f in dataclasses.fields(record) if f.metadata == ADDED_LATER}
+    its fingerprint records them, an audit record as audit.json does. Such a field was added after files
+    recording it were written, so folders written before it existed still resume and such a file is
+    written back as it was read."""
+    later = {f.name: f.default for f in dataclasses.fields(record) if added_later(f)}
     return {k: v for k, v in dataclasses.asdict(record).items() if not (k in later and v == later[k])}
 
 

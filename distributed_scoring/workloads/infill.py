@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, check_bounds
+from ..config import ModelSpec
+from ..engine.infill_settings import InfillSettings
 from ..errors import UserError
 from ..io import schema as S
+from ..options import by_name, carried, check, option, words
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import ignore, part
 from ..pipeline.stage import Row, Stage
@@ -66,40 +68,43 @@ PREPARED_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class InfillOptions:
-    """What changes an infilling run's rows (every field enters the run's fingerprint)."""
+    """What changes an infilling run's rows (every field enters the run's fingerprint): the engine's settings
+    (`engine.infill_settings.InfillSettings`, carried by name, with their flags and checks, `sample_top_k`
+    being its `top_k`) and the workload's own fields, each declared with its flag."""
 
-    decoder: str = "standard"
-    order: str = "l2r"
-    beam: int = 5
-    top: int | None = None  # fills written per row; None: --beam of them
-    vocab_restrict: tuple[str, ...] | None = None  # the only tokens a fill may use; None: every non-special one
-    pivot: str | None = None  # HCB's pivot token; None: the mask token
-    temperature: float = 1.0
-    sample_top_k: int = 10
-    top_p: float = 0.9
-    seed: int = 0
-    max_masks: int = 8
-    exact_limit: int = 10_000  # fills `exact` may enumerate per row
-    rescore_pll: bool = False
-    answer_column: str = ANSWER
+    decoder: str = carried(InfillSettings, "decoder", choices=INFILL_DECODERS)
+    order: str = carried(InfillSettings, "order", choices=INFILL_ORDERS)
+    beam: int = carried(InfillSettings, "beam")
+    top: int | None = option(None, "fills written per row, best first (default: --beam of them)", low=1, type=int)
+    vocab_restrict: tuple[str, ...] | None = option(  # the only tokens a fill may use; None: every non-special one
+        None,
+        "the only tokens a fill may use, space-separated, as the tokenizer writes them or as they "
+        'read (e.g. the 20 amino acids "A C D ...")',
+        read=words,
+    )
+    pivot: str | None = option(None, "HCB pivot token (default: the mask token)")  # None: the mask token
+    temperature: float = carried(InfillSettings, "temperature")
+    sample_top_k: int = carried(InfillSettings, "top_k")
+    top_p: float = carried(InfillSettings, "top_p")
+    seed: int = option(0, "seed of the samplers (with each row's id)")
+    max_masks: int = option(8, "rows with more mask tokens are error rows (default {default})", low=1)
+    exact_limit: int = option(  # fills `exact` may enumerate per row
+        10_000, "most fills `exact` enumerates per row, |V|^masks (default {default:,})", low=1
+    )
+    rescore_pll: bool = option(False, "also write the PLL of each written fill")
+    answer_column: str = option(
+        ANSWER, "column with the true fill, tokens separated by spaces, for accuracy and BLEU (optional)"
+    )
 
     def __post_init__(self) -> None:
-        if self.decoder not in INFILL_DECODERS:
-            raise UserError(f"decoder {self.decoder!r} is not one of {', '.join(INFILL_DECODERS)}")
-        if self.order not in INFILL_ORDERS:
-            raise UserError(f"order {self.order!r} is not one of {', '.join(INFILL_ORDERS)}")
-        for flag, value in (
-            ("--beam", self.beam),
-            ("--top", self.top),
-            ("--max-masks", self.max_masks),
-            ("--exact-limit", self.exact_limit),
-            ("--sample-top-k", self.sample_top_k),
-        ):
-            check_bounds(flag, value, 1)
+        check(self)
+        self.settings(pivot=None)  # the engine's checks of the fields it shares
         if self.written > self.beam and self.decoder != "exact":
             raise UserError(f"--top {self.top} is more than --beam {self.beam}: a search keeps only --beam fills")
-        check_bounds("--temperature", self.temperature, 0, above=True)
-        check_bounds("--top-p", self.top_p, 0, 1, above=True)
+
+    def settings(self, pivot: int | None) -> InfillSettings:
+        """The engine's settings of these options, HCB's pivot given as a token id."""
+        return by_name(InfillSettings, self, pivot=pivot, top_k=self.sample_top_k)
 
     @property
     def written(self) -> int:
@@ -199,7 +204,7 @@ class InfillScorer(Stage):
     def __init__(
         self, model: ModelSpec, options: InfillOptions, batch_tokens: int | None = None, mlm: MaskedLM | None = None
     ) -> None:
-        from ..engine.infill import InfillEngine, InfillSettings, exact_size
+        from ..engine.infill import InfillEngine, exact_size
         from ..engine.masked_lm import load_masked_lm
         from ..engine.pll import PLLEngine
 
@@ -211,15 +216,7 @@ class InfillScorer(Stage):
         self.exact_size = exact_size
         self.engine = InfillEngine(self.mlm, allowed, batch_tokens)
         self.pll = PLLEngine(self.mlm, "original", batch_tokens) if options.rescore_pll else None
-        self.settings = InfillSettings(
-            options.decoder,
-            options.order,
-            options.beam,
-            pivot_id(tokenizer, options.pivot),
-            options.temperature,
-            options.sample_top_k,
-            options.top_p,
-        )
+        self.settings = options.settings(pivot_id(tokenizer, options.pivot))
         self.signature = {**self.mlm.signature, "decoder": options.decoder, "order": options.order}
 
     def output_schema(self, columns: Sequence[str]) -> pa.Schema:

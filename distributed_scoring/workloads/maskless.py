@@ -25,8 +25,8 @@ import pyarrow as pa
 
 from ..config import ModelSpec, ScoringOptions
 from ..io import schema as S
-from ..io.output import ADDED_LATER
 from ..measures import pppl
+from ..options import ADDED_LATER
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 from .pll import isolated, pll_preparer, to_sentence

@@ -20,8 +20,8 @@ import pyarrow as pa
 from ..config import ModelSpec, ScoringOptions
 from ..engine.masking import Sentence
 from ..io import schema as S
-from ..io.output import ADDED_LATER
 from ..measures import pppl
+from ..options import ADDED_LATER
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 

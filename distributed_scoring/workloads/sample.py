@@ -25,7 +25,7 @@ from ..engine.sampler_settings import STARTS as SAMPLER_STARTS
 from ..engine.sampler_settings import SamplerSettings
 from ..errors import UserError
 from ..io import schema as S
-from ..io.output import ADDED_LATER
+from ..options import ADDED_LATER
 from ..pipeline.memory import ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from ...config import check_bounds
 from ...errors import UserError
 from ...io import schema as S
-from ...io.output import ADDED_LATER
+from ...options import ADDED_LATER
 from .verdicts import OVERALL
 
 __all__ = [

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
 
-from ...io.output import ADDED_LATER, recorded_values
+from ...io.output import recorded_values
+from ...options import ADDED_LATER
 from .outliers import Cutoff as RobustCutoff
 from .verdicts import Comparison
 
