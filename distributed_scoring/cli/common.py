@@ -275,11 +275,6 @@ def options_from(args: argparse.Namespace, options: type, **given: object) -> An
     return options(**values, **given)
 
 
-def add_vocab_restrict(p: argparse.ArgumentParser, help: str) -> None:
-    """--vocab-restrict, read by `vocabulary`."""
-    p.add_argument("--vocab-restrict", default=None, help=help)
-
-
 def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True, maskless: bool = False) -> None:
     """The flags of a PLL scoring run: `dscore score`, and `dscore audit`, which scores before it audits."""
     add_corpus_arguments(
@@ -377,11 +372,6 @@ def prompt_config(args: argparse.Namespace) -> RunConfig:
         ScoringOptions(batch_tokens=args.batch_tokens),
         args.output,
     )
-
-
-def vocabulary(args: argparse.Namespace) -> tuple[str, ...] | None:
-    """--vocab-restrict's tokens, or None: the whole vocabulary."""
-    return tuple(args.vocab_restrict.split()) if args.vocab_restrict else None
 
 
 def ray_options(args: argparse.Namespace) -> RayOptions | None:

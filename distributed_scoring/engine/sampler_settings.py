@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..config import check_bounds
 from ..errors import UserError
+from ..options import check, option
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")
@@ -20,48 +21,40 @@ STARTS = ("given", "random", "warm")
 
 @dataclass(frozen=True)
 class SamplerSettings:
-    """How to sample. `epochs` are recorded after `burn_in` unrecorded ones (see `sampler`'s docstring)."""
+    """How to sample. `epochs` are recorded after `burn_in` unrecorded ones (see `sampler`'s docstring).
+    Each field's flag (`dscore sample`'s) is declared here once; the sampling options carry them by name."""
 
-    sampler: str = "mh"
-    energy: str = "norm"
-    epochs: int = 10
-    burn_in: int = 0
-    block: int = 1  # positions per proposal: 1 for `mh`; block-mh (and block Gibbs) take more
-    block_decay: int = 0  # block size shrinks by this per epoch, down to 1 (the paper's block annealing)
-    proposal_temperature: float = 1.0
-    top_p: float = 1.0  # nucleus of the proposal; 1 keeps every allowed token
-    target_temperature: float = 1.0
-    anneal: float = 0.0  # subtracted from the target temperature per epoch
-    min_target_temperature: float = 0.01
-    order: str = "sweep"
-    start: str = "given"
-    record_every: int = 1  # record every this many epochs after burn-in (and always the last epoch)
-    forced_accept: int = 0  # epochs (from the start) whose proposals are all accepted, as `gibbs` does
+    sampler: str = option(
+        "mh", "mh (one position), block-mh (--block positions), gibbs (always accepts: a baseline)", choices=SAMPLERS
+    )
+    energy: str = option("norm", "raw: -sum of masked logits; norm: -PLL (default norm)", choices=ENERGIES)
+    epochs: int = option(10, "recorded epochs after burn-in (default {default})", low=1)
+    burn_in: int = option(0, "unrecorded epochs first (default 0)", low=0)
+    block: int = option(1, "positions per block-mh proposal (default 1)", low=1)  # 1 for `mh`
+    block_decay: int = option(  # the paper's block annealing
+        0, "block size shrinks by this per epoch, down to 1 (default 0)", low=0
+    )
+    proposal_temperature: float = option(1.0, "temperature of the MLM proposal (default 1)", low=0, above=True)
+    top_p: float = option(1.0, "nucleus of the proposal (default 1: off)", low=0, high=1, above=True)
+    target_temperature: float = option(1.0, "T of the target exp(-E/T) (default 1)", low=0, above=True)
+    anneal: float = option(
+        0.0, "subtracted from the target temperature each epoch, for mode finding (default 0)", low=0
+    )
+    min_target_temperature: float = 0.01  # the floor of annealing
+    order: str = option("sweep", "positions in order, or a seeded permutation", choices=SAMPLING_ORDERS)
+    start: str = option("given", "how a chain starts", choices=STARTS)
+    record_every: int = option(1, "record every N epochs (default 1)", low=1)  # and always the last epoch
+    forced_accept: int = option(  # epochs (from the start) whose proposals are all accepted, as `gibbs` does
+        0,
+        "accept every proposal of the first N epochs (Goyal et al.'s trick after a warm start; keep N within "
+        "--burn-in) (default 0)",
+        low=0,
+    )
 
     def __post_init__(self) -> None:
-        for name, value, choices in (
-            ("energy", self.energy, ENERGIES),
-            ("sampler", self.sampler, SAMPLERS),
-            ("start", self.start, STARTS),
-            ("order", self.order, SAMPLING_ORDERS),
-        ):
-            if value not in choices:
-                raise UserError(f"--{name} {value!r} is not one of {', '.join(choices)}")
-        for flag, value, low in (
-            ("--epochs", self.epochs, 1),
-            ("--block", self.block, 1),
-            ("--record-every", self.record_every, 1),
-            ("--burn-in", self.burn_in, 0),
-            ("--block-decay", self.block_decay, 0),
-            ("--forced-accept", self.forced_accept, 0),
-        ):
-            check_bounds(flag, value, low)
+        check(self)
         if self.sampler == "mh" and (self.block != 1 or self.block_decay):
             raise UserError("--sampler mh proposes one position at a time: use --sampler block-mh with --block")
-        check_bounds("--proposal-temperature", self.proposal_temperature, 0, above=True)
-        check_bounds("--target-temperature", self.target_temperature, 0, above=True)
-        check_bounds("--anneal", self.anneal, 0)
-        check_bounds("--top-p", self.top_p, 0, 1, above=True)
         check_bounds("min_target_temperature", self.min_target_temperature, 0, above=True)
 
     def target_temperature_at(self, epoch: int) -> float:

@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, check_bounds
+from ..config import ModelSpec
 from ..engine.orders import orders_for
 from ..errors import UserError
 from ..io import schema as S
+from ..options import check, option, words
 from ..pipeline.memory import BEAM_BYTES, CANDIDATE_BYTES, ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
@@ -85,26 +86,37 @@ OUTPUT_SCHEMA = pa.schema(
 
 @dataclass(frozen=True)
 class GenerateOptions:
-    """What changes a generation run's rows (every field enters the run's fingerprint)."""
+    """What changes a generation run's rows (every field enters the run's fingerprint), each declared with its
+    `dscore generate` flag."""
 
-    order: str = "random"
-    sequences: int = 1  # per prompt; with `length`, the number of prompts (one sequence each)
-    temperature: float = 1.0  # 0: greedy
-    top_k: int = 0  # 0: off
-    top_p: float = 1.0  # 1: off
-    seed: int = 0
-    vocab_restrict: tuple[str, ...] | None = None  # the only tokens generated; None: every non-special one
-    length: int | None = None  # prompts of this many mask tokens alone (no inputs); texts are decoded
-    order_column: str = FILL_ORDER
+    order: str = option(
+        "random",
+        "fill order: random (default; seeded per sequence), l2r, r2l, or given per row",
+        choices=GENERATION_ORDERS,
+    )
+    sequences: int = option(  # per prompt; with `length`, the number of prompts (one sequence each)
+        1, "sequences per prompt; with --length, how many sequences (default 1)", low=1, name="--num-sequences"
+    )
+    temperature: float = option(
+        1.0, "sampling temperature; 0: greedy, the most probable token at each step (default 1)", low=0
+    )
+    top_k: int = option(0, "sample among the k most probable tokens (default 0: off)", low=0)
+    top_p: float = option(1.0, "nucleus sampling's p (default 1: off)", low=0, high=1, above=True)
+    seed: int = option(0, "seed of the orders and samples (with each row's id)")
+    vocab_restrict: tuple[str, ...] | None = option(  # None: every non-special token
+        None, "the only tokens that may be generated, space-separated (as in dscore infill)", read=words
+    )
+    length: int | None = option(  # prompts of this many mask tokens alone (no inputs); texts are decoded
+        None, "no INPUTS: generate sequences of this many tokens", low=1, type=int
+    )
+    order_column: str = option(
+        FILL_ORDER,
+        "with --order given: the column listing the masks' indices (0 .. k-1, in reading order) in "
+        'fill order, as a JSON list or "2 0 1" (default: fill_order, as the output writes it)',
+    )
 
     def __post_init__(self) -> None:
-        if self.order not in GENERATION_ORDERS:
-            raise UserError(f"--order {self.order!r} is not one of {', '.join(GENERATION_ORDERS)}")
-        check_bounds("--num-sequences", self.sequences, 1)
-        check_bounds("--length", self.length, 1)
-        check_bounds("--top-k", self.top_k, 0)
-        check_bounds("--temperature", self.temperature, 0)  # 0: greedy
-        check_bounds("--top-p", self.top_p, 0, 1, above=True)
+        check(self)
         if self.length is not None and self.order == "given":
             raise UserError("--order given reads each prompt's order from its input row; --length has no inputs")
 

@@ -13,19 +13,18 @@ in x `rows_per_input` = rows out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, check_bounds
+from ..config import ModelSpec
 from ..engine.sampler_settings import STARTS as SAMPLER_STARTS
 from ..engine.sampler_settings import SamplerSettings
-from ..errors import UserError
 from ..io import schema as S
-from ..options import ADDED_LATER
+from ..options import by_name, carried, check, option, words
 from ..pipeline.memory import ROW_BYTES, TOKEN_BYTES, MemoryEstimate
 from ..pipeline.progress import part
 from ..pipeline.stage import Row, Stage
@@ -82,48 +81,45 @@ OUTPUT_SCHEMA = pa.schema(
 )
 
 
-SAMPLER_DEFAULTS = SamplerSettings()  # the engine's defaults, which the options share
-
-
 @dataclass(frozen=True)
 class SampleOptions:
     """What changes a sampling run's rows (every field enters the run's fingerprint): the engine's settings
-    (`engine.sampler_settings.SamplerSettings`, carried by name, with its defaults and its checks) and the
+    (`engine.sampler_settings.SamplerSettings`, carried by name, with their flags and checks) and the
     workload's own fields (chains per row, seed, which positions, the vocabulary, the answers)."""
 
-    energy: str = SAMPLER_DEFAULTS.energy
-    sampler: str = SAMPLER_DEFAULTS.sampler
-    epochs: int = SAMPLER_DEFAULTS.epochs
-    burn_in: int = SAMPLER_DEFAULTS.burn_in
-    chains: int = 1
-    seed: int = 0
-    free_all: bool = False
-    block: int = SAMPLER_DEFAULTS.block
-    block_decay: int = SAMPLER_DEFAULTS.block_decay
-    proposal_temperature: float = SAMPLER_DEFAULTS.proposal_temperature
-    target_temperature: float = SAMPLER_DEFAULTS.target_temperature
-    anneal: float = SAMPLER_DEFAULTS.anneal
-    top_p: float = SAMPLER_DEFAULTS.top_p
-    record_every: int = SAMPLER_DEFAULTS.record_every
-    order: str = SAMPLER_DEFAULTS.order
-    start: str = "auto"  # warm where the sampled positions hold mask tokens, else as given
-    vocab_restrict: tuple[str, ...] | None = None
-    answer_column: str = ANSWER
-    forced_accept: int = field(default=SAMPLER_DEFAULTS.forced_accept, metadata=ADDED_LATER)
+    energy: str = carried(SamplerSettings, "energy")
+    sampler: str = carried(SamplerSettings, "sampler")
+    epochs: int = carried(SamplerSettings, "epochs")
+    burn_in: int = carried(SamplerSettings, "burn_in")
+    chains: int = option(1, "chains per input row (default 1)", low=1)
+    seed: int = option(0, "seed (with each row's id and chain number)")
+    free_all: bool = option(False, "sample every position, starting from the given text")
+    block: int = carried(SamplerSettings, "block")
+    block_decay: int = carried(SamplerSettings, "block_decay")
+    proposal_temperature: float = carried(SamplerSettings, "proposal_temperature")
+    target_temperature: float = carried(SamplerSettings, "target_temperature")
+    anneal: float = carried(SamplerSettings, "anneal")
+    top_p: float = carried(SamplerSettings, "top_p")
+    record_every: int = carried(SamplerSettings, "record_every")
+    order: str = carried(SamplerSettings, "order")
+    start: str = option(  # warm where the sampled positions hold mask tokens, else as given
+        "auto", "auto: warm (greedy fill) where mask tokens are sampled, else as given", choices=STARTS
+    )
+    vocab_restrict: tuple[str, ...] | None = option(
+        None, "the only tokens a proposal may use, space-separated (as in dscore infill)", read=words
+    )
+    answer_column: str = option(
+        ANSWER, "column with the true tokens at the sampled positions, space-separated (optional)"
+    )
+    forced_accept: int = carried(SamplerSettings, "forced_accept", later=True)
 
     def __post_init__(self) -> None:
-        if self.start not in STARTS:
-            raise UserError(f"--start {self.start!r} is not one of {', '.join(STARTS)}")
-        check_bounds("--chains", self.chains, 1)
-        self.settings()  # the engine's checks of every other field
+        check(self)
+        self.settings()  # the engine's checks across its fields
 
     def settings(self, start: str = SAMPLER_STARTS[0]) -> SamplerSettings:
         """The engine's settings of these options, for chains that start `start` (`auto` is settled per row)."""
-        own = {f.name for f in fields(self)}
-        return SamplerSettings(
-            **{f.name: getattr(self, f.name) for f in fields(SamplerSettings) if f.name in own and f.name != "start"},
-            start=start,
-        )
+        return by_name(SamplerSettings, self, start=start)
 
     @property
     def recorded_epochs(self) -> list[int]:
