@@ -29,7 +29,8 @@ class Flag:
     """How one option reads on the command line and which values it admits.
 
     `help` may name the field's default as `{default}`. `low`/`high` bound a number (`above`: `low`
-    excluded), as `config.check_bounds` says; `choices` list its values. `name` is the flag when it is not
+    excluded), as `config.check_bounds` says; `choices` list its names (a field that also takes a number,
+    such as HCB's pivot, a token id, checks the number itself). `name` is the flag when it is not
     the field's name with dashes; `type` parses the flag's text (default: the type of the field's default);
     `read` turns the parsed value into the option's (a space-separated list into a tuple, say)."""
 
@@ -76,7 +77,7 @@ def check(options: Any) -> None:
     """Refuse a value outside its field's declared choices or bounds, in one line that names the flag."""
     for f, spec in flagged(options):
         value = getattr(options, f.name)
-        if spec.choices is not None and value not in spec.choices:
+        if spec.choices is not None and isinstance(value, str) and value not in spec.choices:
             raise UserError(f"{flag_name(f, spec)} {value!r} is not one of {', '.join(spec.choices)}")
         if spec.low is not None:
             check_bounds(flag_name(f, spec), value, spec.low, spec.high, spec.above)

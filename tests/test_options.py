@@ -11,10 +11,12 @@ import pytest
 from distributed_scoring.cli import build_parser
 from distributed_scoring.cli.common import options_from
 from distributed_scoring.engine.infill_settings import InfillSettings
+from distributed_scoring.engine.joint_stats import JointOptions
 from distributed_scoring.engine.sampler_settings import SamplerSettings
 from distributed_scoring.errors import UserError
 from distributed_scoring.io.output import recorded_values
 from distributed_scoring.options import flag_name, flagged
+from distributed_scoring.workflows.joints import JointsInputs
 from distributed_scoring.workloads.generate import GenerateOptions
 from distributed_scoring.workloads.infill import InfillOptions
 from distributed_scoring.workloads.sample import SampleOptions
@@ -39,7 +41,7 @@ RECORDED_BEFORE = {
         "vocab_restrict": None, "length": None, "order_column": "fill_order",
     },
 }  # fmt: skip
-COMMAND = {InfillOptions: "infill", SampleOptions: "sample", GenerateOptions: "generate"}
+COMMAND = {InfillOptions: "infill", SampleOptions: "sample", GenerateOptions: "generate", JointOptions: "joints"}
 
 
 def _options(command: str, cls: type, *flags: str):
@@ -75,6 +77,12 @@ def test_flags_read_back_into_the_options_they_declare():
     assert sample.settings("warm") == SamplerSettings(sampler="block-mh", block=3, start="warm")
     generate = _options("generate", GenerateOptions, "--num-sequences", "3", "--length", "4", "--top-k", "5")
     assert generate == GenerateOptions(sequences=3, length=4, top_k=5)
+    args = build_parser().parse_args(
+        ["joints", *COMMON, "--scheme", "contiguous", "--hcb-pivot", "gold", "--seed", "3"]
+    )
+    assert options_from(args, JointOptions) == JointOptions(pivot="gold")
+    inputs = options_from(args, JointsInputs, paths=("in.txt",), output="out")
+    assert inputs == JointsInputs(("in.txt",), "out", scheme="contiguous", seed=3)
 
 
 @pytest.mark.parametrize(
@@ -89,6 +97,9 @@ def test_flags_read_back_into_the_options_they_declare():
         (SampleOptions, {"block": 2}, "--sampler mh proposes one position at a time"),
         (GenerateOptions, {"sequences": 0}, "--num-sequences 0 is out of bounds"),
         (GenerateOptions, {"temperature": -1.0}, "--temperature -1 is out of bounds"),
+        (JointOptions, {"pivot": "first"}, "--hcb-pivot 'first' is not one of mode"),
+        (JointOptions, {"pivot": -1}, "HCB pivot token id must be non-negative"),
+        (JointOptions, {"ag_iterations": 0}, "--ag-iterations 0 is out of bounds"),
     ],
 )
 def test_a_bad_value_is_refused_in_one_line_naming_its_flag(cls, values, flag):

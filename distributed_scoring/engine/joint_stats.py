@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
-from ..config import check_bounds
 from ..errors import UserError
 from ..measures import pppl
+from ..options import check, option
 
 CONSTRUCTIONS = ("MLM", "MRF", "MRF-L", "HCB", "AG")
 PIVOTS = ("mode", "unary", "gold", "mask")
@@ -31,15 +31,18 @@ class JointOptions:
     marginal; or a token id.
     """
 
-    pivot: str | int = "mode"
-    ag_iterations: int = 50
+    pivot: str | int = option(
+        "mode",
+        "HCB pivot: mode of the MLM joint (default), mask, the gold token, or the unary mode",
+        choices=PIVOTS,
+        name="--hcb-pivot",
+    )
+    ag_iterations: int = option(50, "Arnold-Gokhale iterations (default {default})", low=1)
 
     def __post_init__(self) -> None:
-        if isinstance(self.pivot, str) and self.pivot not in PIVOTS:
-            raise UserError(f"HCB pivot {self.pivot!r} is not one of {PIVOTS} or a token id")
+        check(self)
         if isinstance(self.pivot, int) and self.pivot < 0:
             raise UserError(f"HCB pivot token id must be non-negative, got {self.pivot}")
-        check_bounds("--ag-iterations", self.ag_iterations, 1)
 
 
 @dataclass(frozen=True)

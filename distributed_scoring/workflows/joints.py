@@ -25,7 +25,6 @@ import pyarrow.compute as pc
 
 from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
-from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import claim
 from ..io.ids import refuse_repeated
@@ -33,6 +32,7 @@ from ..io.inputs import InputError
 from ..io.output import REPORT_JSON, REPORT_MD, SUMMARY_FILE, OutputDir
 from ..io.sources import plan_shards, read_unit, read_units
 from ..io.storage import open_binary
+from ..options import check, option
 from ..pipeline import runner
 from ..workloads.joints import (
     A_KL,
@@ -67,16 +67,18 @@ class JointsInputs:
 
     paths: tuple[str, ...]
     output: str
-    scheme: str = "random"
-    examples: int = 1000
-    seed: int = 0
+    scheme: str = option(
+        "random",
+        "two tokens uniformly at random, or two adjacent tokens (ignored for given pairs)",
+        choices=SCHEMES,
+    )
+    examples: int = option(1000, "sentences drawn from the corpus (default {default})", low=1)
+    seed: int = option(0, "seed of the drawing of sentences and positions")
     text_column: str = "text"
     shard_rows: int = 50
 
     def __post_init__(self) -> None:
-        if self.scheme not in SCHEMES:
-            raise UserError(f"scheme {self.scheme!r} is not one of {SCHEMES}")
-        check_bounds("--examples", self.examples, 1)
+        check(self)
         check_bounds("--shard-rows", self.shard_rows, 1)
 
 
