@@ -29,16 +29,18 @@ class Flag:
     """How one option reads on the command line and which values it admits.
 
     `help` may name the field's default as `{default}`. `low`/`high` bound a number (`above`: `low`
-    excluded), as `config.check_bounds` says; `choices` list its names (a field that also takes a number,
-    such as HCB's pivot, a token id, checks the number itself). `name` is the flag when it is not
-    the field's name with dashes; `type` parses the flag's text (default: the type of the field's default);
-    `read` turns the parsed value into the option's (a space-separated list into a tuple, say)."""
+    excluded, `below`: `high` excluded), as `config.check_bounds` says; `choices` list its names (a field
+    that also takes a number, such as HCB's pivot, a token id, checks the number itself). `name` is the flag
+    when it is not the field's name with dashes; `type` parses the flag's text (default: the type of the
+    field's default); `read` turns the parsed value into the option's (a space-separated list into a tuple,
+    say)."""
 
     help: str
     choices: tuple[str, ...] | None = None
     low: float | None = None
     high: float | None = None
     above: bool = False
+    below: bool = False
     name: str | None = None
     type: Callable[[str], Any] | None = None
     metavar: str | None = None
@@ -80,7 +82,7 @@ def check(options: Any) -> None:
         if spec.choices is not None and isinstance(value, str) and value not in spec.choices:
             raise UserError(f"{flag_name(f, spec)} {value!r} is not one of {', '.join(spec.choices)}")
         if spec.low is not None:
-            check_bounds(flag_name(f, spec), value, spec.low, spec.high, spec.above)
+            check_bounds(flag_name(f, spec), value, spec.low, spec.high, spec.above, spec.below)
 
 
 def by_name(cls: type, source: Any, **given: Any) -> Any:
