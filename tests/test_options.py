@@ -10,6 +10,7 @@ import pytest
 
 from distributed_scoring.cli import build_parser
 from distributed_scoring.cli.common import options_from
+from distributed_scoring.config import ScoringOptions
 from distributed_scoring.engine.infill_settings import InfillSettings
 from distributed_scoring.engine.joint_stats import JointOptions
 from distributed_scoring.engine.sampler_settings import SamplerSettings
@@ -17,8 +18,10 @@ from distributed_scoring.errors import UserError
 from distributed_scoring.io.output import recorded_values
 from distributed_scoring.options import flag_name, flagged
 from distributed_scoring.workflows.joints import JointsInputs
+from distributed_scoring.workloads.chain import ChainOptions
 from distributed_scoring.workloads.generate import GenerateOptions
 from distributed_scoring.workloads.infill import InfillOptions
+from distributed_scoring.workloads.pll import PLLOptions
 from distributed_scoring.workloads.sample import SampleOptions
 
 COMMON = ["in.txt", "--model", "m", "--output", "out"]
@@ -36,6 +39,8 @@ RECORDED_BEFORE = {
         "top_p": 1.0, "record_every": 1, "order": "sweep", "start": "auto", "vocab_restrict": None,
         "answer_column": "answer",
     },
+    ChainOptions: {"order": "l2r", "orders": 1, "seed": 0, "split_chars": False},
+    PLLOptions: {"variant": "original", "per_token": False, "word_scores": False, "long_texts": "window"},
     GenerateOptions: {
         "order": "random", "sequences": 1, "temperature": 1.0, "top_k": 0, "top_p": 1.0, "seed": 0,
         "vocab_restrict": None, "length": None, "order_column": "fill_order",
@@ -50,7 +55,8 @@ def _options(command: str, cls: type, *flags: str):
 
 @pytest.mark.parametrize("cls", list(RECORDED_BEFORE), ids=lambda c: c.__name__)
 def test_the_fingerprint_records_what_it_did_before(cls):
-    assert list(recorded_values(cls()).items()) == list(RECORDED_BEFORE[cls].items())
+    options = PLLOptions.of(ScoringOptions()) if cls is PLLOptions else cls()
+    assert list(recorded_values(options).items()) == list(RECORDED_BEFORE[cls].items())
 
 
 @pytest.mark.parametrize("cls", list(COMMAND), ids=lambda c: c.__name__)
@@ -97,6 +103,8 @@ def test_flags_read_back_into_the_options_they_declare():
         (SampleOptions, {"block": 2}, "--sampler mh proposes one position at a time"),
         (GenerateOptions, {"sequences": 0}, "--num-sequences 0 is out of bounds"),
         (GenerateOptions, {"temperature": -1.0}, "--temperature -1 is out of bounds"),
+        (ChainOptions, {"order": "zigzag"}, "--order 'zigzag' is not one of l2r"),
+        (ChainOptions, {"orders": 2}, "only --order random has more than one order"),
         (JointOptions, {"pivot": "first"}, "--hcb-pivot 'first' is not one of mode"),
         (JointOptions, {"pivot": -1}, "HCB pivot token id must be non-negative"),
         (JointOptions, {"ag_iterations": 0}, "--ag-iterations 0 is out of bounds"),

@@ -243,10 +243,14 @@ def add_long_texts(p: argparse.ArgumentParser) -> None:
     )
 
 
-def add_options(p: Parser, options: type, names: Iterable[str] | None = None, skip: Iterable[str] = ()) -> None:
+def add_options(
+    p: Parser, options: type, names: Iterable[str] | None = None, skip: Iterable[str] = (), unset: bool = False
+) -> None:
     """The flags of an options class, declared once in its fields' metadata (`options.option`): those of
     `names` in that order, or else every flagged field in declaration order less `skip`. A boolean field
-    that defaults to False is a switch; the others take a value of their default's type."""
+    that defaults to False is a switch; the others take a value of their default's type. `unset`: the flags
+    default to None (the field's default, to `options_from`), so that a command can tell a flag given from
+    one left out."""
     declared = {f.name: (f, spec) for f, spec in flagged(options)}
     chosen = list(names) if names is not None else [n for n in declared if n not in set(skip)]
     for name in chosen:
@@ -255,7 +259,7 @@ def add_options(p: Parser, options: type, names: Iterable[str] | None = None, sk
         if f.default is False:
             kwargs["action"] = "store_true"
         else:
-            kwargs["default"] = f.default
+            kwargs["default"] = None if unset else f.default
             kind = spec.type or (None if f.default is None or isinstance(f.default, str) else type(f.default))
             kwargs |= {"type": kind} if kind else {}
             kwargs |= {"choices": spec.choices} if spec.choices else {}
@@ -264,12 +268,12 @@ def add_options(p: Parser, options: type, names: Iterable[str] | None = None, sk
 
 
 def options_from(args: argparse.Namespace, options: type, **given: object) -> Any:
-    """An options instance from the flags `add_options` declared (each through its `read`), `given`
-    supplying the fields the command reads otherwise."""
+    """An options instance from the flags `add_options` declared (each through its `read`; one left unset
+    takes its field's default), `given` supplying the fields the command reads otherwise."""
     values = {}
     for f, spec in flagged(options):
         dest = flag_name(f, spec).removeprefix("--").replace("-", "_")
-        if f.name not in given and hasattr(args, dest):
+        if f.name not in given and getattr(args, dest, None) is not None:
             value = getattr(args, dest)
             values[f.name] = spec.read(value) if spec.read else value
     return options(**values, **given)

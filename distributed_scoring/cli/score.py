@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from .common import add_score_arguments, finish, ray_options, run_config, student_folder
+from .common import add_options, add_score_arguments, finish, options_from, ray_options, run_config, student_folder
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -23,7 +23,7 @@ def _pll(args: argparse.Namespace) -> int:
 
 
 def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.chain import CHAIN_ORDERS
+    from ..workflows.chain import ChainOptions
 
     g = p.add_argument_group(
         "chain rule",
@@ -38,16 +38,7 @@ def _add_chain_arguments(p: argparse.ArgumentParser) -> None:
         "unmasked: one pass of the unmasked sentence, sum of log p(w_t | W) (Salazar et al.'s "
         '"no masking"; a fast, rough stand-in for the PLL)',
     )
-    g.add_argument(
-        "--order",
-        choices=CHAIN_ORDERS,
-        default=None,
-        help="chain order: left to right (default), right to left, or random permutations",
-    )
-    g.add_argument(
-        "--orders", type=int, default=None, help="random orders per sentence, averaged in probability space (default 1)"
-    )
-    g.add_argument("--seed", type=int, default=None, help="seed of the random orders, with each row's id (default 0)")
+    add_options(g, ChainOptions, ["order", "orders", "seed"], unset=True)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,11 +63,5 @@ def run(args: argparse.Namespace) -> int:
         return finish(args, score_unmasked(run_config(args), ray_options(args), overwrite=args.overwrite))
     from ..workflows.chain import ChainOptions, score_chain
 
-    d = ChainOptions()
-    options = ChainOptions(
-        d.order if args.order is None else args.order,
-        d.orders if args.orders is None else args.orders,
-        d.seed if args.seed is None else args.seed,
-        args.split_chars,
-    )
+    options = options_from(args, ChainOptions, split_chars=args.split_chars)
     return finish(args, score_chain(run_config(args), options, ray_options(args), overwrite=args.overwrite))

@@ -20,7 +20,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..config import RayOptions, RunConfig
-from ..engine.orders import CHAIN_ORDERS  # with ChainOptions: what the CLI builds a run from
 from ..errors import DataLossError, UserError
 from ..io import schema as S
 from ..measures import pppl
@@ -45,7 +44,7 @@ from ..workloads.chain import (
     memory_estimate,
 )
 
-__all__ = ["CHAIN_ORDERS", "ChainOptions", "score_chain"]
+__all__ = ["ChainOptions", "score_chain"]  # ChainOptions: what the CLI builds a run from
 
 logger = logging.getLogger(__name__)
 

@@ -20,10 +20,11 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, check_bounds
+from ..config import ModelSpec
 from ..engine.orders import CHAIN_ORDERS, orders_for
 from ..errors import UserError
 from ..io import schema as S
+from ..options import check, option
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
@@ -48,15 +49,15 @@ CHAIN_FIELDS = [
 class ChainOptions:
     """What changes a chain-scoring run's rows (every field enters the run's fingerprint)."""
 
-    order: str = "l2r"
-    orders: int = 1  # random orders per row
-    seed: int = 0
+    order: str = option(
+        "l2r", "chain order: left to right (default), right to left, or random permutations", choices=CHAIN_ORDERS
+    )
+    orders: int = option(1, "random orders per sentence, averaged in probability space (default 1)", low=1)
+    seed: int = option(0, "seed of the random orders, with each row's id (default 0)")
     split_chars: bool = False
 
     def __post_init__(self) -> None:
-        if self.order not in CHAIN_ORDERS:
-            raise UserError(f"--order {self.order!r} is not one of {', '.join(CHAIN_ORDERS)}")
-        check_bounds("--orders", self.orders, 1)
+        check(self)
         if self.orders > 1 and self.order != "random":
             raise UserError(f"--orders {self.orders}: only --order random has more than one order")
 

@@ -21,7 +21,7 @@ from ..config import ModelSpec, ScoringOptions
 from ..engine.masking import Sentence
 from ..io import schema as S
 from ..measures import pppl
-from ..options import ADDED_LATER
+from ..options import ADDED_LATER, by_name
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 
@@ -53,14 +53,8 @@ class PLLOptions:
 
     @classmethod
     def of(cls, scoring: ScoringOptions) -> "PLLOptions":
-        return cls(
-            scoring.variant,
-            scoring.per_token,
-            scoring.word_scores,
-            scoring.split_chars,
-            scoring.conditionals,
-            scoring.long_texts,
-        )
+        """The scoring options' fields that change rows, taken by name."""
+        return by_name(cls, scoring)
 
 
 def to_sentence(row: Row) -> Sentence:
