@@ -35,7 +35,7 @@ from typing import Callable, Iterable, Iterator, Mapping
 
 import pyarrow as pa
 
-from ..config import check_bounds
+from ..options import check, option
 from .nbest_records import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
 from .storage import COMPRESSIONS, scheme
 
@@ -53,14 +53,26 @@ MAX_ACWT = 100.0  # Kaldi decodes at 1/LMWT (about 0.05 to 1); past 100 the LM c
 
 @dataclass(frozen=True)
 class FormatOptions:
-    """What a format cannot say for itself: Kaldi's acoustic scale, and NeMo's beam size."""
+    """What a format cannot say for itself: Kaldi's acoustic scale, and NeMo's beam size (each declared with
+    its flag, `dscore rescore`'s)."""
 
-    kaldi_acwt: float = 1.0
-    beam_size: int | None = None
+    kaldi_acwt: float = option(
+        1.0,
+        "acoustic scale of Kaldi n-best lists: score = -(acwt * ac_cost + lm_cost) (default {default}; Kaldi "
+        "recipes decode at 1/LMWT, e.g. 0.1)",
+        low=0,
+        high=MAX_ACWT,
+        above=True,
+    )
+    beam_size: int | None = option(
+        None,
+        "candidates per utterance of a NeMo beam TSV (which has no ids; else told from the references' count)",
+        low=1,
+        type=int,
+    )
 
     def __post_init__(self) -> None:
-        check_bounds("--kaldi-acwt", self.kaldi_acwt, 0, MAX_ACWT, above=True)
-        check_bounds("--beam-size", self.beam_size, 1)
+        check(self)
 
 
 def toolkit_records(uri: str, fmt: str, options: FormatOptions, references: int | None = None) -> Iterator[Record]:

@@ -29,6 +29,7 @@ from ...io.claim import claim
 from ...io.nbest import NBEST_FORMATS, read_nbest, require_references, resolve_format, unique_texts
 from ...io.nbest_formats import FormatOptions
 from ...io.output import OutputDir
+from ...options import by_name, carried, check, option
 from ...pipeline import runner
 from ...workloads.causal import causal_workload
 from ..maskless import score_maskless, score_unmasked
@@ -60,25 +61,39 @@ class RescoreInputs:
     """The N-best lists, optional separate references, the output folder.
 
     `fmt` is the lists' format (`nbest.NBEST_FORMATS`, `auto` told by content); `kaldi_acwt` and
-    `beam_size` say what Kaldi's and NeMo's lists cannot (`nbest_formats.FormatOptions`). `append` is
-    added to every hypothesis before the LMs score it (the paper appends "." to ASR hypotheses, appendix
-    A.2); scores stay keyed by the original text.
+    `beam_size` say what Kaldi's and NeMo's lists cannot (`nbest_formats.FormatOptions`, whose fields they
+    carry by name). `append` is added to every hypothesis before the LMs score it (the paper appends "." to
+    ASR hypotheses, appendix A.2); scores stay keyed by the original text. The fields that are flags of
+    `dscore rescore` declare them; the lists, the folder and `shard_rows` come from its other flags.
     """
 
     dev: str
     test: str
     output: str
-    dev_refs: str | None = None
-    test_refs: str | None = None
-    append: str = ""
+    dev_refs: str | None = option(
+        None,
+        "references of the dev set, if not in the N-best file: JSONL/Parquet (utt_id, ref), TSV, mlm-scoring "
+        "JSON, or text (one line per utterance in id order, or Kaldi-style `utt_id ref`)",
+    )
+    test_refs: str | None = option(None, "references of the test set, if not in the N-best file")
+    append: str = option("", "text appended to each hypothesis before LM scoring ('.' for ASR)")
     shard_rows: int = 1000
-    fmt: str = "auto"
-    kaldi_acwt: float = 1.0
-    beam_size: int | None = None
+    fmt: str = option(
+        "auto",
+        "format of --dev and --test (default auto: told by content; refused when it cannot be told)",
+        choices=NBEST_FORMATS,
+        name="--format",
+    )
+    kaldi_acwt: float = carried(FormatOptions, "kaldi_acwt")
+    beam_size: int | None = carried(FormatOptions, "beam_size")
 
     def __post_init__(self) -> None:
-        if self.fmt not in NBEST_FORMATS:
-            raise UserError(f"--format {self.fmt!r} is not one of {', '.join(NBEST_FORMATS)}")
+        check(self)
+
+    @property
+    def formats(self) -> FormatOptions:
+        """What the lists' formats cannot say for themselves."""
+        return by_name(FormatOptions, self)
 
 
 def rescore_nbest(
@@ -96,7 +111,7 @@ def rescore_nbest(
     predicted PLL (`maskless`: `model` is the student folder from `dscore train maskless`), or its
     one-pass score of the unmasked text (`unmasked`). The folder is held from before the texts are written
     until the reports are, its LM runs claiming their sub-folders inside it."""
-    formats = FormatOptions(inputs.kaldi_acwt, inputs.beam_size)
+    formats = inputs.formats
     check_models(model, causal_model, method)
     dev = _read(inputs.dev, inputs.dev_refs, "dev", resolve_format(inputs.dev, inputs.fmt), formats)
     test_fmt = resolve_format(inputs.test, inputs.fmt)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...config import check_bounds
 from ...errors import UserError
+from ...options import check, option
 from .combine import Split
 from .metrics import Metric
 
@@ -32,33 +32,46 @@ class RescoreOptions:
     BLEU. `seq_alpha` normalises the sequence score (0 for ASR, 0.6 for NMT in the paper). Lambda runs
     over 0, step, ..., lambda_max, extended up to `lambda_limit` while the dev optimum sits on the top
     edge; gamma over 0, step, ..., 1 when both LMs are given. `bleu_tokenize` is sacrebleu's tokenizer
-    (`none` for text that is already tokenised, as the paper's tokenised BLEU).
+    (`none` for text that is already tokenised, as the paper's tokenised BLEU). The fields that are
+    `dscore rescore`'s flags declare them (help, choices, bounds); the steps and `bleu_lowercase` are not flags.
     """
 
-    metric: str = "wer"
-    mlm_alpha: float | None = None
-    causal_alpha: float | None = None
-    seq_alpha: float = 0.0
-    lambda_max: float = 1.0
-    lambda_limit: float = 64.0
+    metric: str = option("wer", "wer (ASR, minimised) or bleu (MT, maximised)", choices=METRICS)
+    mlm_alpha: float | None = option(
+        None,
+        "GNMT length-penalty exponent on the PLL (default: 0 for wer; searched on dev for bleu)",
+        low=0,
+        high=MAX_ALPHA,
+        type=float,
+    )
+    causal_alpha: float | None = option(
+        None,
+        "GNMT length-penalty exponent on log P (default: 0 for wer; searched on dev for bleu)",
+        low=0,
+        high=MAX_ALPHA,
+        type=float,
+    )
+    seq_alpha: float = option(
+        0.0, "GNMT normalisation of the sequence model's score (0 off; 0.6 for NMT)", low=0, high=MAX_ALPHA
+    )
+    lambda_max: float = option(
+        1.0,
+        "top of the first LM-weight grid (default {default:g}; doubled while the optimum sits there)",
+        low=0,
+        high=MAX_LAMBDA,
+    )
+    lambda_limit: float = option(
+        64.0, "largest LM weight the grid may be extended to (default {default:g})", low=0, high=MAX_LAMBDA
+    )
     lambda_step: float = 0.05
     gamma_step: float = 0.1
-    bleu_tokenize: str = "13a"
+    bleu_tokenize: str = option("13a", "sacrebleu tokenizer ('none' for tokenised text)")  # sacrebleu's names
     bleu_lowercase: bool = False
 
     def __post_init__(self) -> None:
         from sacrebleu.metrics import BLEU
 
-        if self.metric not in METRICS:
-            raise UserError(f"metric {self.metric!r} is not one of {METRICS} (wer for ASR, bleu for MT)")
-        for flag, value in (
-            ("--mlm-alpha", self.mlm_alpha),
-            ("--causal-alpha", self.causal_alpha),
-            ("--seq-alpha", self.seq_alpha),
-        ):
-            check_bounds(flag, value, 0, MAX_ALPHA)
-        check_bounds("--lambda-max", self.lambda_max, 0, MAX_LAMBDA)
-        check_bounds("--lambda-limit", self.lambda_limit, 0, MAX_LAMBDA)
+        check(self)
         if not self.lambda_limit >= self.lambda_max:
             raise UserError(f"lambda_limit ({self.lambda_limit}) must be at least lambda_max ({self.lambda_max})")
         for name in ("lambda_step", "gamma_step"):
