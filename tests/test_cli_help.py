@@ -15,13 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from distributed_scoring.cli import build_parser
+from distributed_scoring.cli import COMMANDS, build_parser
+from distributed_scoring.workloads import registered
 
 SNAPSHOTS = Path(__file__).resolve().parent / "data" / "cli_help"
 DEFAULTS = SNAPSHOTS / "defaults.json"
@@ -75,6 +77,15 @@ def test_help_is_unchanged(stem):
 
 def test_defaults_are_unchanged():
     assert defaults() == json.loads(DEFAULTS.read_text())
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c.workload], ids=lambda c: c.name)
+def test_a_commands_help_lists_the_columns_its_workload_writes(command):
+    """Every column of the workload's declared schema, in order, and nothing between them but a struct's
+    fields: the list cannot drift from the rows."""
+    names = registered()[command.workload].output().names
+    listed = re.sub(r" \([^)]*\)", "", " ".join(command.text().split()))  # struct fields and remarks out
+    assert ", ".join(names) in listed
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

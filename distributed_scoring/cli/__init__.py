@@ -36,27 +36,27 @@ COMMANDS = (
     Command(
         "infill",
         "fill masked spans: standard or HCB beam search, sampling baselines, exact search",
-        "Rows in DIR/rows/*.parquet: id, text, decoder, order, beams (tokens, text, score; best "
-        "first), best, answer, n_masks, rank, correct_tokens, status, error, model. Exit codes: 0 done, "
-        "1 rows lost, 2 bad input or options.",
+        "Rows in DIR/rows/*.parquet: {columns} (beams best first). Exit codes: 0 done, 1 rows lost, 2 bad "
+        "input or options.",
         infill,
+        "infill",
     ),
     Command(
         "sample",
         "sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
-        "Rows in DIR/rows/*.parquet, one per chain per recorded epoch: id, chain, epoch, text, "
-        "sampled, energy_raw, energy_norm, proposals, accepted, novel, target_temperature, answer, correct, "
-        "n_sampled, status, error, model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+        "Rows in DIR/rows/*.parquet, one per chain per recorded epoch: {columns}. Exit codes: 0 done, 1 rows "
+        "lost, 2 bad input or options.",
         sample,
+        "sample",
     ),
     Command(
         "generate",
         "generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
         "by the prompt's tokens",
-        "Rows in DIR/rows/*.parquet, one per generated sequence: id, sequence, prompt, text, tokens, "
-        "fill_order, log_likelihood (chain rule along fill_order, natural log), n_tokens, order, status, error, "
-        "model. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+        "Rows in DIR/rows/*.parquet, one per generated sequence: {columns} (log_likelihood: the chain rule "
+        "along fill_order, natural log). Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
         generate,
+        "generate",
     ),
     Command(
         "audit",

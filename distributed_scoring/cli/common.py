@@ -402,21 +402,28 @@ def finish(args: argparse.Namespace, result: object, exit_code: int = 0) -> int:
 class Command(NamedTuple):
     """A registry entry: the subcommand's name, its line in the parent's --help, its own --help text (None:
     usage and flags only), and the module that declares its flags (`add_arguments(parser)`) and runs it
-    (`run(args) -> int`, the exit code)."""
+    (`run(args) -> int`, the exit code). With `workload`, `{columns}` in the text is the columns of that
+    workload's rows, from its declared schema (`workflows.columns`)."""
 
     name: str
     help: str
     description: str | None
     module: ModuleType
+    workload: str | None = None
+
+    def text(self) -> str | None:
+        if self.workload is None:
+            return self.description
+        from ..workflows.columns import columns
+
+        return self.description.format(columns=columns(self.workload))
 
 
 def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...], dest: str) -> None:
     """One subcommand of `parser` per entry, in the registry's order; its name lands in `args.<dest>`."""
     subparsers = parser.add_subparsers(dest=dest, required=True)
     for command in commands:
-        command.module.add_arguments(
-            subparsers.add_parser(command.name, help=command.help, description=command.description)
-        )
+        command.module.add_arguments(subparsers.add_parser(command.name, help=command.help, description=command.text()))
 
 
 def dispatch(commands: tuple[Command, ...], name: str, args: argparse.Namespace) -> int:

@@ -39,12 +39,14 @@ class Declaration:
     """What a workload says about itself, once, in its module (`DECLARED`): its `name` (the run's, or its
     prefix), the `engines` that are its torch code (modules under the package, `engine.x`), its `docs` page
     (relative to the repository) and its `row_key`: the columns that, with `id`, tell its rows apart when it
-    writes several rows per input row (none when it writes one)."""
+    writes several rows per input row (none when it writes one). `output` gives the schema of its rows under
+    default options, which its command's --help lists (`workflows.columns`)."""
 
     name: str
     engines: tuple[str, ...]
     docs: str
     row_key: tuple[str, ...] = ()
+    output: Callable[[], pa.Schema] | None = None
 
     def workload(
         self,

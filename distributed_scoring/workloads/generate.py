@@ -50,7 +50,11 @@ SEQUENCE, PROMPT, TOKENS, FILL_ORDER, ORDER, LOG_LIKELIHOOD = (
 )
 # The infilling engine generates; the chain engine draws the orders.
 DECLARED = Declaration(
-    "generate", engines=("engine.infill", "engine.chain"), docs="docs/generate.md", row_key=(SEQUENCE,)
+    "generate",
+    engines=("engine.infill", "engine.chain"),
+    docs="docs/generate.md",
+    row_key=(SEQUENCE,),
+    output=lambda: OUTPUT_SCHEMA,
 )
 
 PREPARED_SCHEMA = pa.schema(

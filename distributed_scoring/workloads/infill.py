@@ -40,7 +40,9 @@ if TYPE_CHECKING:
 # `given`, which are generation's.
 INFILL_DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p")
 INFILL_ORDERS = ("l2r", "best-to-worst")
-DECLARED = Declaration("infill", engines=("engine.infill",), docs="docs/infill.md")  # --rescore-pll: pll's engine too
+DECLARED = Declaration(  # --rescore-pll: pll's engine too
+    "infill", engines=("engine.infill",), docs="docs/infill.md", output=lambda: output_schema(InfillOptions())
+)
 
 ANSWER, MASKS, DECODER, ORDER, N_MASKS = "answer", "masks", "decoder", "order", "n_masks"
 BEAMS, BEST, RANK, CORRECT_TOKENS, PLL = "beams", "best", "rank", "correct_tokens", "pll"

@@ -39,7 +39,11 @@ STARTS = ("auto", *SAMPLER_STARTS)  # auto: settled per row (`SampleScorer._star
 
 CHAIN, EPOCH, ENERGY_RAW, ENERGY_NORM = "chain", "epoch", "energy_raw", "energy_norm"
 DECLARED = Declaration(
-    "sample", engines=("engine.sampler", "engine.energy"), docs="docs/sample.md", row_key=(CHAIN, EPOCH)
+    "sample",
+    engines=("engine.sampler", "engine.energy"),
+    docs="docs/sample.md",
+    row_key=(CHAIN, EPOCH),
+    output=lambda: OUTPUT_SCHEMA,
 )
 PROPOSALS, ACCEPTED, NOVEL, TEMPERATURE, CORRECT = "proposals", "accepted", "novel", "target_temperature", "correct"
 SAMPLED = "sampled"  # the sampled tokens as they read, space-separated: what BLEU and accuracy judge
