@@ -179,6 +179,37 @@ def to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return tensor.to(device)
 
 
+class OnDevice:
+    """A call's values kept on the device, batch after batch, and brought to the host in one copy (`host`).
+
+    A copy per batch makes the host wait for each batch to finish before it packs and sends the next; kept
+    here, the device runs the batches back to back. Values beyond `HEAD_ELEMENTS` come over in parts of
+    about that size, so that what a call keeps never holds more device memory than one head call's logits.
+    """
+
+    def __init__(self) -> None:
+        self._device: list[torch.Tensor] = []
+        self._host: list[np.ndarray] = []
+        self._held = 0
+
+    def add(self, values: torch.Tensor) -> None:
+        """Keep a batch's (rows, ...) values, in float64, after the ones added before."""
+        self._device.append(values.double())
+        self._held += values.numel()
+        if self._held >= HEAD_ELEMENTS:
+            self._copy()
+
+    def host(self) -> np.ndarray:
+        """Every value added, in order, joined along the first dimension: float64 on the host (empty if none)."""
+        self._copy()
+        return np.concatenate(self._host) if self._host else np.empty(0)
+
+    def _copy(self) -> None:
+        if self._device:
+            self._host.append(torch.cat(self._device).cpu().numpy())
+            self._device, self._held = [], 0
+
+
 def resolve_device(device: str) -> torch.device:
     """`auto` is CUDA when present, else CPU; asking for CUDA without one is an error, not a fallback."""
     if device == "auto":

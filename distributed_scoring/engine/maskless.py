@@ -37,7 +37,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from ..config import ModelSpec
-from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, load_masked_lm, to_device
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, OnDevice, load_masked_lm, to_device
 from .masking import Sentence
 from .model_files import (
     STUDENT_FILE,
@@ -51,7 +51,7 @@ from .model_files import (
     student_calibration,
     tokenizer_digest,
 )
-from .packing import TokenBudget, pack, run_fitting
+from .packing import ONE_PASS_PADDING, TokenBudget, Work, pack, run_fitting
 
 
 def softplus_inverse(y: float) -> float:
@@ -168,65 +168,76 @@ class Prediction:
 
 
 class MasklessEngine:
-    """Predictions for prepared sentences, one forward pass each, packed under a token budget; results do
-    not depend on the batching."""
+    """Predictions for prepared sentences, one forward pass each, packed under a token budget into batches of
+    sentences of similar length (at most `ONE_PASS_PADDING` tokens run per real token); results do not depend
+    on the batching. `work` adds up what the passes ran: batches, sentences, padded and real tokens."""
 
     def __init__(self, student: Student, batch_tokens: int | None = None) -> None:
         self.student = student
         self.budget = TokenBudget(batch_tokens or student.mlm.default_batch_tokens())
+        self.work = Work()
 
     def predict(self, sentences: Sequence[Sentence]) -> list[Prediction]:
-        out: list[Prediction | None] = [None] * len(sentences)
+        """Each sentence's prediction, in input order. The batches' outputs stay on the device until the last
+        batch has run and come to the host in one copy."""
         lengths = [len(s.input_ids) for s in sentences]
-        for pieces in pack(lengths, [1] * len(lengths), self.budget):
-            for part, values in run_fitting(
+        done: list[int] = []  # the sentences in the order their outputs were kept
+        values = OnDevice()
+        for pieces in pack(lengths, [1] * len(lengths), self.budget, ONE_PASS_PADDING):
+            for part, out in run_fitting(
                 pieces,
                 lengths,
                 self.budget,
                 lambda p: self._forward([sentences[q.group] for q in p]),
                 CUDA_OUT_OF_MEMORY,
             ):
-                for piece, prediction in zip(part, values):
-                    out[piece.group] = prediction
-        return out
+                done += [piece.group for piece in part]
+                values.add(out)
+                self.work += Work.of(part, lengths)
+        return self._predictions(sentences, done, values.host())
 
-    def _forward(self, sentences: list[Sentence]) -> list[Prediction]:
-        """The calibrated predictions of a batch (a per-token student's terms calibrated one by one, their sum
-        the PLL)."""
+    def _forward(self, sentences: list[Sentence]) -> torch.Tensor:
+        """A batch's outputs on the device: (B,) PLLs (`sentence` students) or (Q,) terms, sentence by sentence."""
         ids, mask = padded([s.input_ids for s in sentences], self.student.mlm.pad_token_id)
-        calibration = self.student.calibration
         if self.student.regressor is not None:
-            plls = self.forward_sentence(ids, mask)  # (B,)
-            return [Prediction(calibration.pll(float(p), len(s.targets)), None) for p, s in zip(plls, sentences)]
+            return self.forward_sentence(ids, mask)
         rows = np.concatenate([np.full(len(s.targets), r, dtype=np.int64) for r, s in enumerate(sentences)])
         positions = np.concatenate([s.targets for s in sentences]).astype(np.int64)
-        terms = calibration.terms(self.forward_tokens(ids, mask, rows, positions))  # (Q,)
-        return [
-            Prediction(float(t.sum()), t) for t in np.split(terms, np.cumsum([len(s.targets) for s in sentences])[:-1])
-        ]
+        return self.forward_tokens(ids, mask, rows, positions)
+
+    def _predictions(self, sentences: Sequence[Sentence], done: list[int], values: np.ndarray) -> list[Prediction]:
+        """The calibrated predictions in input order, from the outputs of the sentences `done`, in that order (a
+        per-token student's terms calibrated one by one, their sum the PLL)."""
+        calibration = self.student.calibration
+        out: list[Prediction | None] = [None] * len(sentences)
+        if self.student.regressor is not None:
+            for index, pll in zip(done, values.tolist()):
+                out[index] = Prediction(calibration.pll(pll, len(sentences[index].targets)), None)
+            return out
+        terms = calibration.terms(values)  # (Q,)
+        for index, t in zip(done, np.split(terms, np.cumsum([len(sentences[i].targets) for i in done])[:-1])):
+            out[index] = Prediction(float(t.sum()), t)
+        return out
 
     @torch.inference_mode()
-    def forward_sentence(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
-        """(B,) float64 predicted PLLs of a padded batch (`sentence` students)."""
+    def forward_sentence(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> torch.Tensor:
+        """(B,) float64 predicted PLLs of a padded batch (`sentence` students), on the device."""
         mlm = self.student.mlm
         with mlm.autocast():
-            return (
-                self.student.regressor(to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device))
-                .cpu()
-                .numpy()
-            )
+            return self.student.regressor(to_device(input_ids, mlm.device), to_device(attention_mask, mlm.device))
 
     def forward_tokens(
         self, input_ids: np.ndarray, attention_mask: np.ndarray, rows: np.ndarray, positions: np.ndarray
-    ) -> np.ndarray:
-        """(Q,) float64 log q(w | W) of the token at position `positions[i]` of row `rows[i]`, the batch unmasked."""
+    ) -> torch.Tensor:
+        """(Q,) log q(w | W) of the token at position `positions[i]` of row `rows[i]`, the batch unmasked, on
+        the device; the LM head runs at those positions only."""
         labels = to_device(input_ids[rows, positions], self.student.mlm.device)  # (Q,)
         out, start = [], 0
         for logits in self.student.mlm.logits_at(input_ids, attention_mask, positions, rows):  # (C, V)
             chunk = labels[start : start + len(logits)]
             out.append(logits.gather(1, chunk[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1))
             start += len(logits)
-        return torch.cat(out).double().cpu().numpy()
+        return torch.cat(out)
 
 
 def padded(sequences: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,8 +2,10 @@
 
 For each packed batch of masked copies (see `masking`), the encoder runs once, one hidden state per row
 is gathered at its masked position, and only those rows go through the LM head and a float32
-log-softmax. On CUDA the encoder runs under bf16/fp16 autocast while the head stays in float32
-(float64 throughout for a model loaded in float64).
+log-softmax. On CUDA the encoder runs under bf16/fp16 autocast by default while the head stays in float32
+(float64 throughout for a model loaded in float64); with bf16 weights the head runs in bf16 and its
+logits are cast to float32 first. Each call's values stay on the device until its last batch has run
+and come to the host in one copy (`masked_lm.OnDevice`).
 
 With `token_conditionals` the same passes also keep, at each scored position, the k most probable tokens of
 the conditional and the log of the mass of all the others: what a distilled student is fitted to
@@ -18,7 +20,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, to_device
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, OnDevice, to_device
 from .masking import MaskedBatch, Sentence, build, shape_of
 from .packing import Piece, TokenBudget, pack, run_fitting
 
@@ -93,26 +95,30 @@ class PLLEngine:
         forward: Callable[[MaskedBatch], torch.Tensor],
         report: Callable[[int, int], None] | None,
     ) -> list[np.ndarray]:
-        """(n, width) float64 per sentence: `forward`'s row for each target, whatever the packing."""
-        out = [np.empty((len(s.targets), width), dtype=np.float64) for s in sentences]
+        """(n, width) float64 per sentence: `forward`'s row for each target, whatever the packing. The rows
+        stay on the device until the last batch has run, then come to the host in one copy."""
         lengths, counts = shape_of(sentences)
         total, done = int(np.dot(lengths, counts)), 0
+        kept, values = [], OnDevice()  # each batch's (sentence, slot) of its rows; their values
 
-        def score(pieces: list[Piece]) -> tuple[MaskedBatch, np.ndarray]:
+        def score(pieces: list[Piece]) -> tuple[MaskedBatch, torch.Tensor]:
             batch = build(sentences, pieces, self.variant, self.mlm.mask_token_id, self.mlm.pad_token_id)
-            return batch, forward(batch).double().cpu().numpy().reshape(len(batch), width)
+            return batch, forward(batch).reshape(len(batch), width)
 
         for pieces in pack(lengths, counts, self.budget):
-            for part, (batch, values) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
+            for part, (batch, rows) in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
                 self.passes += len(batch)
                 self.batches += 1
-                for sentence in np.unique(batch.sentence):
-                    rows = batch.sentence == sentence
-                    out[sentence][batch.slot[rows]] = values[rows]
+                kept.append((batch.sentence, batch.slot))
+                values.add(rows)
                 done += sum(piece.rows * lengths[piece.group] for piece in part)
                 if report is not None:
                     report(done, total)
-        return out
+        starts = np.cumsum([0, *(len(s.targets) for s in sentences)])  # sentence j's rows: starts[j]..starts[j+1]
+        out = np.empty((starts[-1], width), dtype=np.float64)
+        if kept:
+            out[starts[np.concatenate([k[0] for k in kept])] + np.concatenate([k[1] for k in kept])] = values.host()
+        return np.split(out, starts[1:-1])
 
     @torch.inference_mode()
     def forward(self, batch: MaskedBatch) -> torch.Tensor:
