@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .common import add_score_arguments, finish, ray_options, run_config, student_folder
+from .common import add_options, add_score_arguments, finish, options_from, ray_options, run_config, student_folder
 
 if TYPE_CHECKING:
     from ..workflows.audit.figures import AuditResult
@@ -18,84 +18,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _add_audit_arguments(p: argparse.ArgumentParser) -> None:
+    """The "audit" group: the baseline, the verdict against it (`Thresholds`) and which sentences are
+    flagged as outliers (`OutlierRule`), each declared with its field."""
+    from ..workflows.audit.outliers import OutlierRule
+    from ..workflows.audit.verdicts import Thresholds
+
     g = p.add_argument_group("audit", "baseline comparison and outliers")
-    _add_baseline_arguments(g)
-    _add_outlier_arguments(g)
-
-
-def _add_baseline_arguments(g: argparse._ArgumentGroup) -> None:
-    """The baseline and the verdict against it, `Thresholds`' fields."""
-    from ..workflows.audit.verdicts import EXIT_INSUFFICIENT, METRICS, Thresholds
-
-    t = Thresholds()
     g.add_argument("--baseline", default=None, help="the previous run's audit.json (or its folder; path or URI)")
-    g.add_argument(
-        "--metric", choices=METRICS, default=t.metric, help=f"PPPL compared with the baseline (default {t.metric})"
-    )
-    g.add_argument(
-        "--max-pppl-increase",
-        type=float,
-        default=t.max_pppl_increase,
-        help=f"relative PPPL rise that counts as a regression (default {t.max_pppl_increase})",
-    )
-    g.add_argument(
-        "--max-pppl-decrease",
-        type=float,
-        default=t.max_pppl_decrease,
-        help="relative PPPL fall that also counts as a regression, a corpus that got suspiciously easy "
-        "(default: none; a fall is an improvement)",
-    )
-    g.add_argument(
-        "--max-error-rate-increase",
-        type=float,
-        default=t.max_error_rate_increase,
-        help=f"absolute error-rate rise that counts as a regression (default {t.max_error_rate_increase})",
-    )
-    g.add_argument(
-        "--min-rows",
-        type=int,
-        default=t.min_rows,
-        help=f"a scope with fewer rows on either side is 'insufficient data' (default {t.min_rows})",
-    )
-    g.add_argument(
-        "--confidence",
-        type=float,
-        default=t.confidence,
-        help=f"confidence level of the intervals that verdicts are read from (default {t.confidence})",
-    )
-    g.add_argument("--seed", type=int, default=t.seed, help="seed of the bootstrap (recorded in audit.json)")
-    g.add_argument(
-        "--accept-insufficient",
-        action="store_true",
-        help=f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge",
-    )
-
-
-def _add_outlier_arguments(g: argparse._ArgumentGroup) -> None:
-    """Which sentences are flagged as outliers, `OutlierRule`'s fields."""
-    from ..workflows.audit.outliers import SCOPES, OutlierRule
-
-    o = OutlierRule()
-    g.add_argument(
-        "--outlier-min-sigma",
-        type=float,
-        default=o.min_sigma,
-        help=f"the smallest robust sigma, in nats per token, the outlier rule divides by (default "
-        f"{o.min_sigma:g}; 0 for none): a partition of near-identical sentences measures a tiny one",
-    )
-    g.add_argument(
-        "--outlier-k",
-        type=float,
-        default=o.k,
-        help=f"flag sentences whose NLL/token is over median + k robust sigmas (default {o.k})",
-    )
-    g.add_argument(
-        "--outlier-scope",
-        choices=SCOPES,
-        default=o.scope,
-        help="one outlier rule per partition (default), or one for the whole corpus",
-    )
-    g.add_argument("--low-tail", action="store_true", help="also flag sentences far below the median NLL/token")
+    add_options(g, Thresholds)
+    add_options(g, OutlierRule, ["min_sigma", "k", "scope", "low_tail"])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -104,21 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..workflows.audit.run import audit_snapshot
     from ..workflows.audit.verdicts import Thresholds
 
-    config = AuditConfig(
-        outliers=OutlierRule(
-            k=args.outlier_k, low_tail=args.low_tail, scope=args.outlier_scope, min_sigma=args.outlier_min_sigma
-        ),
-        thresholds=Thresholds(
-            metric=args.metric,
-            max_pppl_increase=args.max_pppl_increase,
-            max_pppl_decrease=args.max_pppl_decrease,
-            max_error_rate_increase=args.max_error_rate_increase,
-            min_rows=args.min_rows,
-            confidence=args.confidence,
-            seed=args.seed,
-            accept_insufficient=args.accept_insufficient,
-        ),
-    )
+    config = AuditConfig(outliers=options_from(args, OutlierRule), thresholds=options_from(args, Thresholds))
     result = audit_snapshot(
         run_config(args),
         ray_options(args),

@@ -24,10 +24,9 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from ...config import check_bounds
 from ...errors import UserError
 from ...io import schema as S
-from ...options import ADDED_LATER
+from ...options import ADDED_LATER, check, option
 from .verdicts import OVERALL
 
 __all__ = [
@@ -83,21 +82,36 @@ class OutlierRule:
     MAD within each partition, since partitions (sources, domains, species) differ in PPPL by design and
     one corpus-wide rule flags a whole harder partition; `scope="overall"` is one rule for the corpus.
     Rows without a partition form one partition, so an unpartitioned corpus gets one rule either way.
+    The fields but `min_tokens` declare their flags (`dscore audit`'s).
     """
 
-    k: float = 3.5
-    low_tail: bool = False
+    k: float = option(
+        3.5,
+        "flag sentences whose NLL/token is over median + k robust sigmas (default {default})",
+        low=0,
+        above=True,
+        name="--outlier-k",
+    )
+    low_tail: bool = option(False, "also flag sentences far below the median NLL/token")
     min_tokens: int = 1
-    scope: str = "partition"
-    min_sigma: float = 0.05  # nats per token: the smallest spread the rule assumes (see the module's docstring)
+    scope: str = option(
+        "partition",
+        "one outlier rule per partition (default), or one for the whole corpus",
+        choices=SCOPES,
+        name="--outlier-scope",
+    )
+    min_sigma: float = option(  # nats per token: the smallest spread the rule assumes (see the module's docstring)
+        0.05,
+        "the smallest robust sigma, in nats per token, the outlier rule divides by (default {default:g}; 0 for "
+        "none): a partition of near-identical sentences measures a tiny one",
+        low=0,
+        name="--outlier-min-sigma",
+    )
 
     def __post_init__(self) -> None:
-        check_bounds("--outlier-k", self.k, 0, above=True)
-        check_bounds("--outlier-min-sigma", self.min_sigma, 0)
+        check(self)
         if self.min_tokens < 1:
             raise UserError(f"outlier min_tokens must be at least 1, got {self.min_tokens}")
-        if self.scope not in SCOPES:
-            raise UserError(f"outlier scope {self.scope!r} is not one of {SCOPES}")
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from ...config import check_bounds
-from ...errors import UserError
+from ...options import check, option
 
 __all__ = [
     "Check",
@@ -50,27 +49,41 @@ class Thresholds:
     inside which a change counts as none; `max_error_rate_increase` is absolute (0.01 = one point) and
     sets the band +-t of the error-rate difference. `max_pppl_decrease`, when set, also makes a PPPL fall
     beyond it a regression (a corpus that got suspiciously easy). Intervals are at `confidence`, seeded by
-    `seed`. Scopes with fewer than `min_rows` rows on either side are `insufficient data`.
+    `seed`. Scopes with fewer than `min_rows` rows on either side are `insufficient data`. Each field
+    declares its flag (`dscore audit`'s), whose help, choices and bounds check it.
     """
 
-    metric: str = "pppl_token"
-    max_pppl_increase: float = 0.05
-    max_pppl_decrease: float | None = None
-    max_error_rate_increase: float = 0.01
-    min_rows: int = 10
-    confidence: float = 0.95
-    seed: int = 0
-    accept_insufficient: bool = False
+    metric: str = option("pppl_token", "PPPL compared with the baseline (default {default})", choices=METRICS)
+    max_pppl_increase: float = option(0.05, "relative PPPL rise that counts as a regression (default {default})", low=0)
+    max_pppl_decrease: float | None = option(  # a relative fall: 0.2 = -20 %
+        None,
+        "relative PPPL fall that also counts as a regression, a corpus that got suspiciously easy "
+        "(default: none; a fall is an improvement)",
+        low=0,
+        high=1,
+        below=True,
+        type=float,
+    )
+    max_error_rate_increase: float = option(  # a rate rises by 1 at most
+        0.01, "absolute error-rate rise that counts as a regression (default {default})", low=0, high=1
+    )
+    min_rows: int = option(
+        10, "a scope with fewer rows on either side is 'insufficient data' (default {default})", low=2
+    )
+    confidence: float = option(
+        0.95,
+        "confidence level of the intervals that verdicts are read from (default {default})",
+        low=0.5,
+        high=1,
+        below=True,
+    )
+    seed: int = option(0, "seed of the bootstrap (recorded in audit.json)", low=0)  # numpy takes no negative seed
+    accept_insufficient: bool = option(
+        False, f"do not fail (exit {EXIT_INSUFFICIENT}) when some scope has too little data to judge"
+    )
 
     def __post_init__(self) -> None:
-        if self.metric not in METRICS:
-            raise UserError(f"regression metric {self.metric!r} is not one of {METRICS}")
-        check_bounds("--max-pppl-increase", self.max_pppl_increase, 0)
-        check_bounds("--max-pppl-decrease", self.max_pppl_decrease, 0, 1, below=True)  # a relative fall: 0.2 = -20 %
-        check_bounds("--max-error-rate-increase", self.max_error_rate_increase, 0, 1)  # a rate rises by 1 at most
-        check_bounds("--min-rows", self.min_rows, 2)
-        check_bounds("--confidence", self.confidence, 0.5, 1, below=True)
-        check_bounds("--seed", self.seed, 0)  # numpy's generators take no negative seed
+        check(self)
 
 
 @dataclass(frozen=True)
