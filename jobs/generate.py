@@ -16,4 +16,4 @@ import sys
 from distributed_scoring.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("generate", inputs="--length" not in sys.argv))
+    sys.exit(job_main("generate"))

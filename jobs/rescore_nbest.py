@@ -14,4 +14,4 @@ import sys
 from distributed_scoring.cli import job_main
 
 if __name__ == "__main__":
-    sys.exit(job_main("rescore", inputs=False))
+    sys.exit(job_main("rescore"))

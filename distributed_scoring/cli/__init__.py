@@ -18,7 +18,7 @@ from ..cpus import thread_env
 from ..errors import DataLossError, UserError, error_reason, storage_cause
 from ..quiet import quiet_transformers
 from ..stopping import Stopped, stopping_on_signals
-from . import audit, fetch_model, generate, infill, joints, rescore, sample, score, submit, train, variants, verify
+from . import audit, fetch_model, generate, infill, job, joints, rescore, sample, score, submit, train, variants, verify
 from .common import Command, add_commands, add_verbose, dispatch, environment, storage_environment
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"  # every command's log lines on standard error
@@ -97,6 +97,15 @@ COMMANDS = (
         "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.",
         submit,
     ),
+    Command(
+        "job",
+        "run a command as a Ray job's entry point: `ray job submit -- dscore job score --input ...`",
+        "Runs COMMAND through Ray, joining the cluster that RAY_ADDRESS names inside a job (as --ray does), "
+        "with --input flags (repeatable) as its inputs. A relative --output is refused: inside a job it would "
+        "land in the job's temporary working directory on each node. The jobs/ scripts do the same. Exit codes: "
+        "COMMAND's.",
+        job,
+    ),
     Command("fetch-model", "download and convert an offline model; prints its folder", None, fetch_model),
 )
 
@@ -108,31 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def job_main(command: str, argv: Sequence[str] | None = None, inputs: bool = True) -> int:
-    """`ray job submit` entry points (jobs/): the run goes through Ray, joining the cluster that
-    RAY_ADDRESS names inside a job; with `inputs`, `--input` flags (repeatable) become its inputs.
-
-    A relative `--output` is refused: inside a job it would name a folder in the job's temporary working
-    directory, a different one on every node, deleted when the job ends.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if inputs:
-        parser = argparse.ArgumentParser(prog=f"jobs: dscore {command}", add_help=False)
-        parser.add_argument("--input", action="append", required=True, help="file, folder, glob or URI (repeatable)")
-        args, rest = parser.parse_known_args(argv)
-        argv = [*args.input, *rest]
-    output = argparse.ArgumentParser(add_help=False)
-    output.add_argument("--output")
-    given = output.parse_known_args(argv)[0].output
-    if given and "://" not in given and not os.path.isabs(given):
-        print(
-            f"dscore: error: --output {given!r} is relative; in a Ray job it would land in the job's temporary "
-            "working directory on each node: pass an absolute path on storage every node shares, or an "
-            "s3:// / gs:// URI",
-            file=sys.stderr,
-        )
-        return 2
-    return main([command, *argv, "--ray"])
+def job_main(command: str, argv: Sequence[str] | None = None) -> int:
+    """The jobs/ scripts' entry: `dscore job COMMAND` with the script's arguments."""
+    return main(["job", command, *(sys.argv[1:] if argv is None else argv)])
 
 
 def _one_line(exc: Exception) -> str:

@@ -82,6 +82,7 @@ def test_score_corpus_job_scores_like_the_in_process_path(cluster, tmp_path, tin
 
 
 def test_a_relative_output_is_refused_in_a_job(cluster, tmp_path, tiny_model_dir):
+    """Through `dscore job`, which the jobs/ scripts run too."""
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(tiny.CORPUS) + "\n")
     done = subprocess.run(
@@ -93,7 +94,10 @@ def test_a_relative_output_is_refused_in_a_job(cluster, tmp_path, tiny_model_dir
             str(REPO),
             "--",
             "python",
-            "jobs/score_corpus.py",
+            "-m",
+            "distributed_scoring.cli",
+            "job",
+            "score",
             "--input",
             str(corpus),
             "--model",

@@ -1,0 +1,74 @@
+"""`dscore job COMMAND ...`: any scoring command as the entry point of a Ray job (`ray job submit -- dscore job
+score --input ... --output s3://...`), so that a new command needs no script of its own under jobs/ (the
+scripts there run this too)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..errors import UserError
+from .common import dispatch, environment, storage_environment
+
+NOT_JOBS = ("job", "submit", "verify", "fetch-model")  # they start no run on a cluster
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from . import COMMANDS
+
+    jobs = [c.name for c in COMMANDS if c.name not in NOT_JOBS]
+    p.add_argument("job", choices=jobs, metavar="COMMAND", help=f"the command to run: {', '.join(jobs)}")
+    p.add_argument(
+        "arguments",
+        nargs=argparse.REMAINDER,
+        metavar="...",
+        help="COMMAND's own flags, its inputs as --input (repeatable)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from . import COMMANDS, build_parser
+
+    command = build_parser().parse_args(job_arguments(args.job, args.arguments))
+    command.result = args.result
+    with environment(storage_environment(command)):
+        return dispatch(COMMANDS, command.command, command)
+
+
+def job_arguments(command: str, argv: list[str]) -> list[str]:
+    """The command line a job runs: through Ray, joining the cluster that RAY_ADDRESS names inside a job. A
+    command that reads INPUT positionals takes them as `--input` flags (repeatable), needed unless it may run
+    without inputs (`generate --length`).
+
+    A relative `--output` is refused: inside a job it would name a folder in the job's temporary working
+    directory, a different one on every node, deleted when the job ends.
+    """
+    positional = _inputs_of(command)
+    if positional is not None:
+        parser = argparse.ArgumentParser(prog=f"dscore job {command}", add_help=False)
+        parser.add_argument(
+            "--input",
+            action="append",
+            default=[],
+            required=positional.nargs == "+",
+            help="file, folder, glob or URI (repeatable)",
+        )
+        given, rest = parser.parse_known_args(argv)
+        argv = [*given.input, *rest]
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument("--output")
+    folder = output.parse_known_args(argv)[0].output
+    if folder and "://" not in folder and not os.path.isabs(folder):
+        raise UserError(
+            f"--output {folder!r} is relative; in a Ray job it would land in the job's temporary working directory "
+            "on each node: pass an absolute path on storage every node shares, or an s3:// / gs:// URI"
+        )
+    return [command, *argv, "--ray"]
+
+
+def _inputs_of(command: str) -> argparse.Action | None:
+    """The INPUT positional of `command` (its parser built from the registry), or None when it has none."""
+    from . import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    return next((a for a in commands[command]._actions if a.dest == "inputs"), None)

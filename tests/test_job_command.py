@@ -1,0 +1,55 @@
+"""`dscore job COMMAND`: the command line a Ray job runs, derived from the registry (the jobs/ scripts run it
+too); the runs themselves are submitted to a local cluster in tests/pipeline/test_cluster.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from distributed_scoring.cli import COMMANDS
+from distributed_scoring.cli.job import NOT_JOBS, job_arguments
+from distributed_scoring.errors import UserError
+
+from helpers.cli import refusal
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_inputs_come_as_input_flags_and_the_run_goes_through_ray():
+    argv = ["--input", "a.txt", "--model", "m", "--input", "s3://b/c/", "--output", "/shared/out"]
+    assert job_arguments("score", argv) == [
+        "score",
+        "a.txt",
+        "s3://b/c/",
+        "--model",
+        "m",
+        "--output",
+        "/shared/out",
+        "--ray",
+    ]
+
+
+def test_a_command_without_inputs_takes_its_own_flags_and_generate_may_go_without():
+    rescore = ["--dev", "d.jsonl", "--test", "t.jsonl", "--model", "m", "--output", "s3://b/o"]
+    assert job_arguments("rescore", rescore) == ["rescore", *rescore, "--ray"]
+    assert job_arguments("generate", ["--length", "5", "--model", "m", "--output", "/o"])[:3] == [
+        "generate",
+        "--length",
+        "5",
+    ]
+
+
+def test_a_command_that_needs_inputs_and_a_relative_output_are_refused(capsys):
+    with pytest.raises(SystemExit):
+        job_arguments("score", ["--model", "m", "--output", "/o"])
+    with pytest.raises(UserError, match="--output 'out' is relative"):
+        job_arguments("infill", ["--input", "x", "--model", "m", "--output", "out"])
+    assert "is relative" in refusal(capsys, ["job", "score", "--input", "x", "--model", "m", "--output", "out"])
+
+
+def test_every_scoring_command_is_a_job_and_every_jobs_script_runs_one():
+    jobs = {c.name for c in COMMANDS} - set(NOT_JOBS)
+    assert jobs == {"score", "rescore", "joints", "infill", "sample", "generate", "audit", "variants", "train"}
+    scripts = {p.name: p.read_text() for p in (REPO / "jobs").glob("*.py")}
+    assert all(any(f'job_main("{name}")' in text for text in scripts.values()) for name in jobs)
