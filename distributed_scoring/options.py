@@ -54,7 +54,7 @@ def option(default: Any, help: str, *, later: bool = False, **flag: Any) -> Any:
     return field(default=default, metadata=metadata)
 
 
-def carried(source: type, name: str, *, later: bool = False, **changes: Any) -> Any:
+def carried(source: type, name: str, /, *, later: bool = False, **changes: Any) -> Any:
     """Field `name` of `source` (an engine's settings) declared again on an options class: the same default,
     help, choices and bounds, with `changes` to its flag (a different flag name, say)."""
     f = {f.name: f for f in dataclasses.fields(source)}[name]
