@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from ...config import ModelSpec
 from ...engine.model_files import TARGET_DISTRIBUTION, TARGET_TOKEN, TARGETS
 from ...errors import UserError
+from ...options import carried, check, option
+from ..rescore.search import RescoreOptions
 from .run import TrainOptions
 
 DEFAULT_TARGET = TARGET_DISTRIBUTION  # the target that won on the demo's held-out report (docs/train.md)
@@ -23,22 +25,36 @@ class StudentOptions:
     teacher's term) or `distribution` (each position's distribution fitted by KL to the teacher's
     conditional, plus `token_weight` times the token term). `parent_separator`: a row id `P<sep>...` is a
     variant of row `P`: both on the same side of the held-out split, compared in the report. `freeze_layers`:
-    the embeddings and that many of the lowest transformer layers stay as they are."""
+    the embeddings and that many of the lowest transformer layers stay as they are. Each field declares its
+    flag (`dscore train maskless`'s)."""
 
-    target: str = DEFAULT_TARGET
-    parent_separator: str | None = None
-    freeze_layers: int = 0
-    token_weight: float = 1.0
+    target: str = option(
+        DEFAULT_TARGET,
+        "sentence: regress the PLL from the first token (Salazar et al.); token: regress each token's log "
+        "q(w_t) on the teacher's term; distribution: fit each position's distribution to the teacher's "
+        "conditional by KL (word-level distillation) (default {default})",
+        choices=TARGETS,
+    )
+    parent_separator: str | None = option(
+        None,
+        "a row id P<SEP>... is a variant (a point mutant) of row P: both stay on the same side of the held-out "
+        "split, and the report compares their differences (default: none)",
+        metavar="SEP",
+    )
+    freeze_layers: int = option(
+        0,
+        "keep the embeddings and the N lowest transformer layers as they are (default {default})",
+        low=0,
+        metavar="N",
+    )
+    token_weight: float = option(
+        1.0, "distribution: weight of the per-token squared error beside the KL (default {default:g})", low=0
+    )
 
     def __post_init__(self) -> None:
-        if self.target not in TARGETS:
-            raise UserError(f"--target {self.target!r} is not one of {', '.join(TARGETS)}")
+        check(self)
         if self.parent_separator == "":
             raise UserError("--parent-separator must be a non-empty string")
-        if self.freeze_layers < 0 or not self.token_weight >= 0:
-            raise UserError(
-                f"--freeze-layers and --token-weight must be >= 0, got {self.freeze_layers} and {self.token_weight}"
-            )
 
     @property
     def weights(self) -> tuple[float, float]:
@@ -48,12 +64,15 @@ class StudentOptions:
 
 @dataclass(frozen=True)
 class NBest:
-    """N-best lists to rescore with the teacher, the student and `unmasked` after training (WER or BLEU
-    by `metric`), e.g. built from held-out rows; None for no rescoring."""
+    """N-best lists to rescore with the teacher, the student and `unmasked` after training (WER or BLEU by
+    `metric`, `RescoreOptions`' own under another flag), e.g. built from held-out rows; None for no rescoring."""
 
     dev: str
     test: str
-    metric: str = "wer"
+    metric: str = carried(RescoreOptions, "metric", name="--nbest-metric", help="rescoring metric (default {default})")
+
+    def __post_init__(self) -> None:
+        check(self)
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,12 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 import numpy as np
 import pyarrow.parquet as pq
 
-from ...config import ModelSpec, RayOptions, check_bounds
+from ...config import ModelSpec, RayOptions
 from ...cpus import set_torch_threads
 from ...io import schema as S
 from ...io.claim import TRAINING
 from ...io.output import REPORT_JSON, OutputDir
+from ...options import check, option
 from ...pipeline.cluster import cluster_address, ray_session
 from ...quiet import quiet_transformers
 
@@ -65,24 +66,32 @@ class TrainOptions:
     """What changes the trained model (all of it enters the run's fingerprint): `steps` optimiser steps of
     `batch_size` examples over all workers, or `epochs` passes over the training split when `steps` is
     None; AdamW at peak `lr`; sequences longer than `max_length` tokens left out of training; a share
-    `heldout` of the rows (by a hash of their id and `seed`) kept out for evaluation."""
+    `heldout` of the rows (by a hash of their id and `seed`) kept out for evaluation. Each field declares
+    its flag (every trainer's)."""
 
-    epochs: int = 3
-    steps: int | None = None
-    lr: float = 5e-5
-    batch_size: int = 16
-    seed: int = 0
-    max_length: int = 128
-    heldout: float = 0.1
+    epochs: int = option(3, "passes over the training split (default {default})", low=1)
+    steps: int | None = option(None, "optimiser steps instead of --epochs", low=1, type=int)
+    lr: float = option(  # each trainer sets its own default (`set_defaults`), which argparse's %(default)g shows
+        5e-5, "peak AdamW learning rate, warmed up and decayed linearly (default %(default)g)", low=0, above=True
+    )
+    batch_size: int = option(16, "sequences per step over all workers (default {default})", low=1)
+    seed: int = option(0, "seed of the split, the batches and the masks", low=0)  # numpy and torch: no negative seed
+    max_length: int = option(
+        128,
+        "training sequences longer than this (tokens, specials included) are left out (default {default})",
+        low=3,
+    )
+    heldout: float = option(  # a share of the rows
+        0.1,
+        "share of the rows kept out of training for the report (default {default})",
+        low=0,
+        high=1,
+        above=True,
+        below=True,
+    )
 
     def __post_init__(self) -> None:
-        check_bounds("--epochs", self.epochs, 1)
-        check_bounds("--steps", self.steps, 1)
-        check_bounds("--lr", self.lr, 0, above=True)
-        check_bounds("--batch-size", self.batch_size, 1)
-        check_bounds("--seed", self.seed, 0)  # numpy's generators and torch.manual_seed take no negative seed
-        check_bounds("--max-length", self.max_length, 3)
-        check_bounds("--heldout", self.heldout, 0, 1, above=True, below=True)  # a share of the rows
+        check(self)
 
     def total_steps(self, examples: int) -> int:
         """`steps`, or `epochs` passes of whole batches (the engine leaves the remainder of an epoch out)."""
@@ -93,18 +102,19 @@ class TrainOptions:
 class TrainResources:
     """Where and how a training run executes (none of it changes the result): data-parallel workers of
     `cpus_per_worker` CPUs (and one GPU each with `use_gpu`), a checkpoint every `checkpoint_every`
-    steps, on the Ray cluster at `address` (default: $RAY_ADDRESS, else an embedded local Ray)."""
+    steps, on the Ray cluster at `address` (default: $RAY_ADDRESS, else an embedded local Ray). The fields
+    but `address` declare their flags (the "Ray Train" group of every trainer)."""
 
-    num_workers: int = 1
-    use_gpu: bool = False
-    cpus_per_worker: float = 2.0
-    checkpoint_every: int = 100
-    address: str | None = None
+    num_workers: int = option(1, "data-parallel workers (default {default})", low=1)
+    use_gpu: bool = option(False, "one GPU per worker")
+    cpus_per_worker: float = option(2.0, "CPUs of each worker (default {default:g})", low=0, above=True)
+    checkpoint_every: int = option(
+        100, "steps between checkpoints (default {default}); a rerun continues from the latest", low=1
+    )
+    address: str | None = None  # --address, as the scoring commands take it (`cli.common.add_address`)
 
     def __post_init__(self) -> None:
-        check_bounds("--num-workers", self.num_workers, 1)
-        check_bounds("--cpus-per-worker", self.cpus_per_worker, 0, above=True)
-        check_bounds("--checkpoint-every", self.checkpoint_every, 1)
+        check(self)
 
     @property
     def device(self) -> str:
