@@ -63,11 +63,8 @@ from ..io.sources import plan_shards
 from ..io.storage import join
 from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
 from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT
-from .joints import JOINTS
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT
-from .rescore.run import RESCORE
 from .train.run import CHECKPOINTS
-from .variants.run import VARIANTS_RUN
 
 REQUIRED_COLUMNS = (S.ID, S.STATUS, S.ERROR)  # what every workload's rows carry
 # How the rows of a folder whose `_run.json` records no row key (an earlier dscore) are told apart beside
@@ -141,7 +138,7 @@ def verify_folder(uri: str) -> Verification:
     workload = str(run.get("workload", ""))
     if workload.startswith(TRAINING):
         return _verify_training(out, run)
-    if workload in (RESCORE, JOINTS, VARIANTS_RUN):
+    if "plan" not in run:  # every shard run records its plan; a folder of runs (rescore, joints, variants) has none
         return _verify_parent(out, run)
     return _verify_shards(out, run, [])
 
