@@ -7,11 +7,13 @@ Scores synthetic sentences with `PLLEngine` (`--methods pll`) and with `Maskless
 sentence once, unmasked (`unmasked`: what `--method unmasked` and the token/distribution students
 compute), directly: no Ray, no Parquet (pyarrow is not needed), only the engine modules, as one scoring
 actor does. Models are the random BERT-base and
-RoBERTa-base shapes of `synthetic.py`, loaded through `load_masked_lm` with dtype bfloat16 (encoder
-under bf16 autocast, LM head and log-softmax in float32). Sentences go to the engine in shards of
---shard-rows, as the pipeline hands them to an actor. For each budget, with the encoder eager and then
-compiled (`torch.compile(dynamic=True)`), one untimed round warms up (and compiles), then --rounds timed
-rounds; the median is reported with peak GPU memory of the timed rounds.
+RoBERTa-base shapes of `synthetic.py`, loaded through `load_masked_lm`: float32 weights with the encoder
+under bf16 autocast (`--precision autocast`, what `--dtype auto` runs on CUDA), or bf16 weights
+(`--precision weights`, `--dtype bfloat16`); the LM head's log-softmax in float32 either way. The one pass
+packs sentences of similar length as the engine does (`packing.ONE_PASS_PADDING`). Sentences go to the
+engine in shards of --shard-rows, as the pipeline hands them to an actor. For each budget, with the
+encoder eager and then compiled (`torch.compile(dynamic=True)`), one untimed round warms up (and
+compiles), then --rounds timed rounds; the median is reported with peak GPU memory of the timed rounds.
 
 FLOPs: matmul FLOPs (2 per multiply-add) of the useful work, counted before any timing. For a
 sentence of L tokens (specials included) with n scored tokens, on an encoder of N layers, hidden d,
@@ -65,6 +67,11 @@ import synthetic  # noqa: E402
 from results_md import update_section  # noqa: E402
 
 logger = logging.getLogger("gpu_core")
+
+PRECISIONS = {
+    "autocast": "Encoder bf16 autocast over float32 weights, head float32",
+    "weights": "bf16 weights, head logits and log-softmax float32",
+}
 
 SIZES = {
     "full": dict(sentences=4096, budgets="8192,16384,32768,65536,131072", rounds=3, matmul_size=8192),
@@ -149,7 +156,8 @@ def executed_flops(
                 total += copy_flops(width, rows, **shape)
             continue
         lengths = [len(s.input_ids) for s in shard]
-        for pieces in packing.pack(lengths, [1] * len(lengths), packing.TokenBudget(budget)):
+        batches = packing.pack(lengths, [1] * len(lengths), packing.TokenBudget(budget), packing.ONE_PASS_PADDING)
+        for pieces in batches:
             width = max(lengths[p.group] for p in pieces)
             scored = sum(len(shard[p.group].targets) for p in pieces)
             total += len(pieces) * encoder_flops(width, **shape) + head_flops(scored, **shape)
@@ -262,7 +270,7 @@ def corpus(mlm: MaskedLM, lengths: str, args: argparse.Namespace) -> Corpus:
         check_encode(mlm, texts, sentences)
     shards = [sentences[i : i + args.shard_rows] for i in range(0, len(sentences), args.shard_rows)]
     # computed before anything is compiled: the bound that bf16 scores must stay within
-    fp32 = dataclasses.replace(mlm, autocast_dtype=None)
+    fp32 = load_masked_lm(ModelSpec(mlm.signature["model"], device=args.device, dtype="float32"))
     checked = sentences[: args.check_sentences]
     reference = {method: scorer(method, fp32, args.budgets[0])(checked) for method in args.methods}
     return Corpus(lengths, sentences, shards, reference)
@@ -298,11 +306,21 @@ def measure(
     return row, scores
 
 
+def load_bf16(folder: str, args: argparse.Namespace) -> MaskedLM:
+    """The model in bf16 as --precision says: float32 weights under bf16 autocast (on any device, so that the
+    CPU smoke runs it too), or bf16 weights."""
+    if args.precision == "weights":
+        return load_masked_lm(ModelSpec(folder, device=args.device, dtype="bfloat16"))
+    return dataclasses.replace(
+        load_masked_lm(ModelSpec(folder, device=args.device, dtype="float32")), autocast_dtype=torch.bfloat16
+    )
+
+
 def run_shape(shape_name: str, args: argparse.Namespace, peak_tflops: float, done: Callable[[dict], None]) -> None:
     """Every (compile, lengths, budget) row of one model shape, each handed to `done` as it is measured
     (so a run stopped by a time limit keeps what it measured); stops if bf16 drifts beyond --atol."""
     folder = synthetic.model_folder(shape_name, args.models_dir)
-    mlm = load_masked_lm(ModelSpec(str(folder), device=args.device, dtype="bfloat16"))
+    mlm = load_bf16(str(folder), args)
     shape = shape_of(mlm.model)
     corpora = [corpus(mlm, lengths, args) for lengths in args.lengths]
     eager = {}
@@ -344,7 +362,7 @@ def markdown(result: dict) -> str:
         f"Device: {m.get('gpu') or m['cpu']}; torch {m['versions']['torch']}, "
         f"transformers {m['versions']['transformers']}, CUDA {m.get('cuda')}.",
         f"Peak: {result['matmul_tflops']:.1f} TFLOP/s ({result['matmul_dtype']} matmul, n={s['matmul_size']}). "
-        f"Encoder bf16 autocast, head float32; shards of {s['shard_rows']} sentences; median of {s['rounds']} rounds "
+        f"{PRECISIONS[s['precision']]}; shards of {s['shard_rows']} sentences; median of {s['rounds']} rounds "
         "after a warm-up round; timed with CUDA events.",
         "",
         "| shape | method | lengths | compile | budget | sentences/s | tokens/s | TFLOP/s | MFU | executed / useful | "
@@ -379,6 +397,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, help="timed rounds (full: 3)")
     parser.add_argument("--matmul-size", type=int, help="n of the n x n peak matmul (full: 8192)")
     parser.add_argument("--shard-rows", type=int, default=1000)
+    parser.add_argument("--precision", choices=sorted(PRECISIONS), default="autocast", help="bf16 how")
     parser.add_argument("--check-sentences", type=int, default=32, help="sentences checked against float32")
     parser.add_argument("--atol", type=float, default=0.5, help="largest bf16 per-token difference allowed (nats)")
     parser.add_argument("--models-dir", type=Path, default=cache_root() / "benchmarks" / "models")

@@ -17,10 +17,11 @@ tokenised without the tokenizer's own special tokens, and the wrapping tokens ar
 
 The engine packs sentences, longest first, into forward passes under a token budget (rows x padded
 length), runs the decoder once per batch, gathers the hidden states of the positions that predict a
-real token, and applies the LM head only to those rows, in float32 and in chunks, so padding never
-goes through the vocabulary projection and the (rows, vocab) logits stay bounded. On CUDA the decoder
-runs under bf16 autocast. Architectures outside `_PLAIN_HEADS` go through the full logits (exact,
-slower).
+real token, and applies the LM head only to those rows, in chunks, so padding never goes through the
+vocabulary projection and the (rows, vocab) logits stay bounded. By default the decoder runs under bf16
+autocast on CUDA and the head in float32; with bf16 weights (`--dtype bfloat16`) the head runs in bf16
+and its logits are cast to float32 before the log-softmax. Architectures outside `_PLAIN_HEADS` go through
+the full logits (exact, slower).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..engine import packing
 from .masked_lm import (
     CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
+    apply_head,
     autocast_region,
     head_rows,
     load_pretrained,
@@ -69,6 +71,7 @@ class CausalLM:
     tokenizer: Any
     device: torch.device
     autocast_dtype: torch.dtype | None
+    weights_dtype: torch.dtype
     head_dtype: torch.dtype
     max_length: int
     bos_id: int
@@ -125,7 +128,8 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
         tokenizer=tokenizer,
         device=loaded.device,
         autocast_dtype=loaded.autocast_dtype,
-        head_dtype=loaded.weights_dtype,
+        weights_dtype=loaded.weights_dtype,
+        head_dtype=loaded.head_dtype,
         max_length=max_length,
         bos_id=bos_id,
         eos_id=eos_id,
@@ -287,5 +291,4 @@ class CausalEngine:
         """(C, H) hidden states -> (C, V) logits in the head dtype; (C, V) full-model logits are just cast."""
         if self.lm.head is None:
             return rows.to(self.lm.head_dtype)
-        with torch.autocast(self.lm.device.type, enabled=False):
-            return self.lm.head(rows.to(self.lm.head_dtype))
+        return apply_head(self.lm.head, rows, self.lm.weights_dtype, self.lm.head_dtype)

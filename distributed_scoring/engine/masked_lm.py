@@ -4,6 +4,10 @@ The PLL engine needs the vocabulary projection only at the masked position of ev
 the encoder over the batch, gathers one hidden state per row and applies the head to those rows alone.
 That needs to know, per architecture, which modules form the head: `_HEADS` says so. An architecture
 missing from it still scores exactly, through the full model and a gather of its logits (slower).
+
+Weights load in float32 (float64, bfloat16 or float16 when asked: `WEIGHTS_DTYPES`); `auto` runs float32
+weights under bf16 autocast on CUDA. Whatever the weights, the head's logits leave it in float32 (float64
+for float64 weights), so every log-softmax over the vocabulary is taken in float32 or better.
 """
 
 from __future__ import annotations
@@ -35,6 +39,15 @@ CUDA_OUT_OF_MEMORY = OutOfMemory(torch.cuda.OutOfMemoryError, torch.cuda.empty_c
 
 # Logits computed per LM-head call: bounds the (rows, V) block (256 MB in float32) for large vocabularies.
 HEAD_ELEMENTS = 1 << 26
+
+# --dtype -> the dtype the weights are loaded in (`auto` adds bf16 autocast on CUDA: `resolve_autocast_dtype`).
+WEIGHTS_DTYPES = {
+    "auto": torch.float32,
+    "float32": torch.float32,
+    "float64": torch.float64,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 # Checkpoint keys whose absence says nothing about the LM head.
 _BENIGN_MISSING = ("position_ids", "token_type_ids")
@@ -74,14 +87,15 @@ class MaskedLM:
     """A loaded masked LM ready for scoring.
 
     `head` is None for architectures outside `_HEADS`; the engine then takes logits from the full model.
-    `autocast_dtype` is None when the encoder runs in its weights' dtype; `head_dtype` is float32, or
-    float64 when the model was loaded in float64.
+    `autocast_dtype` is None when the encoder runs in its weights' dtype (`weights_dtype`); `head_dtype`, the
+    dtype of the logits handed out, is float32, or float64 when the model was loaded in float64.
     """
 
     model: nn.Module
     tokenizer: Any
     device: torch.device
     autocast_dtype: torch.dtype | None
+    weights_dtype: torch.dtype
     head_dtype: torch.dtype
     max_length: int
     head: Callable[[torch.Tensor], torch.Tensor] | None
@@ -126,11 +140,20 @@ class MaskedLM:
             if self.head is None:
                 yield self.model(input_ids=ids, attention_mask=mask).logits[rows, at].to(self.head_dtype)  # (Q, V)
                 return
-            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at].to(self.head_dtype)  # (Q, H)
+            hidden = self.encoder(input_ids=ids, attention_mask=mask)[0][rows, at]  # (Q, H)
         chunk = head_rows(self.model.config.vocab_size)
-        with torch.autocast(self.device.type, enabled=False):
-            for start in range(0, len(hidden), chunk):
-                yield self.head(hidden[start : start + chunk]).to(self.head_dtype)  # (C, V)
+        for start in range(0, len(hidden), chunk):
+            yield apply_head(self.head, hidden[start : start + chunk], self.weights_dtype, self.head_dtype)  # (C, V)
+
+
+def apply_head(
+    head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, weights_dtype: torch.dtype, out: torch.dtype
+) -> torch.Tensor:
+    """(C, H) final hidden states -> (C, V) logits in `out`: the head runs in its weights' dtype, outside
+    autocast (float32 weights under autocast: a float32 head; bf16 weights: a bf16 head whose logits are cast
+    up, so the log-softmax after it is taken in float32)."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return head(hidden.to(weights_dtype)).to(out)
 
 
 def head_rows(vocab_size: int) -> int:
@@ -223,12 +246,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def resolve_autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
-    """The encoder's autocast dtype: bf16 (fp16 on GPUs without bf16) on CUDA by default, none on CPU."""
-    if dtype == "auto":
-        if device.type != "cuda":
-            return None
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    return None if dtype in ("float32", "float64") else getattr(torch, dtype)
+    """The encoder's autocast dtype: for `auto`, bf16 (fp16 on GPUs without bf16) on CUDA and none on CPU;
+    none for a named dtype, whose weights are loaded in it (`WEIGHTS_DTYPES`)."""
+    if dtype != "auto" or device.type != "cuda":
+        return None
+    return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
 
 
 @dataclass
@@ -241,24 +263,36 @@ class Loaded:
     autocast_dtype: torch.dtype | None
     weights_dtype: torch.dtype
 
+    @property
+    def head_dtype(self) -> torch.dtype:
+        """The dtype of the logits the head hands out: float64 for float64 weights, else float32."""
+        return torch.float64 if self.weights_dtype == torch.float64 else torch.float32
+
     def signature(self, spec: ModelSpec, max_length: int) -> dict:
-        """The reproducibility signature every score records (model, revision, dtype, versions...)."""
+        """The reproducibility signature every score records (model, revision, dtype, versions...): `dtype`
+        is what the encoder computes in, `weights_dtype` what its weights are held in (bfloat16 over float32
+        weights is autocast; over bfloat16 weights, bf16 weights)."""
         return {
             "model": spec.name,
             "revision": spec.revision or getattr(self.model.config, "_commit_hash", None),
             "architecture": type(self.model).__name__,
-            "dtype": str(self.autocast_dtype or self.weights_dtype).removeprefix("torch."),
+            "dtype": _name(self.autocast_dtype or self.weights_dtype),
+            "weights_dtype": _name(self.weights_dtype),
             "device": self.device.type,
             "max_length": max_length,
             **versions(),
         }
 
 
+def _name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
 def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> Loaded:
-    """`auto_class.from_pretrained` with the project's rules: float32 weights (float64 when asked),
+    """`auto_class.from_pretrained` with the project's rules: weights in `WEIGHTS_DTYPES[spec.dtype]`,
     safetensors preferred, pickles only weights-only, and errors that say what to do."""
     device = resolve_device(spec.device)
-    weights_dtype = torch.float64 if spec.dtype == "float64" else torch.float32
+    weights_dtype = WEIGHTS_DTYPES[spec.dtype]
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
         model, info = auto_class.from_pretrained(
@@ -323,7 +357,8 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
         tokenizer=tokenizer,
         device=loaded.device,
         autocast_dtype=loaded.autocast_dtype,
-        head_dtype=loaded.weights_dtype,
+        weights_dtype=loaded.weights_dtype,
+        head_dtype=loaded.head_dtype,
         max_length=max_length,
         head=head_factory(model) if head_factory else None,
         signature={**loaded.signature(spec, max_length), "attention": model.config._attn_implementation},
