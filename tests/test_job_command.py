@@ -7,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from distributed_scoring.cli import COMMANDS
+from distributed_scoring.cli import COMMANDS, build_parser
 from distributed_scoring.cli.job import NOT_JOBS, job_arguments
 from distributed_scoring.errors import UserError
 
 from helpers.cli import refusal
 
 REPO = Path(__file__).resolve().parents[1]
+PARSER = build_parser()
 
 
 def test_inputs_come_as_input_flags_and_the_run_goes_through_ray():
     argv = ["--input", "a.txt", "--model", "m", "--input", "s3://b/c/", "--output", "/shared/out"]
-    assert job_arguments("score", argv) == [
+    assert job_arguments(PARSER, "score", argv) == [
         "score",
         "a.txt",
         "s3://b/c/",
@@ -32,8 +33,8 @@ def test_inputs_come_as_input_flags_and_the_run_goes_through_ray():
 
 def test_a_command_without_inputs_takes_its_own_flags_and_generate_may_go_without():
     rescore = ["--dev", "d.jsonl", "--test", "t.jsonl", "--model", "m", "--output", "s3://b/o"]
-    assert job_arguments("rescore", rescore) == ["rescore", *rescore, "--ray"]
-    assert job_arguments("generate", ["--length", "5", "--model", "m", "--output", "/o"])[:3] == [
+    assert job_arguments(PARSER, "rescore", rescore) == ["rescore", *rescore, "--ray"]
+    assert job_arguments(PARSER, "generate", ["--length", "5", "--model", "m", "--output", "/o"])[:3] == [
         "generate",
         "--length",
         "5",
@@ -42,9 +43,9 @@ def test_a_command_without_inputs_takes_its_own_flags_and_generate_may_go_withou
 
 def test_a_command_that_needs_inputs_and_a_relative_output_are_refused(capsys):
     with pytest.raises(SystemExit):
-        job_arguments("score", ["--model", "m", "--output", "/o"])
+        job_arguments(PARSER, "score", ["--model", "m", "--output", "/o"])
     with pytest.raises(UserError, match="--output 'out' is relative"):
-        job_arguments("infill", ["--input", "x", "--model", "m", "--output", "out"])
+        job_arguments(PARSER, "infill", ["--input", "x", "--model", "m", "--output", "out"])
     assert "is relative" in refusal(capsys, ["job", "score", "--input", "x", "--model", "m", "--output", "out"])
 
 

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import sys
+from types import SimpleNamespace
 from typing import Sequence
 
 from ..cpus import thread_env
@@ -104,7 +105,10 @@ COMMANDS = (
         "with --input flags (repeatable) as its inputs. A relative --output is refused: inside a job it would "
         "land in the job's temporary working directory on each node. The jobs/ scripts do the same. Exit codes: "
         "COMMAND's.",
-        job,
+        SimpleNamespace(  # cli.job, given this registry
+            add_arguments=lambda p: job.add_arguments(p, COMMANDS),
+            run=lambda args: job.run(args, build_parser(), COMMANDS),
+        ),
     ),
     Command("fetch-model", "download and convert an offline model; prints its folder", None, fetch_model),
 )

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import Sequence
 
 from ..errors import UserError
-from .common import dispatch, environment, storage_environment
+from .common import Command, dispatch, environment, storage_environment
 
 NOT_JOBS = ("job", "submit", "verify", "fetch-model")  # they start no run on a cluster
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from . import COMMANDS
-
-    jobs = [c.name for c in COMMANDS if c.name not in NOT_JOBS]
+def add_arguments(p: argparse.ArgumentParser, commands: Sequence[Command]) -> None:
+    jobs = [c.name for c in commands if c.name not in NOT_JOBS]
     p.add_argument("job", choices=jobs, metavar="COMMAND", help=f"the command to run: {', '.join(jobs)}")
     p.add_argument(
         "arguments",
@@ -26,16 +25,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    from . import COMMANDS, build_parser
-
-    command = build_parser().parse_args(job_arguments(args.job, args.arguments))
+def run(args: argparse.Namespace, parser: argparse.ArgumentParser, commands: Sequence[Command]) -> int:
+    """Run the job's command, parsed by the whole CLI's `parser`, from `commands`."""
+    command = parser.parse_args(job_arguments(parser, args.job, args.arguments))
     command.result = args.result
     with environment(storage_environment(command)):
-        return dispatch(COMMANDS, command.command, command)
+        return dispatch(commands, command.command, command)
 
 
-def job_arguments(command: str, argv: list[str]) -> list[str]:
+def job_arguments(parser: argparse.ArgumentParser, command: str, argv: list[str]) -> list[str]:
     """The command line a job runs: through Ray, joining the cluster that RAY_ADDRESS names inside a job. A
     command that reads INPUT positionals takes them as `--input` flags (repeatable), needed unless it may run
     without inputs (`generate --length`).
@@ -43,7 +41,7 @@ def job_arguments(command: str, argv: list[str]) -> list[str]:
     A relative `--output` is refused: inside a job it would name a folder in the job's temporary working
     directory, a different one on every node, deleted when the job ends.
     """
-    positional = _inputs_of(command)
+    positional = _inputs_of(parser, command)
     if positional is not None:
         parser = argparse.ArgumentParser(prog=f"dscore job {command}", add_help=False)
         parser.add_argument(
@@ -66,9 +64,7 @@ def job_arguments(command: str, argv: list[str]) -> list[str]:
     return [command, *argv, "--ray"]
 
 
-def _inputs_of(command: str) -> argparse.Action | None:
-    """The INPUT positional of `command` (its parser built from the registry), or None when it has none."""
-    from . import build_parser
-
-    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+def _inputs_of(parser: argparse.ArgumentParser, command: str) -> argparse.Action | None:
+    """The INPUT positional of `command` (a subcommand of the CLI's `parser`), or None when it has none."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
     return next((a for a in commands[command]._actions if a.dest == "inputs"), None)
