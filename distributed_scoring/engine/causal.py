@@ -38,6 +38,7 @@ from ..engine import packing
 from .masked_lm import (
     CUDA_OUT_OF_MEMORY,
     DEFAULT_BATCH_TOKENS,
+    OnDevice,
     apply_head,
     autocast_region,
     head_rows,
@@ -236,30 +237,34 @@ class CausalEngine:
         self, sequences: Sequence[np.ndarray], report: Callable[[int, int], None] | None = None
     ) -> list[np.ndarray]:
         """log p(ids[t] | ids[<t]) for t = 1..L-1 of each sequence, in order (float64).
-        `report(tokens done, in all)` is called after each forward pass."""
-        out: list[np.ndarray] = [np.empty(0)] * len(sequences)
+        `report(tokens done, in all)` is called after each forward pass; the values stay on the device until
+        the last pass has run and come to the host in one copy."""
         lengths = [len(s) for s in sequences]
         score = partial(self._score, sequences)
         total, done = sum(lengths), 0
+        order: list[int] = []  # the sequences in the order their values were kept
+        values = OnDevice()
         for pieces in packing.pack(lengths, [1] * len(lengths), self.budget):
             for part, flat in run_fitting(pieces, lengths, self.budget, score, CUDA_OUT_OF_MEMORY):
-                batch = _indices(part)
-                ends = np.cumsum([lengths[i] - 1 for i in batch])[:-1]
-                for index, values in zip(batch, np.split(flat, ends)):
-                    out[index] = values
+                batch = _indices(part).tolist()
+                order += batch
+                values.add(flat)
                 done += sum(lengths[i] for i in batch)
                 if report is not None:
                     report(done, total)
+        out: list[np.ndarray] = [np.empty(0)] * len(sequences)
+        for index, terms in zip(order, np.split(values.host(), np.cumsum([lengths[i] - 1 for i in order])[:-1])):
+            out[index] = terms
         return out
 
-    def _score(self, sequences: Sequence[np.ndarray], pieces: list[Piece]) -> np.ndarray:
-        """(R,) float64 log-probabilities of the batch's sequences, concatenated, R = sum(L_b - 1)."""
+    def _score(self, sequences: Sequence[np.ndarray], pieces: list[Piece]) -> torch.Tensor:
+        """(R,) log-probabilities of the batch's sequences, concatenated, on the device, R = sum(L_b - 1)."""
         batch = _indices(pieces)
         lengths = np.array([len(sequences[i]) for i in batch])  # (B,)
         input_ids = np.full((len(batch), lengths[0]), self.lm.pad_id, dtype=np.int64)  # (B, T)
         for row, index in enumerate(batch):
             input_ids[row, : lengths[row]] = sequences[index]
-        return self.forward(input_ids, lengths).double().cpu().numpy()
+        return self.forward(input_ids, lengths)
 
     @torch.inference_mode()
     def forward(self, input_ids: np.ndarray, lengths: np.ndarray) -> torch.Tensor:

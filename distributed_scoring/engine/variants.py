@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM
+from .masked_lm import CUDA_OUT_OF_MEMORY, MaskedLM, OnDevice
 from .masking import Sentence
 from .packing import Piece, pack, run_fitting
 from .pll import PLLEngine
@@ -53,12 +53,13 @@ class SiteEngine:
     ) -> list[np.ndarray]:
         """(n targets, len(ids)) float64 per sentence: log p(ids[j] at t | the sentence unmasked), one pass each."""
         vocab = torch.as_tensor(ids, dtype=torch.long)
-        out = [np.empty((len(s.targets), len(ids)), dtype=np.float64) for s in sentences]
         lengths = [len(s.input_ids) for s in sentences]
         counts = [1 if len(s.targets) else 0 for s in sentences]  # a sentence with no target needs no pass
         total, done = int(np.dot(lengths, counts)), 0
+        order: list[int] = []  # the sentences in the order their tables were kept
+        values = OnDevice()
 
-        def score(pieces: list[Piece]) -> np.ndarray:
+        def score(pieces: list[Piece]) -> torch.Tensor:
             group = [sentences[p.group] for p in pieces]
             width = len(group[0].input_ids)
             input_ids = np.full((len(group), width), self.mlm.pad_token_id, dtype=np.int64)
@@ -68,23 +69,24 @@ class SiteEngine:
                 attention[row, : len(s.input_ids)] = 1
             rows = np.concatenate([np.full(len(s.targets), row) for row, s in enumerate(group)]).astype(np.int64)
             positions = np.concatenate([s.targets for s in group]).astype(np.int64)
-            values = []
+            tables = []
             with torch.inference_mode():
                 for logits in self.mlm.logits_at(input_ids, attention, positions, rows):  # (C, V)
                     logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
-                    values.append(logp[:, vocab.to(logp.device)].double().cpu())  # (C, A)
-            return torch.cat(values).numpy()
+                    tables.append(logp[:, vocab.to(logp.device)])  # (C, A)
+            return torch.cat(tables)
 
         for pieces in pack(lengths, counts, self.pll.budget):
-            for part, values in run_fitting(pieces, lengths, self.pll.budget, score, CUDA_OUT_OF_MEMORY):
+            for part, table in run_fitting(pieces, lengths, self.pll.budget, score, CUDA_OUT_OF_MEMORY):
                 self._unmasked_passes += len(part)
                 self._unmasked_batches += 1
-                start = 0
-                for piece in part:
-                    n = len(sentences[piece.group].targets)
-                    out[piece.group][:] = values[start : start + n]
-                    start += n
+                order += [piece.group for piece in part]
+                values.add(table)
                 done += sum(lengths[p.group] for p in part)
                 if report is not None:
                     report(done, total)
+        out = [np.empty((len(s.targets), len(ids)), dtype=np.float64) for s in sentences]
+        tables = values.host()
+        for index, table in zip(order, np.split(tables, np.cumsum([len(sentences[i].targets) for i in order])[:-1])):
+            out[index][:] = table
         return out

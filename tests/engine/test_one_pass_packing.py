@@ -13,12 +13,15 @@ import torch
 
 from distributed_scoring.config import ModelSpec
 from distributed_scoring.engine import masked_lm
+from distributed_scoring.engine.causal import CausalEngine, encode, load_causal_lm
+from distributed_scoring.engine.causal import pack as causal_pack
 from distributed_scoring.engine.masking import Sentence
 from distributed_scoring.engine.maskless import MasklessEngine, unmasked_scorer
 from distributed_scoring.engine.packing import ONE_PASS_PADDING, TokenBudget, Work, pack, rows_of
 from distributed_scoring.engine.pll import PLLEngine
 from distributed_scoring.workloads.prepare import PLLPreparer
 
+from helpers import rescoring as H
 from helpers import tiny
 from helpers.reference import unmasked_logprobs
 
@@ -144,18 +147,23 @@ class HostCopies:
         monkeypatch.setattr(torch.Tensor, "cpu", counted)
 
 
-def test_a_call_copies_its_values_to_the_host_once_whatever_its_batches(tiny_model_dir, monkeypatch):
+def test_a_call_copies_its_values_to_the_host_once_whatever_its_batches(tiny_model_dir, tmp_path, monkeypatch):
+    """Maskless, PLL and causal-LM engines: many batches, one device-to-host copy."""
     spec = ModelSpec(str(tiny_model_dir("bert")))
     scorer = unmasked_scorer(spec)
-    _, sentences = spread_sentences(scorer.mlm)
+    texts, sentences = spread_sentences(scorer.mlm)
+    lm = load_causal_lm(ModelSpec(str(H.save_tiny_causal("gpt2", tmp_path / "gpt2"))))
+    sequences = [ids for ids in encode(lm, texts) if len(ids) <= lm.max_length]
+    maskless, pll, causal = MasklessEngine(scorer, 150), PLLEngine(scorer.mlm, batch_tokens=150), CausalEngine(lm, 150)
     copies = HostCopies(monkeypatch)
-    maskless = MasklessEngine(scorer, 150)
-    maskless.predict(sentences)
-    assert maskless.work.batches > 3 and copies.count == 1
-    copies.count = 0
-    pll = PLLEngine(scorer.mlm, batch_tokens=150)
-    pll.token_logprobs(sentences[:4])
-    assert pll.batches > 3 and copies.count == 1
+    for call, batches in (
+        (lambda: maskless.predict(sentences), lambda: maskless.work.batches),
+        (lambda: pll.token_logprobs(sentences[:4]), lambda: pll.batches),
+        (lambda: causal.token_logprobs(sequences), lambda: len(causal_pack([len(q) for q in sequences], 150))),
+    ):
+        copies.count = 0
+        call()
+        assert batches() > 2 and copies.count == 1
 
 
 def test_values_beyond_a_head_calls_worth_come_over_in_parts_in_order(monkeypatch):
