@@ -183,12 +183,13 @@ CUDA_ATTENTION = (
 
 
 def autocast_region(device: torch.device, dtype: torch.dtype | None) -> contextlib.AbstractContextManager:
-    """Mixed-precision region of the encoder/decoder; none when the model runs in its weights' dtype.
-    On CUDA the attention kernels are tried in `CUDA_ATTENTION`'s order."""
-    if dtype is None:
-        return contextlib.nullcontext()
+    """Mixed-precision region of the encoder/decoder; no autocast when the model runs in its weights' dtype.
+    On CUDA the attention kernels are tried in `CUDA_ATTENTION`'s order whatever the dtype: bf16 weights run
+    the same half-precision kernels as bf16 autocast (float32 and float64 have no cuDNN or flash kernel to
+    skip)."""
     region = contextlib.ExitStack()
-    region.enter_context(torch.autocast(device.type, dtype=dtype))
+    if dtype is not None:
+        region.enter_context(torch.autocast(device.type, dtype=dtype))
     if device.type == "cuda":
         region.enter_context(sdpa_kernel(list(CUDA_ATTENTION), set_priority=True))
     return region
