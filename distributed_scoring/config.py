@@ -6,10 +6,10 @@ and a run's fingerprint (see `output.py`) can be computed from them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from .errors import UserError
+from .options import check, check_bounds, option
 
 VARIANTS = ("original", "word_l2r")
 LONG_TEXTS = ("window", "error")  # --long-texts: a text over the model's window scored in windows, or an error row
@@ -20,36 +20,6 @@ DTYPES = ("auto", "float32", "float64", "bfloat16", "float16")
 # `--unsafe-lock`, read by io.lock.
 STORAGE_RETRY_ENV = "DSCORE_STORAGE_RETRY_S"
 UNSAFE_LOCK_ENV = "DSCORE_UNSAFE_LOCK"
-
-
-def check_bounds(
-    flag: str, value: float | None, low: float, high: float | None = None, above: bool = False, below: bool = False
-) -> None:
-    """Refuse an absurd value of the option `flag` in one line that names its bounds: not a finite number,
-    under `low` (or equal to it, with `above`) or over `high` (or equal to it, with `below`). None, an
-    option left at its default, passes. The bounds are the ones each command's page documents."""
-    if value is None:
-        return
-    ok = (
-        math.isfinite(value)
-        and (value > low or (value == low and not above))
-        and (high is None or value < high or (value == high and not below))
-    )
-    if not ok:
-        finite = "" if math.isfinite(value) else "a finite number "
-        raise UserError(
-            f"{flag} {_shown(value)} is out of bounds: it must be {finite}{_bounds(low, high, above, below)}"
-        )
-
-
-def _shown(value: float) -> str:
-    return str(value) if isinstance(value, int) else f"{value:g}"
-
-
-def _bounds(low: float, high: float | None, above: bool, below: bool) -> str:
-    if high is not None:
-        return f"in {'(' if above else '['}{_shown(low)}, {_shown(high)}{')' if below else ']'}"
-    return f"{'above' if above else 'at least'} {_shown(low)}"
 
 
 @dataclass(frozen=True)
@@ -91,21 +61,40 @@ class ScoringOptions:
     or is an error row (`error`).
     """
 
-    variant: str = "original"
-    batch_tokens: int | None = None
-    per_token: bool = False
-    word_scores: bool = False
-    split_chars: bool = False
-    conditionals: int = 0
-    long_texts: str = "window"
+    variant: str = option(
+        "original", "original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)", choices=VARIANTS
+    )
+    batch_tokens: int | None = option(
+        None, "token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)", low=1, type=int
+    )
+    per_token: bool = option(
+        False,
+        "also write scored tokens and their log-probs (with --maskless, a token or distribution student's "
+        "prediction of each)",
+    )
+    word_scores: bool = option(False, "also write per-word scores (sums over pieces)")
+    split_chars: bool = option(
+        False,
+        "put a space between characters before tokenising: for per-residue models (protein, antibody) given "
+        "sequences without spaces; n_unknown in the output counts unreadable tokens",
+    )
+    conditionals: int = option(
+        0,
+        "with --per-token: also write the K most probable tokens of each scored token's conditional and the mass "
+        "of the rest (K >= the vocabulary: all of it), the targets of `dscore train maskless --target "
+        "distribution` (default 0: off)",
+        low=0,
+        metavar="K",
+    )
+    long_texts: str = option(
+        "window",
+        "a text longer than the model's maximum length: score each token in a window of the model's width "
+        "centred on it (window, the default; such rows say `windowed`) or leave an error row (error)",
+        choices=LONG_TEXTS,
+    )
 
     def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise UserError(f"variant {self.variant!r} is not one of {VARIANTS}")
-        if self.long_texts not in LONG_TEXTS:
-            raise UserError(f"long_texts {self.long_texts!r} is not one of {LONG_TEXTS}")
-        check_bounds("--batch-tokens", self.batch_tokens, 1)
-        check_bounds("--conditionals", self.conditionals, 0)
+        check(self)
         if self.conditionals and not self.per_token:
             raise UserError(
                 "--conditionals writes a conditional per scored token, beside the per-token columns: add --per-token"

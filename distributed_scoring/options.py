@@ -9,11 +9,42 @@ Torch-free and free of the CLI, so that engine settings, workloads and commands 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from .config import check_bounds
 from .errors import UserError
+
+
+def check_bounds(
+    flag: str, value: float | None, low: float, high: float | None = None, above: bool = False, below: bool = False
+) -> None:
+    """Refuse an absurd value of the option `flag` in one line that names its bounds: not a finite number,
+    under `low` (or equal to it, with `above`) or over `high` (or equal to it, with `below`). None, an
+    option left at its default, passes. The bounds are the ones each command's page documents."""
+    if value is None:
+        return
+    ok = (
+        math.isfinite(value)
+        and (value > low or (value == low and not above))
+        and (high is None or value < high or (value == high and not below))
+    )
+    if not ok:
+        finite = "" if math.isfinite(value) else "a finite number "
+        raise UserError(
+            f"{flag} {_shown(value)} is out of bounds: it must be {finite}{_bounds(low, high, above, below)}"
+        )
+
+
+def _shown(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _bounds(low: float, high: float | None, above: bool, below: bool) -> str:
+    if high is not None:
+        return f"in {'(' if above else '['}{_shown(low)}, {_shown(high)}{')' if below else ']'}"
+    return f"{'above' if above else 'at least'} {_shown(low)}"
+
 
 ADDED_LATER = {"recorded": "when set"}
 """Metadata of a field added to a record after folders (or audit.json files) were written without it:
@@ -29,7 +60,7 @@ class Flag:
     """How one option reads on the command line and which values it admits.
 
     `help` may name the field's default as `{default}`. `low`/`high` bound a number (`above`: `low`
-    excluded, `below`: `high` excluded), as `config.check_bounds` says; `choices` list its names (a field
+    excluded, `below`: `high` excluded), as `check_bounds` says; `choices` list its names (a field
     that also takes a number, such as HCB's pivot, a token id, checks the number itself). `name` is the flag
     when it is not the field's name with dashes; `type` parses the flag's text (default: the type of the
     field's default); `read` turns the parsed value into the option's (a space-separated list into a tuple,

@@ -46,7 +46,13 @@ RECORDED_BEFORE = {
         "vocab_restrict": None, "length": None, "order_column": "fill_order",
     },
 }  # fmt: skip
-COMMAND = {InfillOptions: "infill", SampleOptions: "sample", GenerateOptions: "generate", JointOptions: "joints"}
+COMMAND = {
+    ScoringOptions: "score",
+    InfillOptions: "infill",
+    SampleOptions: "sample",
+    GenerateOptions: "generate",
+    JointOptions: "joints",
+}
 
 
 def _options(command: str, cls: type, *flags: str):
@@ -103,6 +109,9 @@ def test_flags_read_back_into_the_options_they_declare():
         (SampleOptions, {"block": 2}, "--sampler mh proposes one position at a time"),
         (GenerateOptions, {"sequences": 0}, "--num-sequences 0 is out of bounds"),
         (GenerateOptions, {"temperature": -1.0}, "--temperature -1 is out of bounds"),
+        (ScoringOptions, {"variant": "l2r"}, "--variant 'l2r' is not one of original, word_l2r"),
+        (ScoringOptions, {"batch_tokens": 0}, "--batch-tokens 0 is out of bounds"),
+        (ScoringOptions, {"conditionals": 3}, "--conditionals writes a conditional per scored token"),
         (ChainOptions, {"order": "zigzag"}, "--order 'zigzag' is not one of l2r"),
         (ChainOptions, {"orders": 2}, "only --order random has more than one order"),
         (JointOptions, {"pivot": "first"}, "--hcb-pivot 'first' is not one of mode"),

@@ -8,25 +8,22 @@ import argparse
 import contextlib
 import json
 import os
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..config import (
     DEVICES,
     DTYPES,
-    LONG_TEXTS,
     STORAGE_RETRY_ENV,
     UNSAFE_LOCK_ENV,
-    VARIANTS,
     InputSpec,
     ModelSpec,
     RayOptions,
     RunConfig,
     ScoringOptions,
-    check_bounds,
 )
 from ..errors import UserError
-from ..options import flag_name, flagged
+from ..options import check_bounds, flag_name, flagged
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
 
@@ -93,12 +90,7 @@ def add_model_arguments(
         )
     p.add_argument("--output", required=True, help="output folder (local path or object-store URI)")
     if variant:
-        p.add_argument(
-            "--variant",
-            choices=VARIANTS,
-            default="original",
-            help="original (Salazar et al. 2020) or word_l2r (Kauf & Ivanova 2023)",
-        )
+        add_options(p, ScoringOptions, ["variant"])
     add_compute_arguments(p)
     p.add_argument(
         "--shard-rows",
@@ -160,12 +152,7 @@ def storage_environment(args: argparse.Namespace) -> dict[str, str]:
 def add_compute_arguments(p: argparse.ArgumentParser) -> None:
     """How the model runs in one process: its token budget, device, dtype, revision and remote code
     (`model_spec` and `ScoringOptions.batch_tokens` read them)."""
-    p.add_argument(
-        "--batch-tokens",
-        type=int,
-        default=None,
-        help="token budget of one forward pass, rows x padded length (default: 1024 CPU, 65536 CUDA)",
-    )
+    add_options(p, ScoringOptions, ["batch_tokens"])
     p.add_argument(
         "--device",
         type=parse_device,
@@ -234,13 +221,7 @@ def add_verbose(p: Parser, default: object = False) -> None:
 
 def add_long_texts(p: argparse.ArgumentParser) -> None:
     """--long-texts: what a PLL run does with a text longer than the model's window (`ScoringOptions.long_texts`)."""
-    p.add_argument(
-        "--long-texts",
-        choices=LONG_TEXTS,
-        default="window",
-        help="a text longer than the model's maximum length: score each token in a window of the model's width "
-        "centred on it (window, the default; such rows say `windowed`) or leave an error row (error)",
-    )
+    add_options(p, ScoringOptions, ["long_texts"])
 
 
 def add_options(
@@ -284,30 +265,9 @@ def add_score_arguments(p: argparse.ArgumentParser, per_token_flag: bool = True,
     add_corpus_arguments(
         p, "text, JSONL, CSV/TSV or Parquet files, datasets folders, folders or globs of them", maskless=maskless
     )
-    if per_token_flag:
-        p.add_argument(
-            "--per-token",
-            action="store_true",
-            help="also write scored tokens and their log-probs (with --maskless, a token or distribution "
-            "student's prediction of each)",
-        )
-        p.add_argument(
-            "--conditionals",
-            type=int,
-            default=0,
-            metavar="K",
-            help="with --per-token: also write the K most probable tokens of each scored token's "
-            "conditional and the mass of the rest (K >= the vocabulary: all of it), the targets of "
-            "`dscore train maskless --target distribution` (default 0: off)",
-        )
-    p.add_argument("--word-scores", action="store_true", help="also write per-word scores (sums over pieces)")
+    add_options(p, ScoringOptions, [*(("per_token", "conditionals") if per_token_flag else ()), "word_scores"])
     add_long_texts(p)
-    p.add_argument(
-        "--split-chars",
-        action="store_true",
-        help="put a space between characters before tokenising: for per-residue models (protein, "
-        "antibody) given sequences without spaces; n_unknown in the output counts unreadable tokens",
-    )
+    add_options(p, ScoringOptions, ["split_chars"])
     p.add_argument(
         "--partition-column",
         default=None,
@@ -347,15 +307,7 @@ def run_config(args: argparse.Namespace) -> RunConfig:
             fit_actors=args.shard_rows is None,
         ),
         model=model_spec(args, getattr(args, "maskless", None)),
-        scoring=ScoringOptions(
-            args.variant,
-            args.batch_tokens,
-            getattr(args, "per_token", False),
-            args.word_scores,
-            args.split_chars,
-            getattr(args, "conditionals", 0),
-            args.long_texts,
-        ),
+        scoring=options_from(args, ScoringOptions),
         output=args.output,
     )
 
@@ -408,7 +360,7 @@ class Command(NamedTuple):
     name: str
     help: str
     description: str | None
-    module: ModuleType
+    module: ModuleType | SimpleNamespace  # a command module, or its two functions bound to what it needs
     workload: str | None = None
 
     def text(self) -> str | None:

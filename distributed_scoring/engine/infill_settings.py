@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check_bounds
-from ..options import check, option
+from ..options import check, check_bounds, option
 
 DECODERS = ("standard", "hcb", "exact", "sample", "temperature", "top-k", "top-p", "filtered")
 SAMPLERS = ("sample", "temperature", "top-k", "top-p", "filtered")

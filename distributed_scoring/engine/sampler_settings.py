@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check_bounds
 from ..errors import UserError
-from ..options import check, option
+from ..options import check, check_bounds, option
 
 ENERGIES = ("raw", "norm")
 SAMPLERS = ("mh", "block-mh", "gibbs")

@@ -16,13 +16,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..errors import UserError
 from ..io import schema as S
 from ..io.claim import Claim, claim
 from ..io.output import fingerprint
 from ..io.storage import join
 from ..measures import pppl
+from ..options import check_bounds
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_tokens
 from ..pipeline.runner import Finished, run
 from ..pipeline.workload import Workload

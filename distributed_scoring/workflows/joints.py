@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ..config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ..engine.joint_stats import CONSTRUCTIONS, JointOptions, PairMetrics, corpus_stats
 from ..io import schema as S
 from ..io.claim import claim
@@ -32,7 +32,7 @@ from ..io.inputs import InputError
 from ..io.output import REPORT_JSON, REPORT_MD, SUMMARY_FILE, OutputDir
 from ..io.sources import plan_shards, read_unit, read_units
 from ..io.storage import open_binary
-from ..options import check, option
+from ..options import check, check_bounds, option
 from ..pipeline import runner
 from ..workloads.joints import (
     A_KL,

@@ -24,7 +24,7 @@ from dataclasses import asdict, replace
 import numpy as np
 import pyarrow as pa
 
-from ...config import ModelSpec, check_bounds
+from ...config import ModelSpec
 from ...engine.model_files import (
     CALIBRATION,
     STUDENT_FILE,
@@ -37,6 +37,7 @@ from ...io import schema as S
 from ...io.claim import Claim, claim_training
 from ...io.output import REPORT_JSON, REPORT_MD, OutputDir
 from ...io.storage import join
+from ...options import check_bounds
 from ...workloads.maskless import RANGE
 from ...workloads.prepare import PLLPreparer
 from ..maskless import HELDOUT

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim_training
@@ -28,6 +28,7 @@ from ...io.ids import check_unique_ids
 from ...io.output import REPORT_JSON
 from ...io.sources import plan_shards, read_unit, read_units
 from ...io.storage import join
+from ...options import check_bounds
 from ...workloads.prepare import PLLPreparer
 from .run import (
     DATA_HELDOUT,

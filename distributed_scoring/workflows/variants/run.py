@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions, check_bounds
+from ...config import InputSpec, ModelSpec, RayOptions, RunConfig, ScoringOptions
 from ...errors import UserError
 from ...io import schema as S
 from ...io.claim import Claim, claim
@@ -47,6 +47,7 @@ from ...io.dms import (
     strings_of,
 )
 from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
+from ...options import check_bounds
 from ...pipeline.runner import run
 from ...workloads.variants import (
     MARGINALS,
