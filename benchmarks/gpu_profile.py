@@ -126,7 +126,7 @@ def main() -> None:
     args = parser.parse_args()
     quiet_transformers()
     folder = synthetic.model_folder(args.shape, args.models_dir)
-    mlm = load_masked_lm(ModelSpec(str(folder), device="cuda", dtype="bfloat16"))
+    mlm = load_masked_lm(ModelSpec(str(folder), device="cuda", dtype="auto"))
     sentences = encode(mlm.tokenizer, synthetic.sentences(args.sentences, args.lengths, seed=7))
     report = [
         f"{args.shape} {args.lengths} {args.sentences} sentences, budget {args.budget}, "

@@ -26,8 +26,9 @@ UNSAFE_LOCK_ENV = "DSCORE_UNSAFE_LOCK"
 class ModelSpec:
     """Which masked LM to load and where to run it.
 
-    `name` is a local folder or a Hub id. `dtype` is the autocast dtype of the encoder: `auto` means
-    bfloat16 on CUDA and float32 on CPU; the LM head and the log-softmax run in float32, except with
+    `name` is a local folder or a Hub id. `dtype`: `auto` means bfloat16 autocast over float32 weights on
+    CUDA and float32 on CPU; `bfloat16` and `float16` load the weights in that dtype (no autocast: half the
+    memory traffic); the log-softmax over the LM head's logits runs in float32 either way, in float64 with
     `float64`, where the whole model does (for reference-grade precision, at twice the CPU cost).
     `trust_remote_code` lets transformers run Python files that come with the model folder or Hub repo;
     off unless asked for, since that code runs with the user's rights on every node.

@@ -115,7 +115,8 @@ class MLMScorer:
 
     `model` is a Hub id or a local folder (a string or a path; see `ModelSpec`); `device` one of
     `config.DEVICES` or `cuda:N` (`auto`: CUDA when present); `dtype` one of `config.DTYPES` (`auto`:
-    bfloat16 autocast on CUDA, float32 on CPU; the LM head and log-softmax stay in float32). `variant`
+    bfloat16 autocast on CUDA, float32 on CPU; `bfloat16`/`float16`: weights in that dtype; the log-softmax
+    stays in float32). `variant`
     is the PLL's masking (`original`, or `word_l2r`); `batch_tokens` bounds rows x padded length of one
     forward pass (None: the device's default); `split_chars` reads each text as space-separated
     characters (per-residue protein models). `progress` shows a bar per call, moving every `CHUNK_ROWS`

@@ -163,7 +163,8 @@ def add_compute_arguments(p: argparse.ArgumentParser) -> None:
         "--dtype",
         choices=DTYPES,
         default="auto",
-        help="encoder autocast dtype (default: bfloat16 on CUDA, float32 on CPU)",
+        help="bfloat16/float16: weights in that dtype; auto (default): bfloat16 autocast over float32 weights on "
+        "CUDA, float32 on CPU; the LM head's log-softmax runs in float32 (float64 with float64)",
     )
     add_revision(p)
     p.add_argument(
