@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         args, RescoreInputs, dev=args.dev, test=args.test, output=args.output, shard_rows=shard_rows(args)
     )
     options = options_from(args, RescoreOptions)
-    scoring = ScoringOptions(args.variant, args.batch_tokens, long_texts=args.long_texts)
+    scoring = options_from(args, ScoringOptions)
     causal = model_spec(args, args.causal_model) if args.causal_model else None
     student = student_folder(args)
     if student and args.method != "pll":
