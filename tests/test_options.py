@@ -18,6 +18,7 @@ from distributed_scoring.errors import UserError
 from distributed_scoring.io.output import recorded_values
 from distributed_scoring.options import flag_name, flagged
 from distributed_scoring.workflows.joints import JointsInputs
+from distributed_scoring.workflows.variants.run import VariantsInputs
 from distributed_scoring.workloads.chain import ChainOptions
 from distributed_scoring.workloads.generate import GenerateOptions
 from distributed_scoring.workloads.infill import InfillOptions
@@ -112,6 +113,7 @@ def test_flags_read_back_into_the_options_they_declare():
         (ScoringOptions, {"variant": "l2r"}, "--variant 'l2r' is not one of original, word_l2r"),
         (ScoringOptions, {"batch_tokens": 0}, "--batch-tokens 0 is out of bounds"),
         (ScoringOptions, {"conditionals": 3}, "--conditionals writes a conditional per scored token"),
+        (VariantsInputs, {"strategy": "marginal"}, "--strategy 'marginal' is not one of wt-marginal"),
         (ChainOptions, {"order": "zigzag"}, "--order 'zigzag' is not one of l2r"),
         (ChainOptions, {"orders": 2}, "only --order random has more than one order"),
         (JointOptions, {"pivot": "first"}, "--hcb-pivot 'first' is not one of mode"),
@@ -120,8 +122,9 @@ def test_flags_read_back_into_the_options_they_declare():
     ],
 )
 def test_a_bad_value_is_refused_in_one_line_naming_its_flag(cls, values, flag):
+    required = {"table": "t.csv", "output": "out", "target_seq": "MKT"} if cls is VariantsInputs else {}
     with pytest.raises(UserError, match=flag):
-        cls(**values)
+        cls(**required, **values)
 
 
 def test_engine_settings_check_themselves_from_the_same_declaration():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 from types import ModuleType, SimpleNamespace
@@ -230,7 +231,8 @@ def add_options(
 ) -> None:
     """The flags of an options class, declared once in its fields' metadata (`options.option`): those of
     `names` in that order, or else every flagged field in declaration order less `skip`. A boolean field
-    that defaults to False is a switch; the others take a value of their default's type. `unset`: the flags
+    that defaults to False is a switch; the others take a value of their default's type (a field without a
+    default is a required flag). `unset`: the flags
     default to None (the field's default, to `options_from`), so that a command can tell a flag given from
     one left out."""
     declared = {f.name: (f, spec) for f, spec in flagged(options)}
@@ -241,8 +243,11 @@ def add_options(
         if f.default is False:
             kwargs["action"] = "store_true"
         else:
-            kwargs["default"] = None if unset else f.default
-            kind = spec.type or (None if f.default is None or isinstance(f.default, str) else type(f.default))
+            required = f.default is dataclasses.MISSING
+            kwargs |= {"required": True} if required else {"default": None if unset else f.default}
+            kind = spec.type or (
+                None if required or f.default is None or isinstance(f.default, str) else type(f.default)
+            )
             kwargs |= {"type": kind} if kind else {}
             kwargs |= {"choices": spec.choices} if spec.choices else {}
             kwargs |= {"metavar": spec.metavar} if spec.metavar else {}

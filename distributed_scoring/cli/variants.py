@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_long_texts, add_model_arguments, finish, model_spec, ray_options, shard_rows
+from .common import (
+    add_long_texts,
+    add_model_arguments,
+    add_options,
+    finish,
+    model_spec,
+    options_from,
+    ray_options,
+    shard_rows,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from ..workflows.variants.run import STRATEGIES
+    from ..workflows.variants.run import VariantsInputs
 
     p.add_argument(
         "table",
@@ -18,27 +27,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "DMS_score_bin), or with --reference the folder of the tables it names",
     )
     wild = p.add_mutually_exclusive_group(required=True)
-    wild.add_argument("--target-seq", default=None, metavar="SEQ", help="the wild type, one letter per residue")
-    wild.add_argument(
-        "--reference",
-        default=None,
-        metavar="REFERENCE.csv",
-        help="ProteinGym's reference file (DMS_id, DMS_filename, target_seq, ...): every assay it lists is scored",
-    )
-    p.add_argument(
-        "--strategy",
-        choices=STRATEGIES,
-        required=True,
-        help="wt-marginal (1 pass per wild type, per window of a long one), masked-marginal (one masked pass per "
-        "mutated position of the wild type), mutant-marginal (1 pass per variant) or pll (PLL(mutant) - PLL(wild "
-        "type), L passes per sequence)",
-    )
-    p.add_argument(
-        "--offset",
-        type=int,
-        default=1,
-        help="the number of the target's first residue in `mutant` (default 1: ProteinGym's 1-based positions)",
-    )
+    add_options(wild, VariantsInputs, ["target_seq", "reference"])
+    add_options(p, VariantsInputs, ["strategy", "offset"])
     add_model_arguments(p, shard_rows=1000, variant=False, fit_actors=True)
     add_long_texts(p)
 
@@ -46,14 +36,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..workflows.variants.run import VariantsInputs, score_variants
 
-    inputs = VariantsInputs(
-        args.table,
-        args.output,
-        args.strategy,
-        args.target_seq,
-        args.reference,
-        args.offset,
-        shard_rows(args),
+    inputs = options_from(
+        args,
+        VariantsInputs,
+        table=args.table,
+        output=args.output,
+        shard_rows=shard_rows(args),
         fit_actors=args.shard_rows is None,
     )
     summary = score_variants(

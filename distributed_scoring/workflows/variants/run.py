@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import MISSING, asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ from ...io.dms import (
     strings_of,
 )
 from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
-from ...options import check_bounds
+from ...options import check, check_bounds, option
 from ...pipeline.runner import run
 from ...workloads.variants import (
     MARGINALS,
@@ -87,16 +87,27 @@ class VariantsInputs:
 
     table: str
     output: str
-    strategy: str
-    target_seq: str | None = None
-    reference: str | None = None
-    offset: int = 1
+    strategy: str = option(
+        MISSING,
+        "wt-marginal (1 pass per wild type, per window of a long one), masked-marginal (one masked pass per "
+        "mutated position of the wild type), mutant-marginal (1 pass per variant) or pll (PLL(mutant) - PLL(wild "
+        "type), L passes per sequence)",
+        choices=STRATEGIES,
+    )
+    target_seq: str | None = option(None, "the wild type, one letter per residue", metavar="SEQ")
+    reference: str | None = option(
+        None,
+        "ProteinGym's reference file (DMS_id, DMS_filename, target_seq, ...): every assay it lists is scored",
+        metavar="REFERENCE.csv",
+    )
+    offset: int = option(
+        1, "the number of the target's first residue in `mutant` (default 1: ProteinGym's 1-based positions)"
+    )
     shard_rows: int = 1000
     fit_actors: bool = False
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGIES:
-            raise UserError(f"--strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        check(self)
         if (self.target_seq is None) == (self.reference is None):
             raise UserError("pass either --target-seq SEQ (one assay) or --reference REFERENCE.csv (ProteinGym's)")
         if self.target_seq is not None and not self.target_seq.strip().isalpha():
