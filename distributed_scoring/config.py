@@ -150,15 +150,23 @@ class RayOptions:
     """
 
     address: str | None = None
-    num_actors: int | None = None
-    cpus_per_actor: float | None = None
-    stall_timeout_s: float = 1800.0
+    num_actors: int | None = option(
+        None, "scoring actors, one model replica each (default: one per GPU, else as CPUs allow)", low=1, type=int
+    )
+    cpus_per_actor: float | None = option(
+        None, "CPUs of each CPU scoring actor (default 4 or fewer)", low=0, above=True, type=float
+    )
+    stall_timeout_s: float = option(
+        1800.0,
+        "fail when no shard finishes for this many seconds (default {default:g})",
+        low=0,
+        above=True,
+        name="--stall-timeout",
+    )
     verbose: bool = False
 
     def __post_init__(self) -> None:
-        check_bounds("--num-actors", self.num_actors, 1)
-        check_bounds("--cpus-per-actor", self.cpus_per_actor, 0, above=True)
-        check_bounds("--stall-timeout", self.stall_timeout_s, 0, above=True)
+        check(self)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import pytest
 
 from distributed_scoring.cli import build_parser
 from distributed_scoring.cli.common import options_from
-from distributed_scoring.config import ScoringOptions
+from distributed_scoring.config import RayOptions, ScoringOptions
 from distributed_scoring.engine.infill_settings import InfillSettings
 from distributed_scoring.engine.joint_stats import JointOptions
 from distributed_scoring.engine.sampler_settings import SamplerSettings
@@ -49,6 +49,7 @@ RECORDED_BEFORE = {
 }  # fmt: skip
 COMMAND = {
     ScoringOptions: "score",
+    RayOptions: "score",
     InfillOptions: "infill",
     SampleOptions: "sample",
     GenerateOptions: "generate",

@@ -181,21 +181,7 @@ def add_ray_group(p: argparse.ArgumentParser) -> None:
     ray = p.add_argument_group("Ray", "score on Ray actors instead of in this process")
     ray.add_argument("--ray", action="store_true", help="run the Ray Data pipeline (embedded local Ray by default)")
     add_address(ray)
-    ray.add_argument(
-        "--num-actors",
-        type=int,
-        default=None,
-        help="scoring actors, one model replica each (default: one per GPU, else as CPUs allow)",
-    )
-    ray.add_argument(
-        "--cpus-per-actor", type=float, default=None, help="CPUs of each CPU scoring actor (default 4 or fewer)"
-    )
-    ray.add_argument(
-        "--stall-timeout",
-        type=float,
-        default=1800.0,
-        help="fail when no shard finishes for this many seconds (default 1800)",
-    )
+    add_options(ray, RayOptions, ["num_actors", "cpus_per_actor", "stall_timeout_s"])
     add_verbose(ray, default=argparse.SUPPRESS)  # after the command too, without resetting `dscore --verbose`
 
 
@@ -339,7 +325,7 @@ def prompt_config(args: argparse.Namespace) -> RunConfig:
 def ray_options(args: argparse.Namespace) -> RayOptions | None:
     """Ray options when --ray or --address was given, else None (score in this process). They are built
     (and so checked) either way: an absurd --stall-timeout is refused, not ignored."""
-    options = RayOptions(args.address, args.num_actors, args.cpus_per_actor, args.stall_timeout, args.verbose)
+    options = options_from(args, RayOptions, address=args.address, verbose=args.verbose)
     return options if args.ray or args.address else None
 
 
