@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from distributed_scoring.cli import main
+from distributed_scoring.cli import COMMANDS, main
+from distributed_scoring.cli.common import discovered
 from distributed_scoring.config import RayOptions
 from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
@@ -334,3 +336,33 @@ def test_device_takes_one_gpu_by_number_and_refuses_other_names(capsys):
         with pytest.raises(SystemExit) as exit_:
             parse(["score", "x.txt", "--model", "m", "--output", "o", "--device", bad])
         assert exit_.value.code == 2 and "or cuda:N" in capsys.readouterr().err
+
+
+def test_a_command_is_its_own_module_found_by_the_registry(tmp_path, monkeypatch):
+    """`cli.common.discovered` gathers every module of a package that declares `COMMAND`, in `place` order, with
+    its module filled in; a module without one (shared flags) and `__main__` are left out."""
+
+    package = tmp_path / "made_up_cli"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text("raise SystemExit('never imported')\n")
+    (package / "shared.py").write_text("FLAGS = ()\n")
+    for name, place in (("later", 20), ("first", 10)):
+        (package / f"{name}.py").write_text(
+            "from distributed_scoring.cli.common import Command\n"
+            f"COMMAND = Command({name!r}, 'the {name} command', place={place})\n"
+        )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import made_up_cli
+
+    try:
+        found = discovered(made_up_cli)
+        assert [(c.name, c.module.__name__) for c in found] == [
+            ("first", "made_up_cli.first"),
+            ("later", "made_up_cli.later"),
+        ]
+    finally:
+        for name in [m for m in sys.modules if m.startswith("made_up_cli")]:
+            del sys.modules[name]
+    assert [c.place for c in COMMANDS] == sorted(c.place for c in COMMANDS)
+    assert {c.name for c in COMMANDS} >= {"score", "variants", "job", "train", "verify"}

@@ -6,10 +6,31 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from .common import add_options, add_score_arguments, finish, options_from, ray_options, run_config, student_folder
+from .common import (
+    Command,
+    add_options,
+    add_score_arguments,
+    finish,
+    options_from,
+    ray_options,
+    run_config,
+    student_folder,
+)
 
 if TYPE_CHECKING:
     from ..workflows.audit.figures import AuditResult
+
+
+COMMAND = Command(
+    "audit",
+    "score a corpus snapshot and audit it: PPPL per partition, outliers, baseline",
+    description="Scores in this process, or on Ray with --ray or --address (as `dscore score`). Exit codes: 0 pass "
+    "(every scope shows no change or an improvement, or no baseline), "
+    "3 a regression against the baseline, 5 insufficient data (some scope's interval cannot tell; "
+    "--accept-insufficient turns it into a pass), 4 the baseline was scored by another model (PPPL not "
+    "compared), 1 rows lost, 2 bad input or options.",
+    place=70,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib
 import json
 import os
-from types import ModuleType, SimpleNamespace
+import pkgutil
+from types import ModuleType
 from typing import Any, Iterable, Iterator, NamedTuple
 
 from ..config import (
@@ -347,13 +349,15 @@ class Command(NamedTuple):
     """A registry entry: the subcommand's name, its line in the parent's --help, its own --help text (None:
     usage and flags only), and the module that declares its flags (`add_arguments(parser)`) and runs it
     (`run(args) -> int`, the exit code). With `workload`, `{columns}` in the text is the columns of that
-    workload's rows, from its declared schema (`workflows.columns`)."""
+    workload's rows, from its declared schema (`workflows.columns`). A command module declares its own entry
+    (`COMMAND`, its module left out: `discovered` fills it in), `place` ordering the parent's --help."""
 
     name: str
     help: str
-    description: str | None
-    module: ModuleType | SimpleNamespace  # a command module, or its two functions bound to what it needs
+    description: str | None = None
     workload: str | None = None
+    place: int = 0
+    module: ModuleType | None = None
 
     def text(self) -> str | None:
         if self.workload is None:
@@ -361,6 +365,19 @@ class Command(NamedTuple):
         from ..workflows.columns import columns
 
         return self.description.format(columns=columns(self.workload))
+
+
+def discovered(package: ModuleType) -> tuple[Command, ...]:
+    """The commands of `package`: every module (or subpackage) of it that declares `COMMAND`, with its module,
+    by `place`. A new command is then its own module alone, with no list to edit."""
+    found = []
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("_"):  # __main__ runs the CLI; it declares no command
+            continue
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        if hasattr(module, "COMMAND"):
+            found.append(module.COMMAND._replace(module=module))
+    return tuple(sorted(found, key=lambda command: command.place))
 
 
 def add_commands(parser: argparse.ArgumentParser, commands: tuple[Command, ...], dest: str) -> None:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 
-from .common import finish
+from .common import Command, finish
+
+COMMAND = Command(
+    "fetch-model",
+    "download and convert an offline model; prints its folder",
+    place=130,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -5,7 +5,26 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_corpus_arguments, add_options, finish, model_spec, options_from, ray_options, shard_rows
+from .common import (
+    Command,
+    add_corpus_arguments,
+    add_options,
+    finish,
+    model_spec,
+    options_from,
+    ray_options,
+    shard_rows,
+)
+
+COMMAND = Command(
+    "generate",
+    "generate in any order with a masked LM (u-PMLM Algorithm 1): greedy or sampled, constrained "
+    "by the prompt's tokens",
+    description="Rows in DIR/rows/*.parquet, one per generated sequence: {columns} (log_likelihood: the chain rule "
+    "along fill_order, natural log). Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+    workload="generate",
+    place=60,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_corpus_arguments, add_options, finish, options_from, prompt_config, ray_options
+from .common import Command, add_corpus_arguments, add_options, finish, options_from, prompt_config, ray_options
+
+COMMAND = Command(
+    "infill",
+    "fill masked spans: standard or HCB beam search, sampling baselines, exact search",
+    description="Rows in DIR/rows/*.parquet: {columns} (beams best first). Exit codes: 0 done, 1 rows lost, 2 bad "
+    "input or options.",
+    workload="infill",
+    place=40,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

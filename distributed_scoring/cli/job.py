@@ -6,16 +6,28 @@ from __future__ import annotations
 
 import argparse
 import os
-from typing import Sequence
 
 from ..errors import UserError
 from .common import Command, dispatch, environment, storage_environment
 
+COMMAND = Command(
+    "job",
+    "run a command as a Ray job's entry point: `ray job submit -- dscore job score --input ...`",
+    description="Runs COMMAND through Ray, joining the cluster that RAY_ADDRESS names inside a job (as --ray does), "
+    "with --input flags (repeatable) as its inputs. A relative --output is refused: inside a job it would "
+    "land in the job's temporary working directory on each node. The jobs/ scripts do the same. Exit codes: "
+    "COMMAND's.",
+    place=120,
+)
+
+
 NOT_JOBS = ("job", "submit", "verify", "fetch-model")  # they start no run on a cluster
 
 
-def add_arguments(p: argparse.ArgumentParser, commands: Sequence[Command]) -> None:
-    jobs = [c.name for c in commands if c.name not in NOT_JOBS]
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from . import COMMANDS
+
+    jobs = [c.name for c in COMMANDS if c.name not in NOT_JOBS]
     p.add_argument("job", choices=jobs, metavar="COMMAND", help=f"the command to run: {', '.join(jobs)}")
     p.add_argument(
         "arguments",
@@ -25,12 +37,15 @@ def add_arguments(p: argparse.ArgumentParser, commands: Sequence[Command]) -> No
     )
 
 
-def run(args: argparse.Namespace, parser: argparse.ArgumentParser, commands: Sequence[Command]) -> int:
-    """Run the job's command, parsed by the whole CLI's `parser`, from `commands`."""
+def run(args: argparse.Namespace) -> int:
+    """Run the job's command, parsed by the whole CLI's parser."""
+    from . import COMMANDS, build_parser
+
+    parser = build_parser()
     command = parser.parse_args(job_arguments(parser, args.job, args.arguments))
     command.result = args.result
     with environment(storage_environment(command)):
-        return dispatch(commands, command.command, command)
+        return dispatch(COMMANDS, command.command, command)
 
 
 def job_arguments(parser: argparse.ArgumentParser, command: str, argv: list[str]) -> list[str]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .common import (
+    Command,
     add_inputs,
     add_model_arguments,
     add_options,
@@ -15,6 +16,12 @@ from .common import (
     options_from,
     ray_options,
     shard_rows,
+)
+
+COMMAND = Command(
+    "joints",
+    "pairwise joints (MLM, MRF, MRF-L, HCB, AG) from MLM conditionals, with U-PPL, P-PPL, A-KL, G-KL",
+    place=30,
 )
 
 

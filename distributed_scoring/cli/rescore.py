@@ -8,6 +8,7 @@ import argparse
 from ..config import ScoringOptions
 from ..errors import UserError
 from .common import (
+    Command,
     add_long_texts,
     add_model_arguments,
     add_options,
@@ -17,6 +18,12 @@ from .common import (
     ray_options,
     shard_rows,
     student_folder,
+)
+
+COMMAND = Command(
+    "rescore",
+    "rescore ASR/MT N-best lists with a masked LM (and a causal LM), tuned on dev",
+    place=20,
 )
 
 

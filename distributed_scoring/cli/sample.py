@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from .common import add_corpus_arguments, add_options, finish, options_from, prompt_config, ray_options
+from .common import Command, add_corpus_arguments, add_options, finish, options_from, prompt_config, ray_options
+
+COMMAND = Command(
+    "sample",
+    "sample from an MLM's energy: Metropolis-Hastings with MLM proposals (and Gibbs)",
+    description="Rows in DIR/rows/*.parquet, one per chain per recorded epoch: {columns}. Exit codes: 0 done, 1 rows "
+    "lost, 2 bad input or options.",
+    workload="sample",
+    place=50,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

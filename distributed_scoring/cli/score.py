@@ -6,7 +6,22 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UserError
-from .common import add_options, add_score_arguments, finish, options_from, ray_options, run_config, student_folder
+from .common import (
+    Command,
+    add_options,
+    add_score_arguments,
+    finish,
+    options_from,
+    ray_options,
+    run_config,
+    student_folder,
+)
+
+COMMAND = Command(
+    "score",
+    "PLL of every sentence, Parquet out, corpus PPPL in summary.json",
+    place=10,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

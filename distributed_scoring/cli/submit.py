@@ -4,6 +4,19 @@ from __future__ import annotations
 
 import argparse
 
+from .common import Command
+
+COMMAND = Command(
+    "submit",
+    "run a dscore command or jobs/ script as a Ray job; exits with its exit code",
+    description="Submits through Ray's job SDK (token auth from $RAY_AUTH_TOKEN, $RAY_AUTH_TOKEN_PATH or "
+    "~/.ray/auth_token), writes the job's log to standard output as it comes, and exits with the "
+    "entrypoint's own code (0 pass, 3 regression, 5 insufficient data, 2 bad input, ...), which `ray job "
+    "submit` does not. Exit codes: the entrypoint's; 2 no job server answers or it refuses the job; 1 the "
+    "job ended without a code of its own (stopped, its driver lost) or the job server was lost meanwhile.",
+    place=110,
+)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(

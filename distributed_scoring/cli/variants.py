@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .common import (
+    Command,
     add_long_texts,
     add_model_arguments,
     add_options,
@@ -14,6 +15,15 @@ from .common import (
     options_from,
     ray_options,
     shard_rows,
+)
+
+COMMAND = Command(
+    "variants",
+    "protein variant effects of DMS tables (ProteinGym): wt-, masked-, mutant-marginal or PLL difference",
+    description="Writes DIR/variants.parquet (every input column, DMS_id, score, n_mutations, status, error), "
+    "summary.json (forward_passes; per assay Spearman with DMS_score and AUC of DMS_score_bin, with bootstrap "
+    "intervals), report.md and scatter.png. Exit codes: 0 done, 1 rows lost, 2 bad input or options.",
+    place=90,
 )
 
 

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import argparse
 
-from .common import finish
+from .common import Command, finish
+
+COMMAND = Command(
+    "verify",
+    "check an output folder: every planned shard done, markers against files, ids once, "
+    "summary there and agreeing, no leftovers",
+    description="Prints one line per problem, per missing part and per thing it could not check, then OK, "
+    "INCOMPLETE (rerun the same command to finish) or FAILED (damaged). Folders of rescore, joints and train "
+    "are verified through the runs inside them. Exit codes: 0 complete and sound, 1 incomplete or damaged, "
+    "2 not a dscore output folder.",
+    place=80,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

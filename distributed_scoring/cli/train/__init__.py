@@ -19,7 +19,7 @@ TRAINERS = (
         "baselines, mutant-minus-parent differences, N-best rescoring, speed-up over the PLL. Score with "
         "`dscore score --maskless DIR`. Exit codes: 0 done, 1 the run failed (rerun the command to continue from "
         "its latest checkpoint), 2 bad input or options.",
-        maskless,
+        module=maskless,
     ),
     Command(
         "pmlm",
@@ -28,8 +28,14 @@ TRAINERS = (
         "cross-entropy on them. DIR is a model folder (`dscore score --model DIR`); DIR/report.json: held-out "
         "chain-rule perplexity, left-to-right and in random orders, before and after. Exit codes: 0 done, "
         "1 the run failed (rerun the command to continue from its latest checkpoint), 2 bad input or options.",
-        pmlm,
+        module=pmlm,
     ),
+)
+
+COMMAND = Command(
+    "train",
+    "training jobs on Ray Train: u-PMLM, maskless scorers",
+    place=100,
 )
 
 
