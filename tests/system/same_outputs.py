@@ -88,39 +88,12 @@ def write_inputs(d: Path) -> dict[str, str]:
 def commands(inputs: dict[str, str], model: str, out: Path) -> list[tuple[str, list[str]]]:
     """(name, argv) of every command played, in order (audit-again reads audit's folder as its baseline)."""
     m = ["--model", model]
+    audit = ["audit", inputs["parts.jsonl"], "--id-column", "id", "--partition-column", "source", *m, "--min-rows", "2"]
     return [
         ("score", ["score", inputs["corpus.txt"], *m, "--per-token", "--shard-rows", "4"]),
         ("score-unmasked", ["score", inputs["corpus.txt"], *m, "--method", "unmasked"]),
-        (
-            "audit",
-            [
-                "audit",
-                inputs["parts.jsonl"],
-                "--id-column",
-                "id",
-                "--partition-column",
-                "source",
-                *m,
-                "--min-rows",
-                "2",
-            ],
-        ),
-        (
-            "audit-again",
-            [
-                "audit",
-                inputs["parts.jsonl"],
-                "--id-column",
-                "id",
-                "--partition-column",
-                "source",
-                *m,
-                "--min-rows",
-                "2",
-                "--baseline",
-                str(out / "audit"),
-            ],
-        ),
+        ("audit", audit),
+        ("audit-again", [*audit, "--baseline", str(out / "audit")]),
         ("rescore", ["rescore", "--dev", inputs["dev.jsonl"], "--test", inputs["test.jsonl"], *m]),
         ("joints", ["joints", inputs["corpus.txt"], *m, "--examples", "4"]),
         ("infill", ["infill", inputs["masked.jsonl"], "--id-column", "id", *m, "--beam", "2"]),

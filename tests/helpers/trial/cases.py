@@ -115,3 +115,12 @@ def distinct_texts(d: Path, *sources: str) -> int:
 def score_argv(source: str, *extra: str, out: str = "out") -> list[str]:
     """`dscore score` of `source` with the tiny BERT in shards of 2 rows."""
     return ["score", source, "--model", M, "--output", out, "--shard-rows", "2", *extra]
+
+
+def rescore_argv(d: Path, utterances: int, hyps: int, out: str = "out", name: str = "") -> list[str]:
+    """`dscore rescore` of a dev and a test N-best list written for it (`{name}_dev.jsonl`, utterance ids
+    `{name}d1`, ...), with the tiny BERT in shards of 2 rows; its --dev and --test files at argv[2] and [4]."""
+    files = f"{name}_" if name else ""
+    dev = nbest(d, f"{files}dev.jsonl", utterances, hyps, f"{name}d")
+    test = nbest(d, f"{files}test.jsonl", utterances, hyps, f"{name}t")
+    return ["rescore", "--dev", dev, "--test", test, "--model", M, "--output", out, "--shard-rows", "2"]

@@ -26,7 +26,7 @@ from helpers.trial.cases import (
     distinct_texts,
     jsonl,
     masked,
-    nbest,
+    rescore_argv,
     score_argv,
 )
 from helpers.trial.dscore import RAY_TIMEOUT_S, TIMEOUT_S, Call, descendants_of, full_disk, reap
@@ -157,19 +157,7 @@ def _(t: Trial, d: Path) -> Outcome:
 
 @case("F06", "kill -9 of `rescore` mid-run, then the same command", SURVIVED_LINE)
 def _(t: Trial, d: Path) -> Outcome:
-    argv = [
-        "rescore",
-        "--dev",
-        nbest(d, "dev.jsonl", 6, 2, "d"),
-        "--test",
-        nbest(d, "test.jsonl", 6, 2, "t"),
-        "--model",
-        M,
-        "--output",
-        "out",
-        "--shard-rows",
-        "2",
-    ]
+    argv = rescore_argv(d, 6, 2)
     killed = kill_midway(t, d, argv, "out/mlm")
     return survived(
         t,
@@ -269,15 +257,7 @@ _damage(
     "verify not OK; the rerun refused in one line (the folder holds no run), nothing changed",
 )
 def _(t: Trial, d: Path) -> Outcome:
-    argv = score_argv(corpus(d))
-    t.call(d, *argv)
-    (d / "out" / "_run.json").unlink()
-    before = t.verify(d, "out")
-    o = t.refused(
-        d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done=f"verify before: {before}"
-    )
-    o.check(before != "OK", f"verify before the rerun says {before}")
-    return o
+    return run_file_damaged(t, d, Path.unlink)
 
 
 @case(
@@ -286,15 +266,7 @@ def _(t: Trial, d: Path) -> Outcome:
     "verify not OK; the rerun refused in one line, nothing changed",
 )
 def _(t: Trial, d: Path) -> Outcome:
-    argv = score_argv(corpus(d))
-    t.call(d, *argv)
-    (d / "out" / "_run.json").write_text("{garbage")
-    before = t.verify(d, "out")
-    o = t.refused(
-        d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done=f"verify before: {before}"
-    )
-    o.check(before != "OK", f"verify before the rerun says {before}")
-    return o
+    return run_file_damaged(t, d, lambda run_file: run_file.write_text("{garbage"))
 
 
 @case(
@@ -344,6 +316,20 @@ def _(t: Trial, d: Path) -> Outcome:
     t.call(d, *argv)
     os.utime(d / source, (time.time() + 60, time.time() + 60))
     return t.rows_ok(d, argv, CORPUS_LINES, done="input touched")
+
+
+def run_file_damaged(t: Trial, d: Path, damage: Callable[[Path], object]) -> Outcome:
+    """A finished score run whose _run.json `damage` then spoils: verify must not say OK, and the same command
+    must be refused in one line naming _run.json, changing nothing."""
+    argv = score_argv(corpus(d))
+    t.call(d, *argv)
+    damage(d / "out" / "_run.json")
+    before = t.verify(d, "out")
+    o = t.refused(
+        d, argv, ["_run.json"], rows_in=CORPUS_LINES, untouched=snapshot(d / "out"), done=f"verify before: {before}"
+    )
+    o.check(before != "OK", f"verify before the rerun says {before}")
+    return o
 
 
 def dead_pid() -> int:

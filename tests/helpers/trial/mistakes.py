@@ -24,6 +24,7 @@ from helpers.trial.cases import (
     distinct_texts,
     masked,
     nbest,
+    rescore_argv,
     score_argv,
     write,
 )
@@ -40,32 +41,8 @@ case = CASES.add
     "the second refused in one line, changing nothing; the first exit 0, its texts its own, verify OK",
 )
 def _(t: Trial, d: Path) -> Outcome:
-    first_argv = [
-        "rescore",
-        "--dev",
-        nbest(d, "a_dev.jsonl", 6, 2, "ad"),
-        "--test",
-        nbest(d, "a_test.jsonl", 6, 2, "at"),
-        "--model",
-        M,
-        "--output",
-        "R",
-        "--shard-rows",
-        "2",
-    ]
-    second_argv = [
-        "rescore",
-        "--dev",
-        nbest(d, "b_dev.jsonl", 5, 3, "bd"),
-        "--test",
-        nbest(d, "b_test.jsonl", 5, 3, "bt"),
-        "--model",
-        M,
-        "--output",
-        "R",
-        "--shard-rows",
-        "2",
-    ]
+    first_argv = rescore_argv(d, 6, 2, out="R", name="a")
+    second_argv = rescore_argv(d, 5, 3, out="R", name="b")
     first = t.dscore.start(first_argv, d)
     while markers(d / "R" / "mlm") < 1 and first.poll() is None:
         time.sleep(0.02)
