@@ -27,8 +27,7 @@ from ..options import check_bounds
 from ..pipeline.memory import ROW_BYTES, MemoryEstimate, check_memory, text_tokens
 from ..pipeline.runner import Finished, run
 from ..pipeline.workload import Workload
-from ..workloads.generate import (  # GENERATION_ORDERS and GenerateOptions: what the CLI builds a run from
-    GENERATION_ORDERS,
+from ..workloads.generate import (  # GenerateOptions: what the CLI builds a run from
     LOG_LIKELIHOOD,
     GenerateOptions,
     generate_workload,
@@ -36,7 +35,7 @@ from ..workloads.generate import (  # GENERATION_ORDERS and GenerateOptions: wha
 )
 from ..workloads.infill import allowed_tokens
 
-__all__ = ["GENERATION_ORDERS", "GenerateInputs", "GenerateOptions", "generate"]
+__all__ = ["GenerateInputs", "GenerateOptions", "generate"]
 
 PROMPTS_DIR = "prompts"
 

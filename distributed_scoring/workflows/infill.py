@@ -22,11 +22,9 @@ from ..io import schema as S
 from ..io.output import REPORT_MD, OutputDir
 from ..pipeline.memory import check_memory, text_tokens
 from ..pipeline.runner import Finished, run
-from ..workloads.infill import (  # INFILL_DECODERS, INFILL_ORDERS and InfillOptions: what the CLI builds a run from
+from ..workloads.infill import (  # InfillOptions: what the CLI builds a run from
     BEAMS,
     CORRECT_TOKENS,
-    INFILL_DECODERS,
-    INFILL_ORDERS,
     N_MASKS,
     RANK,
     RANK_HCB,
@@ -39,7 +37,7 @@ from ..workloads.infill import (  # INFILL_DECODERS, INFILL_ORDERS and InfillOpt
     surface,
 )
 
-__all__ = ["INFILL_DECODERS", "INFILL_ORDERS", "InfillOptions", "infill", "summarize"]
+__all__ = ["InfillOptions", "infill", "summarize"]
 
 logger = logging.getLogger(__name__)
 

@@ -17,11 +17,6 @@ from dataclasses import replace
 import pyarrow.compute as pc
 
 from ..config import RayOptions, RunConfig
-from ..engine.sampler_settings import (  # with STARTS and SampleOptions: what the CLI builds
-    ENERGIES,
-    SAMPLERS,
-    SAMPLING_ORDERS,
-)
 from ..errors import UserError
 from ..io import schema as S
 from ..io.output import OutputDir
@@ -39,14 +34,13 @@ from ..workloads.sample import (
     NOVEL,
     PROPOSALS,
     SAMPLED,
-    STARTS,
     SampleOptions,
     memory_estimate,
     sample_workload,
 )
 from .infill import token_bleu
 
-__all__ = ["ENERGIES", "SAMPLING_ORDERS", "SAMPLERS", "STARTS", "SampleOptions", "sample", "summarize"]
+__all__ = ["SampleOptions", "sample", "summarize"]  # SampleOptions: what the CLI builds a run from
 
 logger = logging.getLogger(__name__)
 
