@@ -85,6 +85,33 @@ def strings_of(table: pa.Table, column: str) -> list[str | None]:
     return [(v.strip() or None) if isinstance(v, str) else None for v in values]
 
 
+def numbers_of(table: pa.Table, column: str) -> list[float | None] | str:
+    """A measurement column as floats (None where empty or missing), or why it is not one, naming the values
+    that are not numbers: a `DMS_score` of `high` or `n/a` leaves the statistics to be skipped with the reason,
+    where a cast would stop the run after its scoring, and again on every rerun."""
+    kind = table.schema.field(column).type
+    try:
+        return pc.cast(table[column], pa.float64()).to_pylist()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            return f"{column} is not numeric (its type is {kind})"
+    values = strings_of(table, column)  # a CSV's empty cell is a missing measurement, not a word
+    bad = [v for v in values if v is not None and not _is_number(v)]
+    if bad:
+        shown = ", ".join(repr(v) for v in list(dict.fromkeys(bad))[:3])
+        return f"{column} is not numeric: {len(bad)} of {len(values)} values are not numbers (e.g. {shown})"
+    return pc.cast(pa.array(values, pa.string()), pa.float64()).to_pylist()
+
+
+def _is_number(text: str) -> bool:
+    """Whether Arrow reads `text` as a float64, as it reads a numeric column."""
+    try:
+        pc.cast(pa.scalar(text), pa.float64())
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
 def refuse_repeats(mutants: list[str | None], uri: str) -> None:
     """A `mutant` named twice in one table is refused, as a repeated id is: its scores could not be told apart."""
     seen: set[str] = set()

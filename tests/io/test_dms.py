@@ -13,6 +13,7 @@ from distributed_scoring.io.dms import (
     DMSError,
     Site,
     mutated,
+    numbers_of,
     parse_mutant,
     read_reference,
     read_table,
@@ -92,3 +93,11 @@ def test_the_reference_file_names_each_assay_and_its_table(tmp_path):
     (tmp_path / "twice.csv").write_text("DMS_id,DMS_filename,target_seq\nA,a.csv,MKT\nA,b.csv,MKT\n")
     with pytest.raises(DMSError, match="appear more than once"):
         read_reference(str(tmp_path / "twice.csv"), str(tmp_path))
+
+
+def test_measurements_are_numbers_or_the_reason_they_are_not():
+    table = pa.table({"n": [0.5, None], "s": ["1.5", " "], "w": ["high", "2"], "l": [[1], [2]]})
+    assert numbers_of(table, "n") == [0.5, None]
+    assert numbers_of(table, "s") == [1.5, None]  # numbers written as text; an empty cell is missing
+    assert numbers_of(table, "w") == "w is not numeric: 1 of 2 values are not numbers (e.g. 'high')"
+    assert numbers_of(table, "l") == "l is not numeric (its type is list<item: int64>)"

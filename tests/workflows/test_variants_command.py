@@ -381,3 +381,27 @@ def test_tables_and_folder_on_s3_equal_a_local_run(tmp_path, tiny_protein_dir, s
     assert code == 0 and again["ok"] == 8
     line = refusal(capsys, [*remote[:-1], "pll", "--output", s3.uri("out")])
     assert "different run" in line
+
+
+def test_a_measurement_that_is_not_a_number_skips_the_statistics_with_the_reason(tmp_path, tiny_protein_dir):
+    """`high` and `n/a` among the DMS_scores: every variant scored, the Spearman skipped with the values that are not
+    numbers, exit 0; beside an assay whose DMS_score is numeric, both written in one table (the column as strings)."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    write_table(tables / "A.csv", WILD, GOOD[:4])
+    (tables / "B.csv").write_text("mutant,DMS_score\nM1A,high\nK2R,n/a\nT3S,0.5\nA4G,\n")
+    (tmp_path / "reference.csv").write_text(f"DMS_id,DMS_filename,target_seq\nA,A.csv,{WILD}\nB,B.csv,{WILD}\n")
+    model = str(tiny_protein_dir("bert"))
+    single = ["variants", str(tables / "B.csv"), "--model", model, "--target-seq", WILD, "--strategy", "wt-marginal"]
+    code, summary = run(*single, "--output", str(tmp_path / "one"))
+    assert code == 0 and summary["ok"] == 4
+    why = "DMS_score is not numeric: 2 of 4 values are not numbers (e.g. 'high', 'n/a')"
+    assert summary["by_assay"]["B"]["spearman"] == {"value": None, "why": why}
+    assert why in (tmp_path / "one" / "report.md").read_text() and main(["verify", str(tmp_path / "one")]) == 0
+    both = ["variants", str(tables), "--model", model, "--reference", str(tmp_path / "reference.csv")]
+    code, summary = run(*both, "--strategy", "wt-marginal", "--output", str(tmp_path / "two"))
+    assert code == 0 and summary["by_assay"]["B"]["spearman"]["why"] == why
+    assert summary["by_assay"]["A"]["spearman"]["value"] is not None
+    rows = pq.read_table(tmp_path / "two" / "variants.parquet").to_pylist()
+    assert [r["DMS_score"] for r in rows if r["DMS_id"] == "B"] == ["high", "n/a", "0.5", ""]
+    assert len(rows) == 8 and main(["verify", str(tmp_path / "two")]) == 0

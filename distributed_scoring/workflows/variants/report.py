@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
 import numpy as np
 import pyarrow as pa
@@ -13,7 +14,7 @@ import pyarrow.compute as pc
 
 from ...io import schema as S
 from ...io.claim import Claim
-from ...io.dms import DMS_ID, DMS_SCORE
+from ...io.dms import DMS_ID, DMS_SCORE, numbers_of
 from ...io.output import REPORT_MD
 
 MAX_PANELS = 16
@@ -28,7 +29,7 @@ def write_report(folder: Claim, variants: pa.Table, summary: dict) -> None:
 
 def _estimate(figure: dict | None) -> str:
     if not figure or figure.get("value") is None:
-        return "-"
+        return f"- ({figure['why']})" if figure and "why" in figure else "-"
     low, high = figure["interval"]
     interval = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
     return f"{figure['value']:.3f}{interval}"
@@ -69,24 +70,21 @@ def scatter(variants: pa.Table, summary: dict) -> bytes:
     fig = Figure(figsize=(3.2 * cols, 2.8 * rows), layout="constrained")
     FigureCanvasAgg(fig)
     axes = np.atleast_1d(fig.subplots(rows, cols)).ravel()
-    ok = pc.equal(variants[S.STATUS], S.STATUS_OK)
     for ax, name in zip(axes, names):
-        mine = variants.filter(pc.and_(ok, pc.equal(variants[DMS_ID], name)))
+        mine = variants.filter(pc.equal(variants[DMS_ID], name))
         rho = summary["by_assay"][name].get("spearman")
         ax.set_title(
             f"{name}" + (f"\nSpearman {rho['value']:.3f}" if rho and rho.get("value") is not None else ""), fontsize=8
         )
         ax.set_xlabel(f"score ({summary['strategy']})", fontsize=7)
-        if DMS_SCORE in mine.column_names and mine.num_rows:
-            ax.scatter(
-                mine["score"].to_numpy(zero_copy_only=False),
-                pc.cast(mine[DMS_SCORE], pa.float64()).to_numpy(zero_copy_only=False),
-                s=4,
-                alpha=0.4,
-            )
-            ax.set_ylabel(DMS_SCORE, fontsize=7)
+        measured = numbers_of(mine, DMS_SCORE) if DMS_SCORE in mine.column_names else f"no {DMS_SCORE} to plot"
+        if isinstance(measured, str):  # no DMS_score, or why it holds no numbers (the statistics skipped too)
+            ax.text(0.5, 0.5, textwrap.fill(measured, 40), ha="center", va="center", transform=ax.transAxes, fontsize=7)
         else:
-            ax.text(0.5, 0.5, "no DMS_score to plot", ha="center", va="center", transform=ax.transAxes, fontsize=8)
+            ok = np.asarray(pc.equal(mine[S.STATUS], S.STATUS_OK).to_pylist(), dtype=bool)
+            scores = mine["score"].to_numpy(zero_copy_only=False)
+            ax.scatter(scores[ok], np.asarray(measured, dtype=float)[ok], s=4, alpha=0.4)
+            ax.set_ylabel(DMS_SCORE, fontsize=7)
         ax.tick_params(labelsize=7)
     for ax in axes[len(names) :]:
         ax.set_visible(False)

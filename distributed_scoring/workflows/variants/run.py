@@ -41,6 +41,7 @@ from ...io.dms import (
     Assay,
     DMSError,
     file_name,
+    numbers_of,
     read_reference,
     read_table,
     refuse_repeats,
@@ -296,10 +297,9 @@ def _assay_figures(read: AssayRows, rows: list[tuple[float | None, str | None]])
     for column, name, statistic in ((DMS_SCORE, "spearman", spearman), (DMS_SCORE_BIN, "auc", auc)):
         if column not in table.column_names:
             continue
-        try:
-            values = pc.cast(table[column], pa.float64()).to_pylist()
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-            figures[name] = {"value": None, "why": f"{column} is not numeric"}
+        values = numbers_of(table, column)
+        if isinstance(values, str):
+            figures[name] = {"value": None, "why": values}
             continue
         measured = np.asarray([np.nan if v is None else v for v in values])
         both = np.isfinite(scores) & np.isfinite(measured)
@@ -323,7 +323,38 @@ def _write(
         )
         table = table.append_column(S.ERROR, pa.array([e for _, e in rows], pa.string()))
         tables.append(table)
-    variants = pa.concat_tables(tables, promote_options="permissive")
+    variants = _stacked(tables)
     folder.write_table("variants.parquet", variants)
     folder.write_json(SUMMARY_FILE, summary)
     write_report(folder, variants, summary)
+
+
+def _stacked(tables: list[pa.Table]) -> pa.Table:
+    """The assays' rows in one table. A column the tables give types Arrow cannot widen into one (a `DMS_score`
+    of numbers in one table and of words in another) is written as strings, each value as its table holds it."""
+    fields: dict[str, set[pa.Field]] = {}
+    for table in tables:
+        for field in table.schema:
+            fields.setdefault(field.name, set()).add(field.with_nullable(True))
+    mixed = {name for name, kinds in fields.items() if len(kinds) > 1 and not _widened(kinds)}
+    as_strings = [
+        _with_strings(table, [c for c in table.column_names if c in mixed]) if mixed else table for table in tables
+    ]
+    return pa.concat_tables(as_strings, promote_options="permissive")
+
+
+def _widened(fields: set[pa.Field]) -> bool:
+    """Whether Arrow's permissive promotion makes one type of these (int64 and float64 do; float64 and string
+    do not)."""
+    try:
+        pa.unify_schemas([pa.schema([f]) for f in fields], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        return False
+    return True
+
+
+def _with_strings(table: pa.Table, columns: list[str]) -> pa.Table:
+    for name in columns:
+        values = [None if v is None else str(v) for v in table[name].to_pylist()]
+        table = table.set_column(table.column_names.index(name), name, pa.array(values, pa.string()))
+    return table
