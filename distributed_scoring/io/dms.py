@@ -132,15 +132,16 @@ def read_reference(uri: str, tables: str) -> list[Assay]:
     missing = [c for c in (DMS_ID, DMS_FILENAME, TARGET_SEQ) if c not in reference.column_names]
     if missing:
         raise DMSError(f"{uri} has no {', '.join(missing)} column(s): pass ProteinGym's reference file")
-    rows = reference.select([DMS_ID, DMS_FILENAME, TARGET_SEQ]).to_pylist()
+    rows = reference.select([DMS_ID, DMS_FILENAME]).to_pylist()
+    targets = [t or "" for t in strings_of(reference, TARGET_SEQ)]  # an empty one: the assay's rows are errors
     ids = [str(r[DMS_ID]) for r in rows]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
         raise DMSError(f"{uri}: the DMS_id(s) {repeated[:3]} appear more than once; each assay must be listed once")
     one_table = _suffix(tables) in _SUFFIXES
     assays = [
-        Assay(str(r[DMS_ID]), tables if one_table else join(tables, str(r[DMS_FILENAME])), str(r[TARGET_SEQ]).strip())
-        for r in rows
+        Assay(str(r[DMS_ID]), tables if one_table else join(tables, str(r[DMS_FILENAME])), target)
+        for r, target in zip(rows, targets)
         if not one_table or str(r[DMS_FILENAME]) == file_name(tables)
     ]
     if not assays:

@@ -24,7 +24,7 @@ import pyarrow as pa
 from ..config import ModelSpec
 from ..errors import UserError
 from ..io import schema as S
-from ..io.dms import MUTANT, MUTATED_SEQUENCE, Site, mutated, parse_mutant
+from ..io.dms import MUTANT, MUTATED_SEQUENCE, TARGET_SEQ, Site, mutated, parse_mutant
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 from .pll import isolated
@@ -107,6 +107,8 @@ def read_variant(
     key = mutant if mutant is not None else given
     if mutant is None and given is None:
         return Variant(None, None, None, f"the row names no {MUTANT} and no {MUTATED_SEQUENCE}")
+    if not target:
+        return Variant(key, None, None, f"the assay has no {TARGET_SEQ} (its wild type): give it in the reference file")
     sites = parse_mutant(mutant, target, offset) if mutant is not None else f"the row names no {MUTANT}"
     if isinstance(sites, str):
         if strategy == "pll" and given is not None and (mutant is None or not _substitutions(mutant)):
@@ -163,6 +165,13 @@ def sequences(assays: Sequence[tuple[str, str, list[Variant]]], strategy: str) -
             texts.append(target)
             sites.append(" ".join(map(str, sorted({s.position for v in ok for s in v.sites}))))
     return {S.ID: ids, S.TEXT: texts, SITES: sites}
+
+
+def sequences_schema(strategy: str) -> pa.Schema:
+    """The columns `sequences` gives, typed: a table with no variant to score still makes a file with string
+    columns (an empty list has no type of its own)."""
+    fields = [pa.field(S.ID, pa.string()), pa.field(S.TEXT, pa.string())]
+    return pa.schema(fields if strategy == "pll" else [*fields, pa.field(SITES, pa.string())])
 
 
 def variant_scores(

@@ -101,3 +101,9 @@ def test_measurements_are_numbers_or_the_reason_they_are_not():
     assert numbers_of(table, "s") == [1.5, None]  # numbers written as text; an empty cell is missing
     assert numbers_of(table, "w") == "w is not numeric: 1 of 2 values are not numbers (e.g. 'high')"
     assert numbers_of(table, "l") == "l is not numeric (its type is list<item: int64>)"
+
+
+def test_an_empty_target_seq_in_the_reference_is_read_as_none_given(tmp_path):
+    """Read as "" (its rows become error rows), not as the word `None` a null would print as."""
+    (tmp_path / "reference.csv").write_text("DMS_id,DMS_filename,target_seq\nA,A.csv,\n")
+    assert [a.target_seq for a in read_reference(str(tmp_path / "reference.csv"), str(tmp_path))] == [""]

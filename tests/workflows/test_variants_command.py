@@ -405,3 +405,36 @@ def test_a_measurement_that_is_not_a_number_skips_the_statistics_with_the_reason
     rows = pq.read_table(tmp_path / "two" / "variants.parquet").to_pylist()
     assert [r["DMS_score"] for r in rows if r["DMS_id"] == "B"] == ["high", "n/a", "0.5", ""]
     assert len(rows) == 8 and main(["verify", str(tmp_path / "two")]) == 0
+
+
+@pytest.mark.parametrize("strategy", ["masked-marginal", "pll"])
+def test_tables_with_no_variant_to_score_are_error_rows(tmp_path, tiny_protein_dir, strategy):
+    """Nothing for the model to read (positions outside the target, `mutant`s that are numbers, a header alone, an
+    assay the reference gives no target_seq, an indel under a marginal): every row an error row that says why,
+    exit 0, no scoring run, a folder `verify` finds complete and a rerun finds done."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    says = {"outside": "outside the target", "numbers": "not a substitution", "none": "has no target_seq"}
+    (tables / "outside.csv").write_text("mutant,DMS_score\nM99A,1\nK77R,2\n")
+    (tables / "numbers.csv").write_text("mutant,DMS_score\n1,1\n2,2\n")
+    (tables / "header.csv").write_text("mutant,DMS_score\n")
+    (tables / "none.csv").write_text("mutant,DMS_score\nM1A,1\n")
+    listed = [
+        f"{name},{name}.csv,{'' if name == 'none' else WILD}" for name in ("outside", "numbers", "header", "none")
+    ]
+    if strategy != "pll":  # the PLL scores an indel
+        (tables / "indel.csv").write_text(f"mutant,mutated_sequence,DMS_score\nins,{INDEL},1\n")
+        listed.append(f"indel,indel.csv,{WILD}")
+        says["indel"] = "indel"
+    (tmp_path / "reference.csv").write_text("DMS_id,DMS_filename,target_seq\n" + "\n".join(listed) + "\n")
+    command = ["variants", str(tables), "--model", str(tiny_protein_dir("bert")), "--strategy", strategy,
+               "--reference", str(tmp_path / "reference.csv"), "--output", str(tmp_path / "out")]  # fmt: skip
+    code, summary = run(*command)
+    assert code == 0 and summary["ok"] == summary["forward_passes"] == 0
+    rows = pq.read_table(tmp_path / "out" / "variants.parquet").to_pylist()
+    assert len(rows) == summary["errors"] == 5 + (strategy != "pll")
+    assert all(r["status"] == "error" and says[r["DMS_id"]] in r["error"] for r in rows), rows
+    assert not (tmp_path / "out" / "sites").exists() and not (tmp_path / "out" / "pll").exists()
+    assert main(["verify", str(tmp_path / "out")]) == 0
+    code, again = run(*command)
+    assert code == 0 and again["errors"] == summary["errors"]

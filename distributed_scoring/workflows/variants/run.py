@@ -62,6 +62,7 @@ from ...workloads.variants import (
     read_variant,
     residue_vocabulary,
     sequences,
+    sequences_schema,
     site_workload,
     variant_scores,
 )
@@ -140,9 +141,13 @@ def score_variants(
     began = time.monotonic()  # the summary's seconds: from here to the statistics (the outputs' writing aside)
     assays = _assays(inputs)
     tokenizer, _ = load_tokenizer(model)  # a model that cannot be loaded stops the run before any file is written
-    vocabulary = residue_vocabulary(tokenizer, model.name, inputs.strategy, assays[0].target_seq)
+    targets = [a.target_seq for a in assays if a.target_seq]  # an assay without one has only error rows
+    vocabulary = residue_vocabulary(tokenizer, model.name, inputs.strategy, targets[0]) if targets else None
     read = [_read_assay(a, inputs, vocabulary) for a in assays]
-    texts = pa.table(sequences([(a.assay.id, a.assay.target_seq, a.variants) for a in read], inputs.strategy))
+    texts = pa.table(
+        sequences([(a.assay.id, a.assay.target_seq, a.variants) for a in read], inputs.strategy),
+        schema=sequences_schema(inputs.strategy),
+    )
     run = {
         "workload": VARIANTS_RUN,
         **{k: v for k, v in asdict(inputs).items() if k not in ("output", "fit_actors")},  # Ray's shard sizing aside
@@ -153,26 +158,30 @@ def score_variants(
     sources = [inputs.table, *([inputs.reference] if inputs.reference else [])]
     sub = SITES_RUN if inputs.strategy in MARGINALS else PLL_RUN
     with claim(inputs.output, sources, [model.name]) as folder:
-        folder.begin(run, folder.admit(run, overwrite), [SEQUENCES, sub, *OUTPUT_FILES])
+        runs = [sub] if texts.num_rows else []  # no variant to score: no scoring run, every row an error row
+        folder.begin(run, folder.admit(run, overwrite), [SEQUENCES, *runs, *OUTPUT_FILES])
         where = folder.write_table(SEQUENCES, texts)
-        corpus = InputSpec(
-            (where,),
-            id_column=S.ID,
-            shard_rows=inputs.shard_rows,
-            extra_columns=(SITES,) if sub == SITES_RUN else (),
-            fit_actors=inputs.fit_actors,
-        )
-        config = RunConfig(
-            corpus,
-            model,
-            ScoringOptions(batch_tokens=batch_tokens, split_chars=True, long_texts=long_texts),
-            folder.subfolder(sub),
-        )
-        if sub == SITES_RUN:
-            assert vocabulary is not None
-            found, passes = _site_tables(config, vocabulary, inputs.strategy, ray, overwrite, texts)
-        else:
-            found, passes = _plls(config, ray, overwrite, texts)
+        found: dict[str, Any] = {}
+        passes = 0
+        if runs:
+            corpus = InputSpec(
+                (where,),
+                id_column=S.ID,
+                shard_rows=inputs.shard_rows,
+                extra_columns=(SITES,) if sub == SITES_RUN else (),
+                fit_actors=inputs.fit_actors,
+            )
+            config = RunConfig(
+                corpus,
+                model,
+                ScoringOptions(batch_tokens=batch_tokens, split_chars=True, long_texts=long_texts),
+                folder.subfolder(sub),
+            )
+            if sub == SITES_RUN:
+                assert vocabulary is not None
+                found, passes = _site_tables(config, vocabulary, inputs.strategy, ray, overwrite, texts)
+            else:
+                found, passes = _plls(config, ray, overwrite, texts)
         alphabet = vocabulary.alphabet if vocabulary else ""
         scored = [
             variant_scores(a.assay.id, a.assay.target_seq, a.variants, inputs.strategy, found, alphabet) for a in read
