@@ -133,7 +133,8 @@ def read_reference(uri: str, tables: str) -> list[Assay]:
     if missing:
         raise DMSError(f"{uri} has no {', '.join(missing)} column(s): pass ProteinGym's reference file")
     rows = reference.select([DMS_ID, DMS_FILENAME]).to_pylist()
-    targets = [t or "" for t in strings_of(reference, TARGET_SEQ)]  # an empty one: the assay's rows are errors
+    # upper case, as --target-seq is read; an empty one: the assay's rows are errors
+    targets = [(t or "").upper() for t in strings_of(reference, TARGET_SEQ)]
     ids = [str(r[DMS_ID]) for r in rows]
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:

@@ -77,7 +77,7 @@ def test_unreadable_tables_and_repeats_are_refused(tmp_path):
 
 def test_the_reference_file_names_each_assay_and_its_table(tmp_path):
     reference = tmp_path / "reference.csv"
-    reference.write_text("DMS_id,DMS_filename,target_seq,taxon\nA_1,A_1.csv,MKT,Human\nB_2,B_2.csv, GSH ,Virus\n")
+    reference.write_text("DMS_id,DMS_filename,target_seq,taxon\nA_1,A_1.csv,MKT,Human\nB_2,B_2.csv, gsh ,Virus\n")
     assays = read_reference(str(reference), str(tmp_path / "tables"))
     assert [(a.id, a.table, a.target_seq) for a in assays] == [
         ("A_1", f"{tmp_path}/tables/A_1.csv", "MKT"),

@@ -438,3 +438,13 @@ def test_tables_with_no_variant_to_score_are_error_rows(tmp_path, tiny_protein_d
     assert main(["verify", str(tmp_path / "out")]) == 0
     code, again = run(*command)
     assert code == 0 and again["errors"] == summary["errors"]
+
+
+def test_a_lower_case_wild_type_scores_as_upper_case_from_the_reference_and_the_flag(tmp_path, tiny_protein_dir):
+    table = write_table(tmp_path / "assay.csv", WILD, GOOD[:3])
+    (tmp_path / "reference.csv").write_text(f"DMS_id,DMS_filename,target_seq\nassay,assay.csv,{WILD.lower()}\n")
+    common = ["variants", str(table), "--model", str(tiny_protein_dir("bert")), "--strategy", "wt-marginal"]
+    code, flag = run(*common, "--target-seq", WILD.lower(), "--output", str(tmp_path / "flag"))
+    code_ref, listed = run(*common, "--reference", str(tmp_path / "reference.csv"), "--output", str(tmp_path / "ref"))
+    assert code == code_ref == 0 and flag["ok"] == listed["ok"] == 3
+    assert rows_of(tmp_path / "flag") == rows_of(tmp_path / "ref")
