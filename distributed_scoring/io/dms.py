@@ -113,16 +113,38 @@ def _is_number(text: str) -> bool:
 
 
 def refuse_repeats(mutants: list[str | None], uri: str) -> None:
-    """A `mutant` named twice in one table is refused, as a repeated id is: its scores could not be told apart."""
-    seen: set[str] = set()
+    """A variant named twice in one table is refused, as a repeated id is: its scores could not be told apart.
+    Names are compared as `variant_key` writes them, so `e1q` repeats `E1Q`, and `L5V:E1Q` repeats `E1Q:L5V`."""
+    seen: dict[str, tuple[int, str]] = {}
     for number, mutant in enumerate(mutants, start=1):
         if mutant is None:
             continue
-        if mutant in seen:
+        key = variant_key(mutant)
+        if key in seen:
+            row, first = seen[key]
+            if first == mutant:
+                raise DMSError(
+                    f"{uri}: the mutant {mutant!r} appears twice (again on row {number}); each variant must be named "
+                    "once"
+                )
             raise DMSError(
-                f"{uri}: the mutant {mutant!r} appears twice (again on row {number}); each variant must be named once"
+                f"{uri}: the mutants {first!r} (row {row}) and {mutant!r} (row {number}) name the same variant; each "
+                "variant must be named once"
             )
-        seen.add(mutant)
+        seen[key] = (number, mutant)
+
+
+def variant_key(name: str) -> str:
+    """One way of writing the variant a `mutant` (or a sequence) names: upper case, its substitutions in the order
+    of their positions. Only repeats are found by it; the output keeps each name as the table wrote it."""
+    parts = [part.strip().upper() for part in name.split(":")]
+    return ":".join(sorted(parts, key=_site_order))
+
+
+def _site_order(part: str) -> tuple[int, int, str]:
+    """A substitution sorts by its position; a part that is none (an error row's) after them, as written."""
+    match = _SUBSTITUTION.fullmatch(part)
+    return (0, int(match.group(2)), part) if match else (1, 0, part)
 
 
 def read_reference(uri: str, tables: str) -> list[Assay]:

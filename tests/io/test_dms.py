@@ -19,6 +19,7 @@ from distributed_scoring.io.dms import (
     read_table,
     refuse_repeats,
     strings_of,
+    variant_key,
 )
 
 TARGET = "MKTAYIAK"
@@ -107,3 +108,13 @@ def test_an_empty_target_seq_in_the_reference_is_read_as_none_given(tmp_path):
     """Read as "" (its rows become error rows), not as the word `None` a null would print as."""
     (tmp_path / "reference.csv").write_text("DMS_id,DMS_filename,target_seq\nA,A.csv,\n")
     assert [a.target_seq for a in read_reference(str(tmp_path / "reference.csv"), str(tmp_path))] == [""]
+
+
+def test_a_variant_named_twice_in_another_case_or_order_is_a_repeat():
+    assert variant_key(" e1q ") == "E1Q" and variant_key("L5V:e1Q") == variant_key("E1Q:L5V") == "E1Q:L5V"
+    assert variant_key("ins:K2R") == "K2R:INS"  # parts that are no substitution after the sites
+    with pytest.raises(DMSError, match="the mutants 'E1Q' \\(row 1\\) and 'e1q' \\(row 3\\) name the same variant"):
+        refuse_repeats(["E1Q", "K2R", "e1q"], "t.csv")
+    with pytest.raises(DMSError, match="'E1Q:L5V' \\(row 1\\) and 'L5V:E1Q' \\(row 2\\)"):
+        refuse_repeats(["E1Q:L5V", "L5V:E1Q"], "t.csv")
+    refuse_repeats(["E1Q", "E1A", "E1Q:L5V", "L5V"], "t.csv")

@@ -258,6 +258,9 @@ def test_refused_before_any_work(tmp_path, tiny_protein_dir, tiny_model_dir, cap
     repeated = write_table(tmp_path / "repeated.csv", WILD, ["K2R", "A4G", "K2R"])
     line = refusal(capsys, ["variants", str(repeated), "--model", protein, *common, "--output", str(tmp_path / "a")])
     assert "'K2R' appears twice" in line
+    reordered = write_table(tmp_path / "reordered.csv", WILD, ["K2R:T3S", "A4G", "t3s:k2r"])
+    line = refusal(capsys, ["variants", str(reordered), "--model", protein, *common, "--output", str(tmp_path / "a")])
+    assert "'K2R:T3S' (row 1) and 't3s:k2r' (row 3) name the same variant" in line
     english = str(tiny_model_dir("bert"))
     line = refusal(capsys, ["variants", str(table), "--model", english, *common, "--output", str(tmp_path / "b")])
     assert "does not give one token per residue" in line and "--strategy pll" in line
