@@ -337,7 +337,7 @@ def _jsonl_records(uri: str) -> Iterator[Record]:
             where = f"{uri} line {number}"
             try:
                 fields = json.loads(raw)
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested deep
                 raise NBestError(f"{where} is not a JSON record ({exc}); JSONL holds one JSON object per line") from exc
             if not isinstance(fields, dict):
                 raise NBestError(f"{where} is a JSON {type(fields).__name__}, not an object")

@@ -149,7 +149,7 @@ def _json_kind(uri: str, first: str) -> str:
     """JSONL (one record per line, with `utt_id`), ESPnet1's JSON (`utts`) or mlm-scoring's JSON."""
     try:
         record = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):  # not a JSONL record: the reader says why
         record = None
     if isinstance(record, dict) and UTT_ID in record:
         return "jsonl"

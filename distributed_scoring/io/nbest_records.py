@@ -57,7 +57,7 @@ def load_json(uri: str) -> dict:
     with open_file(uri, seekable=False) as stream:
         try:
             document = json.load(stream, object_pairs_hook=pairs)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested deep
             raise NBestError(f"{uri} is not valid JSON ({exc}); ESPnet N-best lists are one JSON object") from exc
     if not isinstance(document, dict):
         raise NBestError(f"{uri}: expected a JSON object {{utt_id: {{...}}}}, got {type(document).__name__}")

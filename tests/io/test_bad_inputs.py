@@ -41,6 +41,16 @@ ROWS = [
         ],
     ),
     (
+        "deep_nesting.jsonl",  # arrays 3,000 deep: beyond the depth Python's JSON reader follows
+        {"id_column": "id"},
+        [
+            ("deep_nesting.jsonl:1", "error", "invalid JSON: maximum recursion depth exceeded"),
+            ("b", "ok", None),
+            ("deep_nesting.jsonl:3", "error", "invalid JSON: maximum recursion depth exceeded"),
+            ("d", "ok", None),
+        ],
+    ),
+    (
         "stray_quote.csv",
         {"id_column": "id"},
         [
@@ -115,7 +125,7 @@ def test_a_file_damaged_after_planning_is_a_clear_error_when_read(tmp_path):
         list(read_unit(unit, spec))
 
 
-@pytest.mark.parametrize("name", ["lone_surrogate.jsonl", "stray_quote.csv"])
+@pytest.mark.parametrize("name", ["lone_surrogate.jsonl", "deep_nesting.jsonl", "stray_quote.csv"])
 def test_the_cli_scores_the_good_rows_and_keeps_the_bad_as_error_rows(name, tmp_path, tiny_model_dir, capsys):
     ((_, _, expected),) = [r for r in ROWS if r[0] == name]
     out = tmp_path / "out"

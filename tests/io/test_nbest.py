@@ -150,6 +150,19 @@ def test_bad_json_line_names_its_line(tmp_path):
         read_nbest(str(path))
 
 
+def test_a_line_nested_deeper_than_json_reads_is_refused_by_place(tmp_path):
+    """Arrays 3,000 deep exceed the depth Python's JSON reader follows: refused as any malformed line or document
+    is, not a RecursionError."""
+    deep = "[" * 3000 + "]" * 3000
+    path = tmp_path / "n.jsonl"
+    path.write_text(f'{{"utt_id": "a", "hyp_id": 1, "text": "p", "score": -1}}\n{{"utt_id": "a", "text": {deep}}}\n')
+    with pytest.raises(NBestError, match=r"n.jsonl line 2 is not a JSON record \(maximum recursion depth"):
+        read_nbest(str(path))
+    (tmp_path / "n.json").write_text(f'{{"utts": {deep}}}')
+    with pytest.raises(NBestError, match=r"n.json is not valid JSON \(maximum recursion depth"):
+        read_nbest(str(tmp_path / "n.json"))
+
+
 def test_parquet_round_trip_and_integer_ids(tmp_path):
     table = pa.table(
         {

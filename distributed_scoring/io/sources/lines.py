@@ -230,7 +230,7 @@ def _check_jsonl_record(f: InputFile, spec: InputSpec, raw: bytes) -> bool:
     """Fail early when the first object lacks the text (or id) column: every row would be an error."""
     try:
         record = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):  # the line's own error row says why
         return False
     if not isinstance(record, dict):
         return False
@@ -281,7 +281,7 @@ def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first:
     if f.fmt == "jsonl":
         try:
             record = json.loads(text)
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, RecursionError) as exc:  # a line nested thousands deep exceeds Python's depth
             return error_row(row_id, text, f"invalid JSON: {exc}")
         if not isinstance(record, dict):
             return error_row(row_id, text, f"a JSON {type(record).__name__}, not an object")
