@@ -362,15 +362,27 @@ def _reference_lines(uri: str) -> Iterator[tuple[int, str]]:
 
 def _text_references(uri: str, utt_ids: Sequence[str]) -> Iterator[Record]:
     """Kaldi-style `utt_id ref` lines when every line starts with an utterance of the list, else one
-    reference per line in the list's utterance order (the count must match)."""
+    reference per line in the list's utterance order (the count must match). Lines that all start with what
+    reads as an id, not all of them the list's, are refused: read by position, each id would become its
+    reference's first word."""
     lines = list(_reference_lines(uri))
     known = set(utt_ids)
-    if lines and all(line.split(maxsplit=1)[0] in known for _, line in lines if line.strip()):
+    firsts = [line.split(maxsplit=1)[0] for _, line in lines if line.strip()]
+    unknown = [w for w in firsts if w not in known]
+    if lines and not unknown:
         for number, line in lines:
             if line.strip():
                 utt_id, _, ref = line.strip().partition(" ")
                 yield Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: ref})
         return
+    if _like_ids(firsts):
+        raise NBestError(
+            f"{uri}: its lines start with utterance ids (Kaldi's `utt_id reference`), but {len(unknown)} of "
+            f"{len(firsts)} are not utterances of the N-best list (e.g. {unknown[0]!r}"
+            + (f"; the list's are like {utt_ids[0]!r}" if utt_ids else "")
+            + "): give each line the id its utterance has in the list, or, if those words belong to the "
+            "references, give them as a TSV of `utt_id<TAB>reference`"
+        )
     if len(lines) != len(utt_ids):
         raise NBestError(
             f"{uri}: {len(lines)} reference lines for {len(utt_ids)} utterances; give one line per utterance in "
@@ -378,6 +390,12 @@ def _text_references(uri: str, utt_ids: Sequence[str]) -> Iterator[Record]:
         )
     for (number, line), utt_id in zip(lines, utt_ids):
         yield Record(f"{uri} line {number}", {UTT_ID: utt_id, REF: line})
+
+
+def _like_ids(words: list[str]) -> bool:
+    """Whether the first words of a text's lines read as keys: each holds a digit and none repeats (as Kaldi's
+    `1272-128104-0000` do), where the first words of plain references nearly never all hold a digit."""
+    return bool(words) and len(set(words)) == len(words) and all(any(c.isdigit() for c in w) for w in words)
 
 
 def _tsv_references(uri: str) -> Iterator[Record]:

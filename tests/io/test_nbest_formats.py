@@ -298,3 +298,25 @@ def test_text_references_by_line_must_cover_every_utterance(tmp_path):
         read_nbest(path, references=short)
     keyed = S.write_lines(tmp_path / "text", ["2 hello world", "0 the cat sat on the mat", "1 a dog barked"])
     same_as_jsonl(tmp_path, read_nbest(path, references=keyed).drop_columns([nbest.FEATURES]), records)
+
+
+def test_text_references_keyed_by_ids_the_list_lacks_are_refused_not_read_by_position(tmp_path):
+    """Kaldi-style lines whose ids are not the list's ("utt0" for "0") would, read one per line, make each id its
+    reference's first word: refused in one line that names an id. References that merely start with a number
+    on some lines are still read by position."""
+    records = jsonl_records()
+    path = S.write_moses(tmp_path / "test.nbest", records)
+    ids = S.write_lines(tmp_path / "text", ["utt0 the cat sat on the mat", "utt1 a dog barked", "utt2 hello world"])
+    with pytest.raises(NBestError) as info:
+        read_nbest(path, references=ids)
+    message = str(info.value)
+    assert "3 of 3 are not utterances of the N-best list (e.g. 'utt0'; the list's are like '0')" in message
+    assert "\n" not in message
+    partly = S.write_lines(tmp_path / "partly", ["0 the cat sat on the mat", "1 a dog barked", "utt2 hello world"])
+    with pytest.raises(NBestError, match="1 of 3 are not utterances of the N-best list \\(e.g. 'utt2'"):
+        read_nbest(path, references=partly)
+    numbers = S.write_lines(tmp_path / "numbers", ["2 cats sat", "a dog barked", "3 birds"])
+    table = read_nbest(path, references=numbers)
+    assert sorted(set(zip(table.column("utt_id").to_pylist(), table.column("ref").to_pylist()))) == [
+        ("0", "2 cats sat"), ("1", "a dog barked"), ("2", "3 birds")
+    ]  # fmt: skip
