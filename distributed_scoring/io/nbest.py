@@ -59,6 +59,8 @@ NBEST_FORMATS = ("auto", "jsonl", "parquet", "fairseq", "marian", "moses", "espn
 REFERENCE_FORMATS = ("mlm-scoring", "jsonl", "parquet", "tsv", "text")
 
 _HYP_KEY = re.compile(r"hyp_(\d+)")
+MLM_SCORING_JSON = 'mlm-scoring\'s N-best JSON (one object {utt_id: {"ref", "hyp_1": {"score", "text"}, ...}})'
+MLM_SCORING_REFERENCES = 'a .json reference file (mlm-scoring\'s: one object {utt_id: {"ref": ...}})'
 _SHOWN = 10  # problems listed in one error message
 _INT32_MAX = 2**31 - 1  # `hyp_id` and `seq_len` are int32 columns
 
@@ -75,7 +77,7 @@ def read_nbest(
 
     fmt = resolve_format(uri, fmt)
     if fmt == "mlm-scoring":
-        records: Iterable[Record] = _espnet_hypotheses(load_json(uri), uri)
+        records: Iterable[Record] = _espnet_hypotheses(load_json(uri, MLM_SCORING_JSON), uri)
     elif fmt == "jsonl":
         records = _jsonl_records(uri)
     elif fmt == "parquet":
@@ -108,7 +110,7 @@ def read_references(uri: str, fmt: str | None = None, utt_ids: Sequence[str] = (
     """
     fmt = fmt or _reference_format(uri)
     if fmt == "mlm-scoring":
-        records: Iterable[Record] = _espnet_references(load_json(uri), uri)
+        records: Iterable[Record] = _espnet_references(load_json(uri, MLM_SCORING_REFERENCES), uri)
     elif fmt == "jsonl":
         records = _jsonl_records(uri)
     elif fmt == "parquet":

@@ -48,6 +48,7 @@ _TENSOR = re.compile(r"tensor\(\s*([^,)\s]+)")  # str(torch.tensor(x)), with or 
 _KALDI_KEY = re.compile(r"(.+)-(\d+)")
 _RECOG = re.compile(r"(\d+)best_recog")
 _SNIFF_LINES = 200  # lines read to tell a text format
+ESPNET1_JSON = 'ESPnet1\'s N-best JSON (one object {"utts": {utt_id: {"output": [...]}}})'
 MAX_ACWT = 100.0  # Kaldi decodes at 1/LMWT (about 0.05 to 1); past 100 the LM cost no longer counts
 
 
@@ -153,7 +154,8 @@ def _json_kind(uri: str, first: str) -> str:
         record = None
     if isinstance(record, dict) and UTT_ID in record:
         return "jsonl"
-    return "espnet" if _is_espnet1(load_json(uri)) else "mlm-scoring"
+    document = load_json(uri, "an mlm-scoring or ESPnet1 N-best JSON, as its first line, opening an object, says")
+    return "espnet" if _is_espnet1(document) else "mlm-scoring"
 
 
 def _line_kind(line: str) -> str | None:
@@ -258,7 +260,7 @@ def _espnet1(uri: str) -> Iterator[Record]:
     """espnet/asr/asr_utils.py add_results_to_json: per utterance an `output` list, one entry per
     hypothesis, with `rec_text` (tokens joined, `<space>` a space, `<eos>` at the end), `score` and the
     reference `text`. `<eos>` is dropped and sentencepiece's `▁` read as a space."""
-    document = load_json(uri)
+    document = load_json(uri, ESPNET1_JSON)
     if not _is_espnet1(document):
         raise NBestError(f'{uri}: expected ESPnet1\'s recognition JSON {{"utts": {{utt: {{"output": [...]}}}}}}')
     for utt_id, entry in document["utts"].items():
@@ -506,7 +508,7 @@ def _espnet1_rescored(
 ) -> dict[str, str | pa.Table]:
     """The recognition JSON with each `output` list in rescored order, `score` the rescored total and the
     sequence model's score kept as `seq_score`, the LM's as `mlm_score` (ESPnet1's json2trn.py takes output[0])."""
-    document = load_json(uri)
+    document = load_json(uri, ESPNET1_JSON)
     for utt_id, entry in document["utts"].items():
         outputs = []
         for rank, out in enumerate(entry["output"], start=1):

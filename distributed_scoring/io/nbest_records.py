@@ -44,8 +44,9 @@ def open_file(uri: str, seekable: bool) -> BinaryIO:
         ) from exc
 
 
-def load_json(uri: str) -> dict:
-    """The whole JSON document; a key repeated inside one object is an error (json would keep the last)."""
+def load_json(uri: str, what: str) -> dict:
+    """The whole JSON document; a key repeated inside one object is an error (json would keep the last). `what`
+    names what the file was read as (the format asked for, or told), which a file that is no JSON is not."""
 
     def pairs(items: list[tuple[str, Any]]) -> dict:
         keys = [k for k, _ in items]
@@ -58,7 +59,20 @@ def load_json(uri: str) -> dict:
         try:
             document = json.load(stream, object_pairs_hook=pairs)
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: nested deep
-            raise NBestError(f"{uri} is not valid JSON ({exc}); ESPnet N-best lists are one JSON object") from exc
+            hint = "; it holds a JSON object per line: JSONL (a .jsonl file, or --format jsonl)"
+            hint = hint if isinstance(exc, json.JSONDecodeError) and _object_lines(exc) else ""
+            raise NBestError(f"{uri} is not one JSON document ({exc}), which {what} is{hint}") from exc
     if not isinstance(document, dict):
         raise NBestError(f"{uri}: expected a JSON object {{utt_id: {{...}}}}, got {type(document).__name__}")
     return document
+
+
+def _object_lines(exc: json.JSONDecodeError) -> bool:
+    """Whether a document json could not read past its first value is an object per line (JSONL)."""
+    if exc.msg != "Extra data":
+        return False
+    first = next((line for line in exc.doc.splitlines() if line.strip()), "")
+    try:
+        return isinstance(json.loads(first), dict)
+    except (json.JSONDecodeError, RecursionError):
+        return False

@@ -159,8 +159,28 @@ def test_a_line_nested_deeper_than_json_reads_is_refused_by_place(tmp_path):
     with pytest.raises(NBestError, match=r"n.jsonl line 2 is not a JSON record \(maximum recursion depth"):
         read_nbest(str(path))
     (tmp_path / "n.json").write_text(f'{{"utts": {deep}}}')
-    with pytest.raises(NBestError, match=r"n.json is not valid JSON \(maximum recursion depth"):
+    with pytest.raises(NBestError, match=r"n.json is not one JSON document \(maximum recursion depth"):
         read_nbest(str(tmp_path / "n.json"))
+
+
+def test_a_file_read_as_mlm_scoring_json_that_is_no_json_says_so(tmp_path):
+    """The cause named, not ESPnet: the file is no JSON document, which the format asked for is; one object per
+    line is told to be JSONL."""
+    moses = tmp_path / "test.nbest"
+    moses.write_text("0 ||| the cat ||| F0= -1 ||| -1\n")
+    with pytest.raises(NBestError) as info:
+        read_nbest(str(moses), fmt="mlm-scoring")
+    message = str(info.value)
+    assert "test.nbest is not one JSON document (Extra data" in message and "which mlm-scoring's N-best JSON" in message
+    assert "ESPnet" not in message and "JSONL" not in message
+    lines = write_jsonl(tmp_path / "n.txt", [{"utt_id": "a", "hyp_id": 1, "text": "p", "score": -1}] * 2)
+    with pytest.raises(
+        NBestError, match=r"it holds a JSON object per line: JSONL \(a .jsonl file, or --format jsonl\)"
+    ):
+        read_nbest(lines, fmt="mlm-scoring")
+    (tmp_path / "refs.json").write_text("the cat\n")
+    with pytest.raises(NBestError, match=r"refs.json is not one JSON document .*which a .json reference file"):
+        read_references(str(tmp_path / "refs.json"))
 
 
 def test_parquet_round_trip_and_integer_ids(tmp_path):
