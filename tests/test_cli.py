@@ -163,6 +163,8 @@ def test_clear_errors(corpus, tmp_path, tiny_model_dir, capsys):
     assert rc == 2 and "no id column 'uid'" in err
     rc, _, err = score(capsys, corpus, "--model", tmp_path / "no-model", "--output", tmp_path / "o4")
     assert rc == 2 and "does not exist" in err
+    rc, _, err = score(capsys, corpus, "--model", corpus, "--output", tmp_path / "o5")
+    assert rc == 2 and "is a file; a model is a folder" in err and "Traceback" not in err
 
 
 def test_rerun_resumes_and_refuses_a_different_run(corpus, tmp_path, tiny_model_dir, capsys):

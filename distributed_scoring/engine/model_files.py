@@ -191,6 +191,11 @@ def check_local_folder(name: str) -> None:
     """A name that is plainly a path must be an existing folder (else it would be tried as a Hub id)."""
     path = Path(name).expanduser()
     looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
+    if path.is_file():  # a weights file, a config: what was meant is the folder that holds it
+        raise ModelLoadError(
+            f"model {name!r} is a file; a model is a folder (config.json, weights, tokenizer files) or a Hub id: "
+            "pass the folder that holds it"
+        )
     if looks_local and not path.is_dir():
         raise ModelLoadError(f"model folder {name!r} does not exist; pass an existing folder or a Hub id")
     if path.is_dir() and not (path / "config.json").exists():

@@ -28,6 +28,9 @@ def test_missing_folder_and_folder_without_config(tmp_path):
         load_masked_lm(ModelSpec(str(tmp_path / "nope")))
     with pytest.raises(ModelLoadError, match="no config.json"):
         load_masked_lm(ModelSpec(str(tmp_path)))
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ModelLoadError, match="model.safetensors' is a file; a model is a folder .*pass the folder"):
+        load_masked_lm(ModelSpec(str(tmp_path / "model.safetensors")))
 
 
 def test_causal_lm_is_refused(tmp_path):
