@@ -61,7 +61,8 @@ from ..io.output import (
 )
 from ..io.sources import plan_shards
 from ..io.storage import join
-from .audit.baseline import AUDIT_FILE, ROW_STATS_FILE
+from .audit.baseline import AUDIT_FILE
+from .audit.row_stats import ROW_STATS_FILE
 from .joints import EARLIER_LAYOUT as JOINTS_LAYOUT
 from .rescore.run import EARLIER_LAYOUT as RESCORE_LAYOUT
 from .train.run import CHECKPOINTS

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 
 from ...io import schema as S
 from .intervals import Interval, Sums, proportion_difference, ratio_difference, scope_rng
+from .row_stats import OK_COLUMN, ROW_STATS_FILE
 from .verdicts import (
     IMPROVEMENT,
     INSUFFICIENT,
@@ -52,30 +53,16 @@ if TYPE_CHECKING:
 __all__ = [
     "compare",
     "AUDIT_FILE",
-    "ROW_STATS_FILE",
-    "ROW_STATS_SCHEMA",
     "SCHEMA_VERSION",
 ]
 
 SCHEMA_VERSION = 2  # of audit.json; version 1 files are still read as baselines
 READABLE_VERSIONS = (1, 2)
 AUDIT_FILE = "audit.json"
-ROW_STATS_FILE = "row_stats.parquet"  # per-row figures beside audit.json: what the next night's intervals need
 
 # Verdicts of one scope by severity: a scope's is the worst of its figures'.
 _SEVERITY = {REGRESSION: 3, INSUFFICIENT: 2, IMPROVEMENT: 1, NO_CHANGE: 0}
 
-OK_COLUMN = "ok"
-ROW_STATS_SCHEMA = pa.schema(
-    [
-        pa.field(S.ID, pa.string(), nullable=False),
-        pa.field(S.PARTITION, pa.string(), nullable=False),
-        pa.field(OK_COLUMN, pa.bool_(), nullable=False),
-        pa.field(S.PLL, pa.float64()),  # null on error rows
-        pa.field(S.N_TOKENS, pa.int64(), nullable=False),
-        pa.field(S.N_WORDS, pa.int64(), nullable=False),
-    ]
-)
 _DENOMINATOR = {"pppl_token": S.N_TOKENS, "pppl_word": S.N_WORDS}
 _ERROR_RATE_FIGURE = "error rate change"  # the PPPL's figure is "<metric> ratio"
 

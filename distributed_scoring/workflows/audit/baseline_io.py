@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 from ...errors import UserError
 from ...io import schema as S
 from ...io.storage import filesystem, join, open_binary, storage_error
-from .baseline import AUDIT_FILE, READABLE_VERSIONS, ROW_STATS_SCHEMA
+from .baseline import AUDIT_FILE, READABLE_VERSIONS
 from .records import AuditRecord
+from .row_stats import ROW_STATS_SCHEMA
 from .verdicts import METRICS
 
 logger = logging.getLogger(__name__)
