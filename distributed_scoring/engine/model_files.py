@@ -298,6 +298,48 @@ def tokenizer_digest(tokenizer: Any) -> str:
     return hashlib.sha256(json.dumps(vocabulary).encode()).hexdigest()
 
 
+MODEL_FILES = (  # what a model folder's scores depend on: its weights, configuration and tokenizer
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "*.pth",
+    "*.ckpt",
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+    "*.model",
+)
+
+
+def files_digest(spec: ModelSpec) -> str | None:
+    """SHA-256 of a model folder's weights, configuration and tokenizer files (names and bytes, in name order):
+    what tells a same-named model with other weights or another tokenizer apart (a nightly audit's scorer,
+    `dscore audit --history`). A Hub id is read from the local Hub cache; None where no local files are found.
+    Reads every byte (about 2 s a GB)."""
+    folder = Path(spec.name).expanduser()
+    if not folder.is_dir():
+        try:
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(spec.name, revision=spec.revision, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not in the local cache (or no hub library): no digest to give
+            return None
+    files = sorted({f for pattern in MODEL_FILES for f in folder.glob(pattern) if f.is_file()})
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for f in files:
+        digest.update(f.name.encode() + b"\0")
+        with f.open("rb") as stream:
+            while chunk := stream.read(1 << 22):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
 def check_student_tokenizer(name: str, info: dict, tokenizer: Any) -> None:
     """A student folder whose tokenizer is not the one it was trained with (another model's files copied in)
     is refused: its head and embeddings index the teacher's vocabulary."""

@@ -34,11 +34,13 @@ from ...io.output import REPORT_HTML, ROWS_DIR, SUMMARY_FILE, OutputDir
 from ...io.storage import filesystem, join
 from ...pipeline.stats import STAT_COLUMNS, CorpusStats
 from ...versions import package_version
-from .baseline import AUDIT_FILE, ROW_STATS_FILE, ROW_STATS_SCHEMA, SCHEMA_VERSION, compare
+from .baseline import AUDIT_FILE, SCHEMA_VERSION, compare
 from .baseline_io import load_baseline, load_row_stats, row_stats_table
+from .nightly import SeriesInputs, audit_night, combined_exit
 from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
 from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
-from .verdicts import EXIT_OK, Comparison, Thresholds
+from .row_stats import ROW_STATS_FILE, ROW_STATS_SCHEMA
+from .verdicts import EXIT_OK, OVERALL, Comparison, Thresholds
 
 __all__ = ["AuditConfig", "AuditResult", "LogBins", "PositionCurves", "run_audit", "NO_PARTITION"]
 
@@ -189,7 +191,8 @@ class AuditResult:
 
     @property
     def exit_code(self) -> int:
-        return self.comparison.exit_code if self.comparison else EXIT_OK
+        series = self.record.series
+        return combined_exit(self.comparison.exit_code if self.comparison else EXIT_OK, series)
 
     @property
     def audit_path(self) -> str:
@@ -210,12 +213,13 @@ def run_audit(
     baseline: str | None = None,
     config: AuditConfig = AuditConfig(),
     folder: Claim | None = None,
+    series: SeriesInputs | None = None,
 ) -> AuditResult:
     """Audit the scored rows in `rows_dir` (a scoring output folder or its rows/ folder).
 
     Writes audit.json, row_stats.parquet, outliers.parquet and report.html into `output_dir` (local path or
     URI), holding it (`folder`, when the caller holds it already); `baseline` is a previous audit.json, or
-    the folder holding it.
+    the folder holding it; `series`, tonight's place in a history (judged against it, then appended).
     """
     from .report import render_report
 
@@ -223,7 +227,7 @@ def run_audit(
     fs, files, root = _scored_files(rows_dir)
     if folder is None:
         with claim(output_dir, [rows_dir, *([baseline] if baseline else [])]) as held:
-            return run_audit(rows_dir, output_dir, baseline, config, held)
+            return run_audit(rows_dir, output_dir, baseline, config, held, series)
     logger.info("auditing %d Parquet files under %s", len(files), root)
     out = folder.out
     with pq.ParquetWriter(out.path(ROW_STATS_FILE), ROW_STATS_SCHEMA, filesystem=out.fs) as row_stats:
@@ -235,10 +239,16 @@ def run_audit(
     folder.record(OUTLIERS_FILE)
     summary = _summary(fs, root)
     audit = _audit_record(rows_dir, scan, outliers, config, summary.get("signature"), student_estimate(summary))
+    current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs) if base or series else None
     if base is not None:
-        current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs)
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
         audit = replace(audit, baseline=comparison)
+    if series is not None:
+        bins = {OVERALL: audit.histogram.overall, **audit.histogram.partitions}
+        counts = {name: b.all_counts() for name, b in bins.items()}
+        scopes = {OVERALL: audit.overall, **audit.partitions}
+        judged = audit_night(series, scopes, counts, current_rows, summary.get("signature"), config.thresholds)
+        audit = replace(audit, series=judged)
     folder.write_json(AUDIT_FILE, audit.to_json())
     folder.write_text(REPORT_HTML, render_report(audit, base))
     result = AuditResult(audit, output_dir)
@@ -247,7 +257,7 @@ def run_audit(
         audit.overall.rows,
         audit.overall.pppl_token,
         audit.outliers.count,
-        audit.baseline.verdict if audit.baseline else "no baseline",
+        audit.series.verdict if audit.series else audit.baseline.verdict if audit.baseline else "no baseline",
         result.exit_code,
     )
     return result

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 from ...io.output import recorded_values
 from ...options import ADDED_LATER
+from .nightly import SeriesRecord
 from .outliers import Cutoff as RobustCutoff
 from .verdicts import Comparison
 
@@ -70,6 +71,10 @@ class Bins:
     underflow: int
     counts: list[int]
     overflow: int
+
+    def all_counts(self) -> tuple[int, ...]:
+        """Underflow, the bins, overflow: the history's `histogram` column."""
+        return (self.underflow, *self.counts, self.overflow)
 
 
 @dataclass(frozen=True)
@@ -237,6 +242,7 @@ class AuditRecord:
     baseline: Comparison | None = None
     estimate: dict | None = None  # scored by a maskless student: what it is and its held-out error (absent else)
     windowed_rows: int | None = None  # ok rows scored in windows (`--long-texts window`); absent for rows without
+    series: SeriesRecord | None = None  # tonight in its history (`--history`); absent without one
 
     @property
     def metric(self) -> str:
@@ -264,6 +270,8 @@ class AuditRecord:
             data["estimate"] = self.estimate
         if self.windowed_rows is not None:
             data["windowed_rows"] = self.windowed_rows
+        if self.series is not None:
+            data["series"] = self.series.to_json()
         return data if self.row_stats is not None else {k: v for k, v in data.items() if k != "row_stats"}
 
     @classmethod

@@ -35,6 +35,7 @@ from .records import (
     ScopeFigures,
     WorstRows,
 )
+from .trend import series_section
 from .verdicts import IMPROVEMENT, INSUFFICIENT, OVERALL, REGRESSION, Check, Comparison
 
 __all__ = ["render_report"]
@@ -74,7 +75,7 @@ td.text { font-family: "DejaVu Sans Mono", monospace; font-size: 12px; overflow-
           min-width: 360px; max-width: 560px; }
 tr.overall td { font-weight: bold; background: #f7fafc; }
 tr.regressed td { background: #fff5f5; } tr.insufficient td { background: #fffaf0; }
-tr.improved td { background: #f0fff4; }
+tr.improved td { background: #f0fff4; } tr.flagged td { background: #fff5f5; }
 img { max-width: 100%; display: block; margin: 8px 0; }
 """
 
@@ -95,6 +96,7 @@ def _render(audit: AuditRecord, baseline: AuditRecord | None) -> str:
         _verdict(comparison),
         _cards(audit),
         *_changes(comparison),
+        series_section(audit.series) if audit.series else "",
         "<h2>Pseudo-perplexity per partition</h2>",
         _img(partition_chart(audit, comparison), "PPPL per partition against the baseline"),
         _partition_table(audit, comparison),
