@@ -7,8 +7,6 @@ import html
 import json
 import re
 import shutil
-import subprocess
-import tempfile
 from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
@@ -26,6 +24,7 @@ from distributed_scoring.workflows.audit.report import render_report
 from distributed_scoring.workflows.audit.verdicts import INSUFFICIENT, NO_CHANGE, REGRESSION, Thresholds
 
 from helpers.audit import scored_table, write_rows
+from helpers.browser import chromium
 
 HOSTILE = "<script>alert('x')</script> & \"quotes\""
 CONFIG = AuditConfig(thresholds=Thresholds(min_rows=50), listed=10)
@@ -270,30 +269,6 @@ def test_report_renders_in_headless_chromium(audits, tmp_path):
 
     pixels = imread(shot)
     assert pixels.shape[:2] == (2400, 1280) and pixels.std() > 0.1  # not a blank page
-
-
-def chromium(*args: str) -> str:
-    with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run(
-            [
-                "chromium",
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={profile}",
-                *args,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=True,
-        )
-    return done.stdout
 
 
 @pytest.mark.parametrize(
