@@ -81,23 +81,52 @@ def moto_server(tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def seaweedfs_server(tmp_path_factory):
+    """SeaweedFS (`weed mini`) on loopback with telemetry off, one per session (per pytest worker): a production
+    object store's S3 API (tests/helpers/object_store.py)."""
+    from helpers.object_store import SeaweedServer
+
+    server = SeaweedServer.start(tmp_path_factory.mktemp("seaweedfs"))
+    yield server
+    server.stop()
+
+
+# The S3 servers every test of the `s3` fixture runs against (`pytest_generate_tests`), by the fixture's name.
+S3_SERVERS = {"moto": "moto_server", "seaweedfs": "seaweedfs_server"}
+
+
 @pytest.fixture
-def s3(moto_server, monkeypatch):
-    """A fresh bucket on the session's S3 server, with AWS_ENDPOINT_URL and test credentials set for this test
+def s3_server(request):
+    """The S3 server of this test's run: moto's or SeaweedFS (parametrized by `pytest_generate_tests`)."""
+    return request.getfixturevalue(S3_SERVERS[getattr(request, "param", "moto")])
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test on S3 (`s3`, `s3_server`) runs against moto and SeaweedFS; one that reads moto's own request
+    log (`moto_server`) against moto alone."""
+    if "s3_server" in metafunc.fixturenames:
+        servers = ["moto"] if "moto_server" in metafunc.fixturenames else list(S3_SERVERS)
+        metafunc.parametrize("s3_server", servers, indirect=True)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """A fresh bucket on the test's S3 server, with AWS_ENDPOINT_URL and test credentials set for this test
     (and the subprocesses it starts)."""
     from helpers.object_store import Bucket, apply_environment
 
-    apply_environment(moto_server, monkeypatch)
-    return Bucket.create(moto_server)
+    apply_environment(s3_server, monkeypatch)
+    return Bucket.create(s3_server)
 
 
 @pytest.fixture
-def proxy(s3, moto_server, monkeypatch):
-    """A counting proxy (tests/helpers/s3_proxy.py) in front of the session's S3 server, which the product finds through
-    AWS_ENDPOINT_URL: it counts the requests and can add latency or an outage."""
+def proxy(s3, s3_server, monkeypatch):
+    """A counting proxy (tests/helpers/s3_proxy.py) in front of the test's S3 server, which the product finds
+    through AWS_ENDPOINT_URL: it counts the requests and can add latency or an outage."""
     from helpers.s3_proxy import CountingProxy
 
-    counting = CountingProxy(moto_server.endpoint).start()
+    counting = CountingProxy(s3_server.endpoint).start()
     monkeypatch.setenv("AWS_ENDPOINT_URL", counting.endpoint)
     yield counting
     counting.stop()
