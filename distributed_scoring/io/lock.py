@@ -12,6 +12,12 @@ applies only to the version read (the ETag on S3; on a filesystem, the bytes rea
 A store without such requests (gs://, hdfs://) is refused before any work unless `--unsafe-lock` (env
 `UNSAFE_LOCK_ENV`) accepts a lock that two runs starting at the same instant could both take.
 
+An S3 endpoint is not trusted to keep those conditions: before its first lock in a process, `prove_store` sends
+each kind of request the lock uses to a probe object of the run's own beside the lock (a create twice, a
+replace and a delete at a stale ETag) and checks that the store refused what it had to (a store or a proxy that
+drops `If-None-Match`/`If-Match` lets every run in). One that does not is refused in one line naming
+`--unsafe-lock`; with it, the lock there is check-then-write. The verdict is kept per endpoint for the process.
+
 Left-over locks are taken over, with a warning, when
 - the holder ran on this host, in this pid namespace, and its pid is gone: the run was killed (`kill -9`,
   out of memory), and rerunning the same command resumes as it always did;
@@ -25,10 +31,12 @@ at the next beat: the thread outlives failed requests.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import posixpath
 import socket
 import threading
 import time
@@ -52,6 +60,10 @@ STALE_AFTER_S = 600.0
 
 class FolderLockedError(UserError):
     """Another run holds the output folder; the message says which and what to do."""
+
+
+class UnsafeStoreError(FolderLockedError):
+    """The store ignores a condition the lock relies on (`prove_store`): it cannot hold the lock."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +246,12 @@ class S3LockFile:
         self.bucket, _, self.key = path.partition("/")
         self.client = s3_client(fs)
 
+    def beside(self, key: str) -> "S3LockFile":
+        """The same requests, through the same client, on another key of the bucket (the store's probe)."""
+        other = S3LockFile.__new__(S3LockFile)
+        other.bucket, other.key, other.client = self.bucket, key, self.client
+        return other
+
     def _request(self, name: str, **kwargs: object) -> dict | None:
         """One request; None when its condition did not hold (or the lock is absent)."""
         from botocore.exceptions import ClientError
@@ -260,6 +278,59 @@ class S3LockFile:
 
     def delete(self, version: str) -> bool:
         return self._request("delete_object", IfMatch=version) is not None
+
+
+PROBE_PREFIX = "._lock.probe-"  # a hidden temporary name (".*.tmp"), which listings of the folder skip
+_proven: dict[str, str | None] = {}  # endpoint -> why its store cannot hold the lock, None when it can
+_proving = threading.Lock()
+
+
+def _not_implemented(exc: OSError) -> bool:
+    text = str(exc)
+    return "NotImplemented" in text or "(501)" in text or "501 " in text
+
+
+def probe_store(lock: S3LockFile, key: str) -> str | None:
+    """Send each conditional request the lock uses to `key` (a fresh object): why the store cannot hold the lock
+    (a condition it ignored or a request it does not take), or None when it refused what it had to. The object
+    is deleted afterwards, whatever the store did."""
+    probe = lock.beside(key)
+    first = b"dscore lock probe 1"
+    stale = f'"{hashlib.md5(b"dscore lock probe, a version never written").hexdigest()}"'  # noqa: S324 - an ETag
+    try:
+        try:
+            if probe.create(first) is None:
+                return f"it refused PUT with If-None-Match: * of a new object ({key})"
+            if probe.create(b"dscore lock probe 2") is not None:
+                return "it ignores If-None-Match: * on PUT (an object that exists was created again)"
+            if probe.replace(b"dscore lock probe 3", stale) is not None:
+                return "it ignores If-Match on PUT (an object was replaced at an ETag it never had)"
+            if probe.delete(stale):
+                return "it ignores If-Match on DELETE (an object was deleted at an ETag it never had)"
+            data, version = probe.read()
+            if data != first:
+                return "it ignores If-Match (an object changed under a request at an ETag it never had)"
+            if not probe.delete(version):
+                return "it refused DELETE with If-Match at an object's own ETag"
+        except OSError as exc:
+            if _not_implemented(exc):
+                return f"it does not take a conditional request the lock needs ({storage_cause(exc)})"
+            raise
+    finally:
+        with contextlib.suppress(Exception):  # noqa: BLE001 - a probe left behind is hidden and harmless
+            lock.client.delete_object(Bucket=lock.bucket, Key=key)
+    return None
+
+
+def prove_store(out: OutputDir, lock: S3LockFile) -> str | None:
+    """Why the store behind `out` cannot hold the lock, or None: probed once per endpoint and process
+    (`probe_store`, on a probe object under `out`)."""
+    endpoint = lock.client.meta.endpoint_url
+    with _proving:
+        if endpoint not in _proven:
+            key = posixpath.join(posixpath.dirname(lock.key), f"{PROBE_PREFIX}{uuid.uuid4().hex}.tmp")
+            _proven[endpoint] = probe_store(lock, key)
+        return _proven[endpoint]
 
 
 class UnsafeLockFile:
@@ -299,13 +370,31 @@ class UnsafeLockFile:
         return True
 
 
-def lock_file(out: OutputDir) -> LockFile:
+def lock_file(out: OutputDir, prove: bool = False) -> LockFile:
     """The lock of `out` on its store; a store that cannot change it conditionally is refused in one line
-    unless `--unsafe-lock` is given."""
+    unless `--unsafe-lock` is given. `prove`: before taking it, check that an S3 store keeps the conditions
+    (`prove_store`); one that does not is refused likewise."""
     if isinstance(out.fs, pafs.LocalFileSystem):
         return LocalLockFile(out.path(LOCK_FILE))
     if isinstance(out.fs, pafs.S3FileSystem):
-        return S3LockFile(out.fs, out.path(LOCK_FILE))
+        lock = S3LockFile(out.fs, out.path(LOCK_FILE))
+        why = prove_store(out, lock) if prove else None
+        if why is None:
+            return lock
+        if os.environ.get(UNSAFE_LOCK_ENV):
+            logger.warning(
+                "%s: the store at %s cannot hold the lock: %s; --unsafe-lock: checking, then writing it",
+                out.uri,
+                lock.client.meta.endpoint_url,
+                why,
+            )
+            return UnsafeLockFile(out)
+        raise UnsafeStoreError(
+            f"--output {out.uri}: the store at {lock.client.meta.endpoint_url} cannot hold dscore's lock: {why}, so "
+            "two runs could both write the folder; use a store that keeps conditional requests (AWS S3, MinIO, "
+            f"Ceph RGW, SeaweedFS), or pass --unsafe-lock ({UNSAFE_LOCK_ENV}=1) if you make sure that no two runs "
+            "write this folder at once"
+        )
     if os.environ.get(UNSAFE_LOCK_ENV):
         return UnsafeLockFile(out)
     raise FolderLockedError(
@@ -340,8 +429,8 @@ class FolderLock:
         """Take the lock, or raise `FolderLockedError` naming the holder; a storage error is one line too."""
         now = time.time()
         holder = Holder(socket.gethostname(), os.getpid(), current_pid_namespace(), now, now, uuid.uuid4().hex)
-        self._file = lock_file(self.out)
         try:
+            self._file = lock_file(self.out, prove=True)
             with self.out.writing():
                 if isinstance(self.out.fs, pafs.LocalFileSystem):  # an object store has no folders to make
                     self.out.fs.create_dir(self.out.root, recursive=True)

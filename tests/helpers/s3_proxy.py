@@ -5,7 +5,10 @@ AWS_ENDPOINT_URL names the proxy instead of the server; the proxy forwards every
 target, headers, body: the signature stays valid) and the answer as it went. It counts each request
 (`requests()`: "PUT /bucket/key", "GET /bucket?list-type=2&prefix=..."), can add a fixed latency to each (as a
 store across a network would) and can answer 503 Service Unavailable to everything for a while, starting after
-a given request (an outage of the store). Nothing is mocked: the product talks HTTP to a real S3 API.
+a given request (an outage of the store). It can also stand in for a store that does not keep the conditions of
+requests: `strip` names headers it removes before forwarding (`CONDITIONS`: a store, or a proxy before it, that
+ignores `If-None-Match`/`If-Match`), and `not_implemented` the requests it answers 501 Not Implemented
+(LocalStack's answer to a DELETE with `If-Match`). Nothing is mocked: the product talks HTTP to a real S3 API.
 
 Used by tests/io/test_s3_requests.py and benchmarks/s3_requests.py.
 """
@@ -25,14 +28,32 @@ UNAVAILABLE = (
     b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>ServiceUnavailable</Code>'
     b"<Message>the store is unavailable (a test's outage)</Message></Error>"
 )
+NOT_IMPLEMENTED = (
+    b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>NotImplemented</Code>'
+    b"<Message>A header you provided implies functionality that is not implemented</Message></Error>"
+)
+CONDITIONS = ("If-None-Match", "If-Match")  # the headers of conditional writes (the folder lock's)
+
+
+def conditional_delete(command: str, headers) -> bool:
+    """A DELETE with `If-Match`: what LocalStack answers 501 to."""
+    return command == "DELETE" and "If-Match" in headers
 
 
 class CountingProxy:
     """The proxy: `start()` serves on 127.0.0.1 in daemon threads; `endpoint` is what AWS_ENDPOINT_URL names."""
 
-    def __init__(self, upstream: str, latency_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        upstream: str,
+        latency_s: float = 0.0,
+        strip: tuple[str, ...] = (),
+        not_implemented: Callable[[str, object], bool] | None = None,
+    ) -> None:
         self.upstream = urllib.parse.urlsplit(upstream)
         self.latency_s = latency_s
+        self.strip = {name.lower() for name in strip}  # headers removed from every request forwarded
+        self.not_implemented = not_implemented  # (method, headers) -> answer 501 instead of forwarding
         self._seen: list[str] = []
         self._lock = threading.Lock()
         self._outage: tuple[Callable[[str], bool], int, float] | None = None  # (after which requests, n, seconds)
@@ -118,7 +139,7 @@ def _handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
                 try:
                     self.upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
                     for name, value in self.headers.items():
-                        if name.lower() not in HOP_BY_HOP:
+                        if name.lower() not in HOP_BY_HOP and name.lower() not in proxy.strip:
                             self.upstream.putheader(name, value)
                     self.upstream.endheaders(body)
                     return self.upstream.getresponse()
@@ -151,6 +172,9 @@ def _handler(proxy: CountingProxy) -> type[BaseHTTPRequestHandler]:
                 time.sleep(proxy.latency_s)
             if not proxy._admit(line):
                 self._answer(503, "Service Unavailable", [("Content-Type", "application/xml")], UNAVAILABLE)
+                return
+            if proxy.not_implemented is not None and proxy.not_implemented(self.command, self.headers):
+                self._answer(501, "Not Implemented", [("Content-Type", "application/xml")], NOT_IMPLEMENTED)
                 return
             response = self._forward(body)
             data = response.read()
