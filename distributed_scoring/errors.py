@@ -25,6 +25,11 @@ def error_reason(exc: BaseException) -> str:
 # What an object store's error means, by the words the AWS SDK (under pyarrow) and boto3 use for it, and
 # what to do about it; the first that matches names the cause. Anything else is quoted as it came.
 CAUSES = (
+    (  # the GCS client under pyarrow, with no Google credentials found (before any request is sent)
+        ("OAuth2 access token", "UNAUTHENTICATED"),
+        "no Google Cloud credentials: set GOOGLE_APPLICATION_CREDENTIALS to a service account's key file (or run "
+        "`gcloud auth application-default login`), and check that the machine reaches Google's servers",
+    ),
     (
         ("NO_SUCH_BUCKET", "NoSuchBucket", "Bucket '", "bucket does not exist"),
         "the bucket does not exist: create it first",

@@ -31,7 +31,7 @@ import pyarrow.fs as pafs
 from ..errors import UserError
 from .lock import FolderLock
 from .output import DONE_DIR, LOCK_FILE, OUTPUTS, ROWS_DIR, RUN_FILE, SHARDS, OutputDir, OutputError
-from .storage import join, scheme, storage_error
+from .storage import check_bucket, check_output_key, join, scheme, storage_error
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,7 @@ def check_paths(output: str, inputs: Iterable[str] = (), models: Iterable[str] =
             "--output is empty: pass the folder to write the run to (a new or empty one, or the "
             "folder of the same run to resume it)"
         )
+    check_output_key(output)
     out = _place(output)
     mine = {posixpath.join(out, name) for name in own}
     for given in dict.fromkeys(inputs):
@@ -121,6 +122,7 @@ def claim(output: str, inputs: Iterable[str] = (), models: Iterable[str] = ()) -
     command that claims before it plans), so that a refused run leaves no trace."""
     check_paths(output, inputs, models)
     out = OutputDir(output)
+    check_bucket(output, out.fs)
     try:
         created = not out.exists(out.root)
     except OSError as exc:

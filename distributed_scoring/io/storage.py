@@ -11,6 +11,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, TypeVar
@@ -79,8 +80,26 @@ def retrying(request: Callable[[], T], what: str, budget_s: float | None = None)
 
 
 def storage_error(uri: str, exc: BaseException, doing: str = "use") -> StorageError:
-    """A one-line refusal before any work: which URI, what went wrong and what to do."""
-    return StorageError(f"cannot {doing} {uri!r}: {storage_cause(exc)}")
+    """A one-line refusal before any work: which URI, what went wrong and what to do (for the URI's store: a
+    gs:// URI is never told to check AWS's variables)."""
+    return StorageError(f"cannot {doing} {uri!r}: {cause_for(uri, exc)}")
+
+
+# The causes that name S3's settings, as they read for GCS.
+GCS_CAUSES = {
+    "access denied": "access denied: check the Google Cloud credentials (GOOGLE_APPLICATION_CREDENTIALS, or "
+    "`gcloud auth application-default login`) and that they may read and write there",
+    "the storage endpoint is unreachable": "GCS is unreachable: check the network (and STORAGE_EMULATOR_HOST "
+    "where an emulator serves gs://)",
+}
+
+
+def cause_for(uri: str, exc: BaseException) -> str:
+    """`storage_cause(exc)`, in the words of the URI's store."""
+    cause = storage_cause(exc)
+    if scheme(uri) in ("gs", "gcs") and "AWS" in cause:
+        return next((v for k, v in GCS_CAUSES.items() if cause.startswith(k)), error_reason(exc))
+    return cause
 
 
 def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
@@ -110,10 +129,22 @@ def filesystem(uri: str) -> tuple[pafs.FileSystem | None, str]:
     return None, uri
 
 
+# Bucket names as the stores take them (AWS's and Google's rules): S3's 3-63 lowercase letters, digits, dots and
+# hyphens; GCS's also underscores, and up to 222 characters in dotted names. Both begin and end with a letter or
+# digit. Some stores accept more (moto, a bucket SeaweedFS creates on first write), AWS and GCS do not.
+S3_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+GCS_BUCKET = re.compile(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]")
+MAX_KEY_BYTES = 1024  # an object's key, UTF-8, on S3 and GCS alike
+# What dscore adds under an --output folder's key, at most ("/rows/part-00000-000000000000.parquet", markers,
+# reports, the lock's probe): an --output whose key leaves less room is refused before any work.
+OUTPUT_KEY_ROOM = 96
+
+
 def check_object_uri(uri: str, s: str) -> None:
-    """Refuse an object-store URI that later joins would break: a query (`?endpoint_override=...` works for
-    one file but not for the files of a folder or a baseline's neighbours: the endpoint is set by the
-    environment instead) or an empty path component (`s3://bucket//x`)."""
+    """Refuse an object-store URI that later joins would break or that the store would refuse part-way: a query
+    (`?endpoint_override=...` works for one file but not for the files of a folder or a baseline's neighbours:
+    the endpoint is set by the environment instead), an empty path component (`s3://bucket//x`), a bucket name
+    the store's rules forbid, a key of over 1,024 bytes."""
     if s in ("file", "hdfs", "viewfs"):
         return
     if "?" in uri:
@@ -124,6 +155,42 @@ def check_object_uri(uri: str, s: str) -> None:
         )
     if "//" in uri.split("://", 1)[1].rstrip("/"):
         raise StorageError(f"{uri!r} has an empty path component ('//'): write it with single slashes")
+    bucket, _, key = uri.split("://", 1)[1].partition("/")
+    if s == "s3" and not (S3_BUCKET.fullmatch(bucket) and ".." not in bucket and not _looks_like_ip(bucket)):
+        raise StorageError(
+            f"{uri!r}: {bucket!r} is no S3 bucket name: 3 to 63 lowercase letters, digits, dots and hyphens, "
+            "beginning and ending with a letter or digit (AWS's rules)"
+        )
+    if s in ("gs", "gcs") and not (GCS_BUCKET.fullmatch(bucket) and (len(bucket) <= 63 or "." in bucket)):
+        raise StorageError(
+            f"{uri!r}: {bucket!r} is no GCS bucket name: 3 to 63 lowercase letters, digits, dots, hyphens and "
+            "underscores, beginning and ending with a letter or digit (Google's rules)"
+        )
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES:
+        raise StorageError(
+            f"{uri!r}: its key is {size:,} bytes (UTF-8), over the {MAX_KEY_BYTES:,} bytes an object store takes: "
+            "use shorter names"
+        )
+
+
+def check_output_key(uri: str) -> None:
+    """Refuse an object-store --output whose key leaves too little room for the files dscore writes under it."""
+    if scheme(uri) in (None, "file", "hdfs", "viewfs"):
+        return
+    check_object_uri(uri, scheme(uri))
+    key = uri.split("://", 1)[1].partition("/")[2].rstrip("/")
+    size = len(key.encode("utf-8"))
+    if size > MAX_KEY_BYTES - OUTPUT_KEY_ROOM:
+        raise StorageError(
+            f"--output {uri!r}: its key is {size:,} bytes (UTF-8); the files dscore writes under it need up to "
+            f"{OUTPUT_KEY_ROOM} more, over the {MAX_KEY_BYTES:,} bytes an object store takes: use a shorter folder"
+        )
+
+
+def _looks_like_ip(bucket: str) -> bool:
+    parts = bucket.split(".")
+    return len(parts) == 4 and all(p.isdigit() for p in parts)
 
 
 _said: set[str] = set()
@@ -152,6 +219,35 @@ def s3_client(fs: pafs.S3FileSystem) -> Any:
     return boto3.client("s3", region_name=fs.region or None, config=config)
 
 
+_buckets_seen: set[tuple[str, str]] = set()  # (endpoint, bucket) found to exist by this process
+
+
+def check_bucket(uri: str, fs: pafs.FileSystem) -> None:
+    """Refuse an S3 --output in a bucket that does not exist, before any work: some stores (SeaweedFS) create
+    a missing bucket on the first write instead of refusing it, and a typo would become a bucket. One request
+    per bucket and endpoint in a process."""
+    if not isinstance(fs, pafs.S3FileSystem):
+        return
+    from botocore.exceptions import ClientError
+
+    client = s3_client(fs)
+    bucket = uri.split("://", 1)[1].split("/", 1)[0]
+    seen = (client.meta.endpoint_url, bucket)
+    if seen in _buckets_seen:
+        return
+    try:
+        with boto_errors(f"s3://{bucket}"):
+            try:
+                client.head_bucket(Bucket=bucket)
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code", "") in ("404", "NoSuchBucket"):
+                    raise StorageError(f"cannot use {uri!r}: the bucket does not exist: create it first") from None
+                raise
+    except OSError as exc:
+        raise storage_error(uri, exc) from exc
+    _buckets_seen.add(seen)
+
+
 @contextlib.contextmanager
 def boto_errors(where: str) -> Iterator[None]:
     """boto3's errors as OSErrors with its words and `where`, as pyarrow's are, so that `retrying` and the
@@ -160,8 +256,8 @@ def boto_errors(where: str) -> Iterator[None]:
 
     try:
         yield
-    except (BotoCoreError, ClientError) as exc:
-        raise OSError(f"{exc} ({where})") from exc
+    except (BotoCoreError, ClientError) as exc:  # on one line: its reason may follow a line of its own
+        raise OSError(f"{' '.join(str(exc).split())} ({where})") from exc
 
 
 def join(base: str, relative: str) -> str:
