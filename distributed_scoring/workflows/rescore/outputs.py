@@ -81,6 +81,26 @@ def best_text_file(split: str) -> str:
 OUTPUT_FILES = (HYPOTHESES_FILE, BEST_FILE, *(best_text_file(split) for split in SPLITS), REPORT_JSON, REPORT_MD)
 RESCORED_STEM = "test.rescored"  # the test list in its own format: test.rescored.<ending> (or a folder of that name)
 
+FIRST_APPEARANCE = "utterances in order of first appearance in the N-best input"
+# The formats whose readers put utterances in numeric id order (`nbest_formats`), and what their ids are.
+NUMERIC_IDS = {
+    "fairseq": "fairseq's sample ids",
+    "marian": "Marian's source line numbers",
+    "moses": "Moses's source line numbers",
+}
+
+
+def best_text_order(formats: dict[str, str]) -> str:
+    """How the 1-best text files order their utterances, for the lists' formats by split (told, not `auto`):
+    by numeric id for fairseq and Moses/Marian, whose readers sort by it, else as the list gives them."""
+    orders = {
+        split: f"utterances in numeric id order ({NUMERIC_IDS[fmt]})" if fmt in NUMERIC_IDS else FIRST_APPEARANCE
+        for split, fmt in formats.items()
+    }
+    if len(set(orders.values())) == 1:
+        return next(iter(orders.values()))
+    return "; ".join(f"{split}: {order}" for split, order in orders.items())
+
 
 @dataclass(frozen=True)
 class TestList:
@@ -171,8 +191,8 @@ def render_rescore_report(report: dict) -> str:
         + (f" (sequence lengths: {report['seq_length']})." if report["seq_length"] else "."),
         "",
         f"Grid: lambda from {grid['lambda'][0]:g} to {grid['lambda'][-1]:g} ({len(grid['lambda'])} values), "
-        f"gamma {', '.join(f'{g:g}' for g in grid['gamma'])}, (mlm, causal) alpha "
-        f"{', '.join(str(tuple(a)) for a in grid['alpha'])}. Ties: {report['tie_rule']}.",
+        f"gamma {', '.join(f'{g:g}' for g in grid['gamma'])}, {_alpha_grid(grid['alpha'], report['lms'])}. "
+        f"Ties: {report['tie_rule']}.",
         "",
         *(f"**Edge:** {edge}" for edge in report["edges"]),
         "",
@@ -182,6 +202,14 @@ def render_rescore_report(report: dict) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _alpha_grid(alphas: list[list[float]], lms: dict[str, bool]) -> str:
+    """The alphas searched: (mlm, causal) pairs where both LMs were used, else the one LM's values."""
+    if lms["mlm"] and lms["causal"]:
+        return f"(mlm, causal) alpha {', '.join(str(tuple(a)) for a in alphas)}"
+    name, index = ("mlm", 0) if lms["mlm"] else ("causal", 1)
+    return f"{name} alpha {', '.join(f'{v:g}' for v in dict.fromkeys(a[index] for a in alphas))}"
 
 
 def _splits_table(report: dict, shown: Callable[[float], str]) -> list[str]:

@@ -46,7 +46,7 @@ import pyarrow as pa
 from ...errors import UserError
 from .combine import Split, TextScore
 from .metrics import Metric, metric_for
-from .outputs import SPLITS, Rescored
+from .outputs import FIRST_APPEARANCE, SPLITS, Rescored
 from .search import RescoreOptions, Search, grid_search
 
 logger = logging.getLogger(__name__)
@@ -121,6 +121,6 @@ def _report(
         "edges": search.edges,
         "tie_rule": "largest lambda, then largest gamma, then smallest alpha; within an utterance, the better "
         "sequence-model rank",
-        "best_text_order": "utterances in order of first appearance in the N-best input",
+        "best_text_order": FIRST_APPEARANCE,
         "signature": metric.signature(),
     }

@@ -35,7 +35,7 @@ from ...workloads.causal import causal_workload
 from ..maskless import score_maskless, score_unmasked
 from ..score import score
 from .combine import TextScore, text_scores
-from .outputs import OUTPUT_FILES, Rescored, TestList, write_outputs
+from .outputs import OUTPUT_FILES, Rescored, TestList, best_text_order, write_outputs
 from .rescoring import rescore
 from .search import RescoreOptions
 
@@ -113,7 +113,8 @@ def rescore_nbest(
     until the reports are, its LM runs claiming their sub-folders inside it."""
     formats = inputs.formats
     check_models(model, causal_model, method)
-    dev = _read(inputs.dev, inputs.dev_refs, "dev", resolve_format(inputs.dev, inputs.fmt), formats)
+    dev_fmt = resolve_format(inputs.dev, inputs.fmt)
+    dev = _read(inputs.dev, inputs.dev_refs, "dev", dev_fmt, formats)
     test_fmt = resolve_format(inputs.test, inputs.fmt)
     test = _read(inputs.test, inputs.test_refs, "test", test_fmt, formats)
     _refuse_empty({"--dev": (inputs.dev, dev), "--test": (inputs.test, test)})
@@ -145,6 +146,7 @@ def rescore_nbest(
             causal = _scores(config.output, texts, scored, S.LOGP, "causal LM")
         seconds = time.monotonic() - started
         result = rescore(dev, test, mlm, causal, options)
+        result.report["best_text_order"] = best_text_order({"dev": dev_fmt, "test": test_fmt})
         result.report["scoring"] = _scoring_figures(dev.num_rows + test.num_rows, len(texts), seconds)
         write_outputs(result, folder, TestList(inputs.test, test_fmt, test, inputs.kaldi_acwt))
     return result

@@ -82,6 +82,9 @@ def test_a_toolkit_list_rescores_like_its_jsonl(tmp_path, tiny_model_dir, jsonl_
             assert report[split][figure] == pytest.approx(expected_report[split][figure]), (split, figure)
     assert best == expected_best and len(best.splitlines()) == 4
     assert (out / rescored).is_file()
+    # fairseq's and Marian's readers put utterances in numeric id order, and report.md says so.
+    order = "numeric id order" if fmt in ("fairseq", "marian") else "order of first appearance"
+    assert f"one line per utterance, utterances in {order}" in (out / "report.md").read_text()
     # The rescored list reads back in its format with the 1-best of test.best.txt first (Kaldi: lowest cost).
     back_path = str(out / rescored.split("/")[0])
     back = read_nbest(back_path, fmt=fmt, options=FormatOptions(kaldi_acwt=0.1, beam_size=3)).to_pylist()

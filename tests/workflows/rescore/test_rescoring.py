@@ -472,3 +472,31 @@ def test_bleu_searches_the_length_penalty_jointly_with_lambda():
             options=RescoreOptions(metric="bleu", mlm_alpha=alpha),
         )
         np.testing.assert_allclose(np.array(fixed.report["grid"]["dev"])[0, 0, :21], row[:21], atol=1e-12)
+
+
+def test_the_report_lists_alpha_pairs_only_when_both_lms_were_used():
+    """report.md's grid line: (mlm, causal) alpha pairs with both LMs, else the one LM's alphas alone."""
+    words = "the cat sat on a mat , . dog ran".split()
+    dev_records, test_records = random_lists(5, 25, words), random_lists(6, 25, words)
+    dev, test, lm = (
+        nbest.nbest_table(dev_records),
+        nbest.nbest_table(test_records),
+        random_scores(dev_records + test_records, 7),
+    )
+    bleu = RescoreOptions(metric="bleu")
+    alphas = ", ".join(f"{a:g}" for a in BLEU_ALPHAS)
+    for kwargs, shown in ((dict(mlm=lm), f"mlm alpha {alphas}."), (dict(causal=lm), f"causal alpha {alphas}.")):
+        markdown = O.render_rescore_report(rescore(dev, test, options=bleu, **kwargs).report)
+        assert shown in markdown and "(mlm, causal)" not in markdown
+    both = O.render_rescore_report(rescore(dev, test, mlm=lm, causal=lm, options=bleu).report)
+    assert "(mlm, causal) alpha (0.0, 0.0), (0.2, 0.2)" in both
+
+
+def test_the_best_text_order_follows_the_lists_formats():
+    assert O.best_text_order({"dev": "jsonl", "test": "kaldi"}) == O.FIRST_APPEARANCE
+    assert O.best_text_order({"dev": "fairseq", "test": "fairseq"}) == (
+        "utterances in numeric id order (fairseq's sample ids)"
+    )
+    assert O.best_text_order({"dev": "marian", "test": "nemo"}) == (
+        f"dev: utterances in numeric id order (Marian's source line numbers); test: {O.FIRST_APPEARANCE}"
+    )
