@@ -368,3 +368,24 @@ def test_a_command_is_its_own_module_found_by_the_registry(tmp_path, monkeypatch
             del sys.modules[name]
     assert [c.place for c in COMMANDS] == sorted(c.place for c in COMMANDS)
     assert {c.name for c in COMMANDS} >= {"score", "variants", "job", "train", "verify"}
+
+
+def test_a_run_says_how_many_rows_it_windowed_and_long_texts_error_names_the_way_out(
+    corpus, tmp_path, tiny_model_dir, capsys, caplog
+):
+    model = tiny_model_dir("bert")
+    with caplog.at_level("INFO", logger="distributed_scoring"):
+        assert score(capsys, corpus, "--model", model, "--output", tmp_path / "window")[0] == 0
+    said = [r.getMessage() for r in caplog.records if "scored in windows" in r.getMessage()]
+    assert said == [
+        "1 of 6 scored rows was longer than the model's maximum and scored in windows (--long-texts window): a text "
+        "of n tokens costs n masked copies of the model's full width instead of n + 2 tokens, so such rows cost "
+        'more per token than the others (summary.json: windowed_rows; docs/score.md, "Long texts")'
+    ]
+    caplog.clear()
+    out = tmp_path / "error"
+    with caplog.at_level("INFO", logger="distributed_scoring"):
+        assert score(capsys, corpus, "--model", model, "--output", out, "--long-texts", "error")[0] == 0
+    assert not [r for r in caplog.records if "scored in windows" in r.getMessage()]
+    error = rows(out)["corpus.txt:6"][S.ERROR]
+    assert "over the model's maximum of 96" in error and "with --long-texts window" in error, error

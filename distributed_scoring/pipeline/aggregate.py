@@ -120,7 +120,20 @@ def corpus_summary(out: OutputDir, plan: list[Shard], config: RunConfig, markers
     )
     for warning in summary.warnings:
         logger.warning(warning)
+    if windowed:
+        logger.info(windowed_line(windowed, stats.ok))
     return summary.to_json()
+
+
+def windowed_line(windowed: int, ok: int) -> str:
+    """What a run says of its rows scored in windows: how many, and what they cost."""
+    rows, verb = "row" if ok == 1 else "rows", "was" if windowed == 1 else "were"
+    return (
+        f"{windowed:,} of {ok:,} scored {rows} {verb} longer than the model's maximum and scored in windows "
+        "(--long-texts window): a text of n tokens costs n masked copies of the model's full width instead of "
+        "n + 2 tokens, so such rows cost more per token than the others (summary.json: windowed_rows; "
+        'docs/score.md, "Long texts")'
+    )
 
 
 def _read_sums(out: OutputDir, key: str) -> list[dict]:

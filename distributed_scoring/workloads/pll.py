@@ -202,7 +202,7 @@ def isolated(score: Callable[[Sequence[T]], Sequence[R]], items: Sequence[T]) ->
         return results
 
 
-def pll_preparer(model: ModelSpec, split_chars: bool, long_texts: str = "error") -> Callable[[pa.Table], pa.Table]:
+def pll_preparer(model: ModelSpec, split_chars: bool, long_texts: str | None = None) -> Callable[[pa.Table], pa.Table]:
     from ..engine.model_files import load_tokenizer
     from .prepare import PLLPreparer
 

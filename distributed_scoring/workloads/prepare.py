@@ -52,16 +52,18 @@ def whitespace_words(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WORD.finditer(text)]
 
 
-def _too_long(length: str, max_length: int, windowed: bool = False) -> Prepared:
-    """The error row of a text over the longest one scored; `length` says how long it is."""
-    if windowed:
+def _too_long(length: str, max_length: int, long_texts: str | None = None) -> Prepared:
+    """The error row of a text over the longest one scored; `length` says how long it is. `long_texts` as
+    `PLLPreparer`'s: under `error` the row names `--long-texts window`, the way to score it."""
+    if long_texts == "window":
         return Prepared(
             error=f"{length}, over the {WINDOWED_LIMIT} windows of the model's {max_length} tokens that "
             "--long-texts window scores in one row; it was not truncated: split it"
         )
+    way_out = "score it in windows of the model's width with --long-texts window, " if long_texts == "error" else ""
     return Prepared(
-        error=f"{length}, over the model's maximum of {max_length}; it was not truncated: split it, or use a "
-        "model with more positions"
+        error=f"{length}, over the model's maximum of {max_length}; it was not truncated: {way_out}split it, or use "
+        "a model with more positions"
     )
 
 
@@ -81,18 +83,18 @@ def split_characters(text: str) -> str:
 
 
 def prepare_encoding(
-    encoding: Any, text: str, max_length: int, unk_id: int | None = None, windowed: bool = False
+    encoding: Any, text: str, max_length: int, unk_id: int | None = None, long_texts: str | None = None
 ) -> Prepared:
     """Turn one tokenizers `Encoding` into the engine's inputs.
 
     Targets are the non-special tokens; `n_unknown` counts those that are `unk_id`. Each target is
     assigned to the whitespace word in which its character span starts (a piece made only of whitespace
-    goes to the following word), so word scores add up to the PLL. With `windowed`, a text over
-    `max_length` is kept (its scorer windows it) up to `WINDOWED_LIMIT` times that.
+    goes to the following word), so word scores add up to the PLL. With `long_texts` `window`, a text over
+    `max_length` is kept (its scorer windows it) up to `WINDOWED_LIMIT` times that (`PLLPreparer`).
     """
     ids = encoding.ids
-    if len(ids) > max_length * (WINDOWED_LIMIT if windowed else 1):
-        return _too_long(f"sentence is {len(ids)} tokens long with special tokens", max_length, windowed)
+    if len(ids) > max_length * (WINDOWED_LIMIT if long_texts == "window" else 1):
+        return _too_long(f"sentence is {len(ids)} tokens long with special tokens", max_length, long_texts)
     targets = [i for i, special in enumerate(encoding.special_tokens_mask) if not special]
     if not targets:
         return Prepared(error="the tokenizer produced no scorable (non-special) tokens for this text")
@@ -115,8 +117,10 @@ class PLLPreparer(Stage):
     """Tokenise a table of read rows (`schema.read_schema`) into `schema.prepared_schema`.
 
     With `split_chars` the tokenizer sees `split_characters(text)` (the `text` column keeps the input).
-    A `partition` column, when present, passes through. `long_texts`: a text over the model's maximum is an
-    error row (`error`), or kept whole for a scorer that windows it (`window`, the PLL's: `engine.windows`).
+    A `partition` column, when present, passes through. `long_texts`: a text over the model's maximum is
+    kept whole for a scorer that windows it (`window`, the PLL's: `engine.windows`), or an error row: one
+    that names `--long-texts window` (`error`, the PLL's when asked), or not (None: a workload that cannot
+    window, such as chain and joints).
     """
 
     reads = {
@@ -126,10 +130,13 @@ class PLLPreparer(Stage):
         S.ERROR: "why the row could not be read",
     }
 
-    def __init__(self, tokenizer: Any, max_length: int, split_chars: bool = False, long_texts: str = "error") -> None:
+    def __init__(
+        self, tokenizer: Any, max_length: int, split_chars: bool = False, long_texts: str | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.split_chars = split_chars
+        self.long_texts = long_texts
         self.windowed = long_texts == "window"
         self.limit = max_length * (WINDOWED_LIMIT if self.windowed else 1)  # the most tokens a row may have
 
@@ -155,7 +162,7 @@ class PLLPreparer(Stage):
             out[i] = error
         todo = [i for i, p in enumerate(out) if p is None]
         for i, encoding in zip(todo, self._encode([texts[i] for i in todo]) if todo else ()):
-            out[i] = prepare_encoding(encoding, texts[i], self.max_length, self.tokenizer.unk_token_id, self.windowed)
+            out[i] = prepare_encoding(encoding, texts[i], self.max_length, self.tokenizer.unk_token_id, self.long_texts)
         return out
 
     def _over_long_by_prefix(self, texts: list[str], candidates: list[int]) -> dict[int, Prepared]:
@@ -171,7 +178,7 @@ class PLLPreparer(Stage):
                 f"sentence is {len(texts[i])} characters long; its first {len(probe)} characters alone make "
                 f"{n} tokens with special tokens",
                 self.max_length,
-                self.windowed,
+                self.long_texts,
             )
             for (i, probe), n in zip(probes.items(), lengths)
             if n > self.limit

@@ -51,6 +51,18 @@ def test_over_long_text_is_an_error_not_truncated(family, preparers):
     assert f"maximum of {prep.max_length}" in long.error
 
 
+def test_an_over_long_error_row_names_long_texts_window_only_where_the_workload_windows(preparers):
+    """`--long-texts error` (the PLL's, asked for) names the way out; chain and joints, which cannot window,
+    do not; a megabyte line refused on its prefix says the same."""
+    prep = preparers("bert")
+    too_long = " ".join(["the"] * prep.max_length)
+    huge = "the cat sat on the mat. " * 100_000
+    chosen = PLLPreparer(prep.tokenizer, prep.max_length, long_texts="error").prepare_texts([too_long, huge])
+    for row in chosen:
+        assert "score it in windows of the model's width with --long-texts window" in row.error, row.error
+    assert all("--long-texts" not in row.error for row in prep.prepare_texts([too_long, huge]))
+
+
 def test_roberta_positions_leave_room_for_the_padding_offset(preparers):
     from helpers.tiny import MAX_POSITIONS
 
