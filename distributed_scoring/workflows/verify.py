@@ -131,7 +131,7 @@ def verify_folder(uri: str) -> Verification:
             uri,
             parts=parts,
             missing=tuple(_lock(out)),
-            what=f"{len(parts)} run(s)",
+            what=counted(len(parts), "run"),
             unchecked=(
                 f"{uri}'s own files: an earlier dscore wrote no {RUN_FILE} in the folder of a rescore or joints run",
             ),
@@ -326,7 +326,9 @@ def _check_rows(out: OutputDir, keys: set[str], row_key: list[str] | None, probl
         row_key = _key_columns(row_key, names)
         missing = [c for c in dict.fromkeys([*REQUIRED_COLUMNS, *row_key]) if c not in names]
         if missing:
-            problems.append(f"{ROWS_DIR}/ lacks the column(s) {', '.join(missing)}")
+            problems.append(
+                f"{ROWS_DIR}/ lacks the {'column' if len(missing) == 1 else 'columns'} {', '.join(missing)}"
+            )
             return 0
         table = dataset.read(columns=row_key)
     except (OSError, pa.ArrowInvalid) as exc:
@@ -350,7 +352,8 @@ def _duplicates(table: pa.Table) -> list[str]:
     if not repeated.num_rows:
         return []
     examples = ", ".join(repr(i) for i in repeated[S.ID].to_pylist()[:5])
-    return [f"{repeated.num_rows} id(s) appear more than once (e.g. {examples})"]
+    verb = "appears" if repeated.num_rows == 1 else "appear"
+    return [f"{counted(repeated.num_rows, 'id')} {verb} more than once (e.g. {examples})"]
 
 
 def _check_summary(
@@ -412,7 +415,7 @@ def _verify_parent(out: OutputDir, run: dict) -> Verification:
         out.uri,
         missing=tuple([*_lock(out), *missing]),
         parts=parts,
-        what=f"{run['workload']} run with {len(parts)} run(s)",
+        what=f"{run['workload']} run with {counted(len(parts), 'run')}",
     )
 
 
@@ -438,7 +441,7 @@ def _verify_training(out: OutputDir, run: dict) -> Verification:
         problems=tuple(problems),
         missing=tuple(missing),
         parts=parts,
-        what=f"{run['workload']} run with {len(parts)} evaluation run(s)",
+        what=f"{run['workload']} run with {counted(len(parts), 'evaluation run')}",
     )
 
 
@@ -449,13 +452,13 @@ def report(result: Verification) -> str:
         return f"IN USE: {result.folder}: a run is writing it ({result.in_use}); verify it once that run has ended"
     lines = [report(part) for part in result.parts]
     lines += [*result.problems, *result.missing, *(f"not checked: {u}" for u in result.unchecked)]
-    what = result.what or f"{result.shards} shards, {result.rows} rows"
+    what = result.what or f"{counted(result.shards, 'shard')}, {counted(result.rows, 'row')}"
     if result.damaged:
         count = len(result.problems) + sum(_problems(p) for p in result.parts)
-        verdict = f"FAILED: {result.folder}: {count} problem(s)"
+        verdict = f"FAILED: {result.folder}: {counted(count, 'problem')}"
     elif not result.complete:
         done = (
-            f"{result.shards} of {result.planned} shards done, {result.rows} rows"
+            f"{result.shards} of {counted(result.planned, 'shard')} done, {counted(result.rows, 'row')}"
             if result.planned is not None
             else what
         )
@@ -463,6 +466,11 @@ def report(result: Verification) -> str:
     else:
         verdict = f"OK: {result.folder}: {what}"
     return "\n".join([*lines, verdict])
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and `noun`, in the plural unless `n` is 1: `1 run`, `2 runs`, `0 rows`."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _problems(result: Verification) -> int:

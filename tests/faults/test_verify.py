@@ -84,7 +84,7 @@ def other_bytes(out: Path) -> None:
 
 
 DAMAGE = {
-    "duplicated id": (duplicate_an_id, "id\\(s\\) appear more than once"),
+    "duplicated id": (duplicate_an_id, "1 id appears more than once"),
     "missing shard file": (lambda out: parts(out)[2].unlink(), "its Parquet file is missing"),
     "marker mismatch": (marker_mismatch, "holds 4 rows, its marker says 3"),
     "file not the one written": (other_bytes, "bytes differ"),
@@ -235,7 +235,7 @@ def test_the_parent_folder_of_a_joints_run_verifies_its_sub_run(joints_folder, c
     capsys.readouterr()
     assert main(["verify", str(out)]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert lines[-1].startswith(f"OK: {out}") and any(f"{out}/scores" in line for line in lines), lines
+    assert lines[-1] == f"OK: {out}: joints run with 1 run" and any(f"{out}/scores" in line for line in lines), lines
     drop_shards(out / "scores", slice(-1, None))
     assert main(["verify", str(out)]) == 1
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith(f"INCOMPLETE: {out}")
@@ -302,14 +302,14 @@ def test_the_row_key_a_workload_declares_is_recorded_and_verified(copies, capsys
         table.set_column(table.schema.get_field_index("copy"), "copy", pa.array([0] * table.num_rows, pa.int32())),
     )
     assert main(["verify", str(copies)]) == 1
-    assert "4 id(s) appear more than once" in capsys.readouterr().out
+    assert "4 ids appear more than once" in capsys.readouterr().out
 
 
 def test_rows_without_a_column_of_their_recorded_key_fail(copies, capsys):
     for part in parts(copies):
         rewrite(copies, part, pq.read_table(part).drop_columns(["copy"]))
     assert main(["verify", str(copies)]) == 1
-    assert "rows/ lacks the column(s) copy" in capsys.readouterr().out
+    assert "rows/ lacks the column copy" in capsys.readouterr().out
 
 
 def test_an_earlier_folder_without_a_row_key_is_keyed_as_before(joints_folder, capsys):
@@ -320,3 +320,16 @@ def test_an_earlier_folder_without_a_row_key_is_keyed_as_before(joints_folder, c
     run_file.write_text(json.dumps({k: v for k, v in recorded.items() if k != "row_key"}))
     capsys.readouterr()
     assert main(["verify", str(joints_folder)]) == 0, capsys.readouterr().out
+
+
+def test_the_verdict_counts_in_the_singular_for_one():
+    """verify said "rescore run with 1 run(s)"; one of anything is now singular, several plural."""
+    from distributed_scoring.workflows.verify import Verification, report
+
+    one = Verification("d/mlm", shards=1, rows=1)
+    assert report(one) == "OK: d/mlm: 1 shard, 1 row"
+    assert report(Verification("d", problems=("x",))).endswith("FAILED: d: 1 problem")
+    assert report(Verification("d", shards=1, planned=2, rows=3, missing=("y",))).endswith(
+        "INCOMPLETE: d: 1 of 2 shards done, 3 rows; rerun the same command to finish"
+    )
+    assert report(Verification("d", shards=2, rows=0)) == "OK: d: 2 shards, 0 rows"
