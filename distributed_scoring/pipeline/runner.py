@@ -139,7 +139,9 @@ def _claimed(
             _check_inputs(out, plan, done, config.inputs, previous.get(INPUT_FILES), identities)
             folder.begin(run, previous, outputs)
         todo = [shard for shard in plan if shard.key not in done]
-        if done:
+        if done and not todo:
+            logger.info("%s", already_complete(len(plan)))
+        elif done:
             logger.info("resuming: %d of %d shards already done", len(plan) - len(todo), len(plan))
         try:
             yield plan, out, todo
@@ -153,6 +155,12 @@ def _claimed(
                 f"the run stopped on an error while writing {out.uri} ({_os_reason(exc)}); the shards finished "
                 "before it are kept: free space (or fix the storage), then rerun the same command to finish"
             ) from exc
+
+
+def already_complete(shards: int) -> str:
+    """What a rerun of a finished run says: nothing is scored again."""
+    every = "its one shard was" if shards == 1 else f"all {shards} of its shards were"
+    return f"already complete: {every} scored before; nothing to score"
 
 
 def row_key(workload: Workload, inputs: InputSpec) -> list[str]:

@@ -88,6 +88,21 @@ def test_a_damaged_shard_is_scored_again_on_resume(run, how, caplog):
     assert "is scored again" in caplog.text
 
 
+def test_a_rerun_of_a_finished_run_says_it_is_already_complete(run, caplog):
+    """It said "resuming: 4 of 4 shards already done"; a partly done one still says it resumes."""
+    config, out = run
+    with caplog.at_level("INFO", logger="distributed_scoring"):
+        check_whole(out, score(config))
+    assert "already complete: all 4 of its shards were scored before; nothing to score" in caplog.text
+    assert "resuming" not in caplog.text
+    caplog.clear()
+    damage(out, "deleted shard")
+    with caplog.at_level("INFO", logger="distributed_scoring"):
+        check_whole(out, score(config))
+    assert "resuming: 3 of 4 shards already done" in caplog.text and "already complete" not in caplog.text
+    assert runner.already_complete(1) == "already complete: its one shard was scored before; nothing to score"
+
+
 def test_a_damaged_run_file_is_refused_with_what_to_do(run):
     config, out = run
     (out / "_run.json").write_text('{"inputs": [')

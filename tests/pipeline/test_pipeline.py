@@ -236,7 +236,7 @@ def test_a_small_corpus_on_ray_has_a_shard_for_every_scoring_actor(ray_local, tm
     caplog.clear()
     with caplog.at_level("INFO"):
         assert run("fitted", RayOptions(num_actors=2, stall_timeout_s=300))["shard_rows"] == 4
-    assert "resuming: 3 of 3 shards already done" in caplog.text
+    assert "already complete: all 3 of its shards were scored before" in caplog.text
     assert run("given", three, fit=False)["shard_rows"] == 1000
     assert list(run("in-process", None)["shards"].values()) == [12]
 

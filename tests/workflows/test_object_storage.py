@@ -122,7 +122,7 @@ def test_a_rerun_resumes_another_run_is_refused_overwrite_replaces_and_verify_sa
     before = len(moto_server.requests())
     assert score(source, model, s3.uri("out")) == 0
     printed = capsys.readouterr().out
-    assert "resuming: 4 of 4 shards already done" in caplog.text
+    assert "already complete: all 4 of its shards were scored before" in caplog.text
     rerun = moto_server.requests()[before:]
     assert not shards_written(rerun, "out"), "shards scored again"
     assert json.loads(printed) == json.loads(s3.get("out/summary.json")) == first
