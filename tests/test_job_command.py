@@ -54,3 +54,23 @@ def test_every_scoring_command_is_a_job_and_every_jobs_script_runs_one():
     assert jobs == {"score", "rescore", "joints", "infill", "sample", "generate", "audit", "variants", "train"}
     scripts = {p.name: p.read_text() for p in (REPO / "jobs").glob("*.py")}
     assert all(any(f'job_main("{name}")' in text for text in scripts.values()) for name in jobs)
+
+
+@pytest.mark.parametrize(
+    "argv, usage",
+    [
+        (["audit", "--input", "x", "--model", "m", "--output", "/o"], "dscore audit"),
+        (["rescore", "--dev", "d", "--test", "t", "--model", "m", "--output", "/o"], "dscore rescore"),
+        (["train", "maskless", "--teacher", "t", "--model", "m", "--output", "/o"], "dscore train maskless"),
+    ],
+)
+def test_an_unknown_flag_of_a_job_prints_its_command_s_usage(argv, usage, capsys):
+    """`python jobs/pppl_audit.py --bogus-flag` printed the usage of `dscore` as a whole."""
+    from distributed_scoring.cli import job_main
+
+    with pytest.raises(SystemExit) as info:
+        job_main(argv[0], [*argv[1:], "--bogus-flag"])
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.startswith(f"usage: {usage} [-h]"), err
+    assert f"{usage}: error: unrecognized arguments: --bogus-flag" in err
+    assert ("--input flags" in err) == (argv[0] == "audit")

@@ -42,7 +42,10 @@ def run(args: argparse.Namespace) -> int:
     from . import COMMANDS, build_parser
 
     parser = build_parser()
-    command = parser.parse_args(job_arguments(parser, args.job, args.arguments))
+    command, unknown = parser.parse_known_args(job_arguments(parser, args.job, args.arguments))
+    if unknown:  # the command's usage, not the whole CLI's: the jobs/ scripts are that command
+        inputs = "; in a job its INPUTs are --input flags" if _inputs_of(parser, args.job) is not None else ""
+        _innermost(parser, command).error(f"unrecognized arguments: {' '.join(unknown)}{inputs}")
     command.result = args.result
     with environment(storage_environment(command)):
         return dispatch(COMMANDS, command.command, command)
@@ -77,6 +80,16 @@ def job_arguments(parser: argparse.ArgumentParser, command: str, argv: list[str]
             "on each node: pass an absolute path on storage every node shares, or an s3:// / gs:// URI"
         )
     return [command, *argv, "--ray"]
+
+
+def _innermost(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> argparse.ArgumentParser:
+    """The parser of the (sub)command `namespace` was parsed into: `dscore audit`'s, `dscore train maskless`'s."""
+    while (found := next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)) is not None:
+        chosen = getattr(namespace, found.dest, None)
+        if chosen not in found.choices:
+            break
+        parser = found.choices[chosen]
+    return parser
 
 
 def _inputs_of(parser: argparse.ArgumentParser, command: str) -> argparse.Action | None:
