@@ -158,7 +158,8 @@ def _stop_or_detach(client: JobSubmissionClient, job: str, stop: Stopped, ask=in
 def _ray_messages_to_file(verbose: bool) -> Iterator[None]:
     """Ray's messages while the job is submitted (its working directory packed and uploaded: a dozen INFO and
     WARNING lines, each printed by several handlers) into `dscore-submit-<pid>.log` in the temporary folder,
-    as a run keeps them in its run log; `--verbose` shows them."""
+    as a run keeps them in its run log; `--verbose` shows them. The file is removed once the job is
+    submitted, and kept, its place said, when the submission fails."""
     if verbose:
         yield
         return
@@ -167,9 +168,14 @@ def _ray_messages_to_file(verbose: bool) -> Iterator[None]:
     log = RunLog()
     path = os.path.join(tempfile.gettempdir(), f"dscore-submit-{os.getpid()}.log")
     log.open(path)
-    with ray_output_to(log):
-        yield
-    logger.info("Ray's messages while submitting are in %s (--verbose shows them here)", path)
+    try:
+        with ray_output_to(log):
+            yield
+    except BaseException:
+        logger.info("Ray's messages while submitting are in %s (--verbose shows them here)", path)
+        raise
+    with contextlib.suppress(OSError):
+        os.remove(path)
 
 
 async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:

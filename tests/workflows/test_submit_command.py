@@ -83,3 +83,23 @@ def test_a_job_without_an_exit_code_of_its_own_is_incomplete(status, code, says)
     with pytest.raises(DataLossError, match=says) as raised:
         exit_code("raysubmit_1", details)
     assert "ray job logs raysubmit_1" in str(raised.value) and "more" not in str(raised.value)
+
+
+def test_ray_s_messages_while_submitting_are_kept_only_when_the_submission_fails(tmp_path, monkeypatch, caplog):
+    """`dscore submit` left a dscore-submit-<pid>.log in the temporary folder after every submission."""
+    import logging
+    import tempfile
+
+    from distributed_scoring.workflows.submit import _ray_messages_to_file
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with _ray_messages_to_file(False):
+        logging.getLogger("ray").warning("Pushing file package 'gcs://_ray_pkg_x.zip'")
+    assert not list(tmp_path.glob("dscore-submit-*.log"))
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="distributed_scoring"), pytest.raises(UserError):
+        with _ray_messages_to_file(False):
+            logging.getLogger("ray").warning("Pushing file package 'gcs://_ray_pkg_y.zip'")
+            raise UserError("the job server refused the job")
+    (kept,) = tmp_path.glob("dscore-submit-*.log")
+    assert "_ray_pkg_y" in kept.read_text() and f"Ray's messages while submitting are in {kept}" in caplog.text
