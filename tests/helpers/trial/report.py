@@ -115,8 +115,8 @@ in `tests/helpers/trial/`), each asserting its case's PASS; `make test` runs the
 trial after the imports; the `--ray` cases always spawn), `--no-ray` leaves the Ray cases out. Each case's
 folder, with the commands' standard output and error (`<case>/_logs`), stays under `--output`.
 
-Last run: {meta["date"]}, {meta["cases"]} cases in {meta["minutes"]:.1f} min, load average {meta["load"]:.2f}
-before the start on {meta["cores"]} cores, commands {meta["mode"]}ed, dscore at commit {meta["commit"]}.
+Last run: {meta["cases"]} cases, commands {meta["mode"]}ed; the trial's `adversarial.json` records when, on
+what machine and at which commit it ran.
 
 {counts_table(results)}
 {verdict_line(fails)}
