@@ -21,7 +21,7 @@ COMMAND = Command(
 )
 
 
-NOT_JOBS = ("job", "submit", "verify", "fetch-model")  # they start no run on a cluster
+NOT_JOBS = ("job", "submit", "verify", "fetch-model", "history")  # they start no run on a cluster
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
