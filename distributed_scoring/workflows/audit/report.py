@@ -261,7 +261,7 @@ def _cards(audit: AuditRecord) -> str:
     overall, outliers = audit.overall, audit.outliers
     cards = [
         (f"{overall.rows:,}", "sentences"),
-        (_pct(overall.error_rate), f"error rate ({overall.errors:,} rows)"),
+        (_pct(overall.error_rate), f"error rate ({_rows(overall.errors)})"),
         (_num(overall.pppl_token), "PPPL per token"),
         (_num(overall.pppl_word), "PPPL per word"),
         (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g}, scope {outliers.rule.scope})"),
@@ -269,9 +269,13 @@ def _cards(audit: AuditRecord) -> str:
     ]
     if audit.windowed_rows:  # documents longer than the model's window, scored in windows
         share = audit.windowed_rows / overall.ok if overall.ok else 0.0
-        cards.insert(2, (_pct(share), f"scored in windows ({audit.windowed_rows:,} rows longer than the model's)"))
+        cards.insert(2, (_pct(share), f"scored in windows ({_rows(audit.windowed_rows)} longer than the model's)"))
     boxes = "".join(f"<div class='card'><b>{_e(value)}</b><span>{_e(label)}</span></div>" for value, label in cards)
     return f"<div class='cards'>{boxes}</div>"
+
+
+def _rows(n: int) -> str:
+    return f"{n:,} row" if n == 1 else f"{n:,} rows"
 
 
 def _partition_table(audit: AuditRecord, comparison: Comparison | None) -> str:
