@@ -273,8 +273,8 @@ class OutputDir:
                 f"{self.uri} holds results of a different run (it differs in: {', '.join(changed)}"
                 + (f"; changed since: {', '.join(edited)}" if edited else "")
                 + (
-                    f"; it records {', '.join(unknown)}, which this workload does not have: written by another "
-                    "workload or an older dscore"
+                    f"; it records {', '.join(f'{k} {previous[k]!r}' for k in unknown)}, which this run does not set: "
+                    "an option this run leaves at its earlier default, or one of another workload or an older dscore"
                     if unknown
                     else ""
                 )

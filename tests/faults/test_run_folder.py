@@ -368,5 +368,16 @@ def test_a_folder_recording_options_this_workload_lacks_is_refused_clearly(run):
     config, out = run
     recorded = json.loads((out / "_run.json").read_text())
     (out / "_run.json").write_text(json.dumps({**recorded, "beam": 4}))
-    with pytest.raises(OutputError, match="differs in: beam.*records beam, which this workload does not have"):
+    with pytest.raises(OutputError, match="differs in: beam.*records beam 4, which this run does not set"):
         score(config)
+
+
+def test_long_texts_error_into_a_windowed_folder_names_the_recorded_value(run):
+    """The default (`window`) is recorded; `--long-texts error` (the earlier behaviour) is not: the refusal
+    names the value the folder holds, not an older dscore."""
+    config, out = run
+    recorded = json.loads((out / "_run.json").read_text())
+    assert recorded.get("long_texts") == "window"
+    earlier = dataclasses.replace(config, scoring=dataclasses.replace(config.scoring, long_texts="error"))
+    with pytest.raises(OutputError, match="records long_texts 'window', which this run does not set: an option"):
+        score(earlier)
