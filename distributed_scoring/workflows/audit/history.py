@@ -196,9 +196,9 @@ def scope_night(row: dict, metric: str) -> Night:
     )
 
 
-def figures_of_rows(nll: np.ndarray, tokens: np.ndarray, words: np.ndarray, metric: str) -> dict:
-    """Quantiles of per-row NLL per token and the standard error of log PPPL (delta method over rows) of one
-    scope's ok rows."""
+def figures_of_rows(nll: np.ndarray, tokens: np.ndarray, words: np.ndarray, metric: str) -> tuple[np.ndarray, dict]:
+    """Of one scope's ok rows: the NLL per token of those with tokens (what the shape rule reads), and the
+    quantiles of it and the standard error of log PPPL (delta method over rows), as the history keeps them."""
     scored = tokens > 0
     per_token = nll[scored] / tokens[scored]
     quantiles = np.quantile(per_token, QUANTILES) if per_token.size else [None] * len(QUANTILES)
@@ -208,7 +208,8 @@ def figures_of_rows(nll: np.ndarray, tokens: np.ndarray, words: np.ndarray, metr
         ratio = nll.sum() / denominator.sum()
         influence = (nll - ratio * denominator) / denominator.mean()
         se = float(np.sqrt(np.var(influence, ddof=1) / denominator.size))
-    return {**dict(zip(QUANTILE_COLUMNS, (None if q is None else float(q) for q in quantiles))), "log_pppl_se": se}
+    figures = {**dict(zip(QUANTILE_COLUMNS, (None if q is None else float(q) for q in quantiles))), "log_pppl_se": se}
+    return per_token, figures
 
 
 def signature_json(identity: dict) -> str:

@@ -42,6 +42,9 @@ _COLUMNS = [
     "tail_share",
     "reference_pppl",
     "pppl_band",
+    "rolling",
+    "drift",
+    "shape",
     "series_status",
     "verdict",
     "exit_code",
@@ -100,7 +103,7 @@ def read_series(history: History) -> tuple[list[dict], list[ScopeTrend]]:
     corpus: list[dict] = []
     trends: dict[str, ScopeTrend] = {OVERALL: ScopeTrend(OVERALL)}
     for night in nights:
-        rows = history.read(night, _COLUMNS + ["rolling", "drift", "shape"]).to_pylist()
+        rows = history.read(night, _COLUMNS).to_pylist()
         for row in rows:
             if row["scope"] == CANARY:
                 continue

@@ -303,18 +303,13 @@ def _rows_by_scope(rows: pa.Table, metric: str) -> dict[str, tuple[np.ndarray, d
     words = rows[S.N_WORDS].to_numpy(zero_copy_only=False).astype(np.float64)[ok]
     names = rows[S.PARTITION].filter(pa.array(ok)).combine_chunks().dictionary_encode()
     codes = names.indices.to_numpy(zero_copy_only=False)
-    out = {OVERALL: _scope_rows(nll, tokens, words, metric)}
+    out = {OVERALL: figures_of_rows(nll, tokens, words, metric)}
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(names.dictionary) + 1))
     for i, name in enumerate(names.dictionary.to_pylist()):
         take = order[bounds[i] : bounds[i + 1]]
-        out[name] = _scope_rows(nll[take], tokens[take], words[take], metric)
+        out[name] = figures_of_rows(nll[take], tokens[take], words[take], metric)
     return out
-
-
-def _scope_rows(nll: np.ndarray, tokens: np.ndarray, words: np.ndarray, metric: str) -> tuple[np.ndarray, dict]:
-    scored = tokens > 0
-    return nll[scored] / tokens[scored], figures_of_rows(nll, tokens, words, metric)
 
 
 def _tonight_night(tonight: Tonight, name: str, extra: dict, metric: str) -> Night:

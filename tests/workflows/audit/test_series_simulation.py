@@ -156,7 +156,7 @@ def test_false_alarms_on_200_quiet_nights(scored_plan):
         for name, pool in pools.items():
             per_token = rng.choice(pool, pool.size)
             tokens = np.full(pool.size, 30.0)
-            extra = figures_of_rows(per_token * tokens, tokens, tokens, "pppl_token")
+            _, extra = figures_of_rows(per_token * tokens, tokens, tokens, "pppl_token")
             counts = np.bincount(np.searchsorted(bins.log_edges(), per_token, side="right"), minlength=bins.bins + 2)
             tonight = Night(
                 str(night),
