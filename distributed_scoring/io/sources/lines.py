@@ -9,6 +9,11 @@ damaged compressed file, a CSV quoted field that is never closed (it would swall
 file), CR-only (old Mac) line endings (the whole file would read as one record), and what is not
 UTF-8 text at all: a UTF-16 or UTF-32 file (by its byte-order mark) or a binary file (NUL bytes near its
 start), whose "lines" would be garbage, some of it scored as ok.
+
+No line is ever held whole: the stream is read in pieces of at most `MAX_RECORD_BYTES` + 1 bytes, and a record
+longer than `MAX_RECORD_BYTES` (a 2 GiB line in a 9 MB `.gz`) is read past, keeping only its length, and becomes an
+error row that names the limit. So reading holds about one shard of records of at most the limit, whatever the
+file holds.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _BARE_CR = re.compile(rb"\r(?!\n|$)")
 _CSV_MARKS = re.compile(rb'[",\n]')
 _SNIFFED_BYTES = 8192  # the start of a line-format file that is checked for being text
+# The longest record read, in bytes, its line ending aside (docs/runs.md). The longest text a model scores is 100
+# windows of its width (`workloads.prepare.WINDOWED_LIMIT`: 51,200 tokens for BERT, some 250 KB of English), so a
+# longer record is a file without line endings or not text, and holding it would cost memory without bound.
+MAX_RECORD_BYTES = 1 << 20
 _WIDE_BOMS = (
     (b"\xff\xfe\x00\x00", "UTF-32"),
     (b"\x00\x00\xfe\xff", "UTF-32"),
@@ -49,31 +58,68 @@ class _OpenQuote(Exception):
         self.line = line
 
 
-def _records(stream: BinaryIO, fmt: str, offset: int = 0) -> Iterator[tuple[int, bytes]]:
-    """(byte offset, raw record without its line ending); a quoted CSV field may span lines.
+@dataclass(frozen=True)
+class _Oversized:
+    """A record longer than the limit, read past: its length (line ending aside) and its first bytes, which the
+    checks of a file's first record read."""
+
+    n_bytes: int
+    head: bytes
+
+
+def _records(
+    stream: BinaryIO, fmt: str, offset: int = 0, limit: int = MAX_RECORD_BYTES
+) -> Iterator[tuple[int, bytes | _Oversized]]:
+    """(byte offset, raw record without its line ending, or `_Oversized` past `limit` bytes); a quoted CSV field may
+    span lines. The stream is read in pieces of at most `limit` + 1 bytes and at most `limit` + 2 bytes of a record
+    are held, so a line of any length costs bounded memory.
 
     Raises `_OpenQuote` at the end of the stream when a quoted field is still open.
     """
-    pending: list[bytes] = []  # the lines of a record that spans lines, joined once it ends
-    start, line_number, open_line = offset, 0, 0
+    pending: list[bytes] = []  # the pieces of the record, joined once it ends; dropped once it is over the limit
+    size, tail, head = 0, b"", b""  # the record's bytes so far, its last two (its line ending), its first
+    start, lines, open_line = offset, 0, 0
     state = _CSV_RECORD_START
-    for line in stream:
-        line_number += 1
-        offset += len(line)
-        if not pending:
-            open_line = line_number
-        pending.append(line)
+    while piece := stream.readline(limit + 1):
+        offset += len(piece)
         if fmt == "csv":
-            state = _csv_state(line, state)
-            if state.quoted:  # inside a quoted field: the record goes on
-                continue
+            state = _csv_state(piece, state)
+        if not size and piece.endswith(b"\n") and not state.quoted:  # a record in one line, within the limit
+            lines += 1
             state = _CSV_RECORD_START
-        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
-        pending, start = [], offset
+            yield start, piece[:-1].removesuffix(b"\r")
+            start = offset
+            continue
+        if not size:
+            open_line = lines + 1
+        size += len(piece)
+        tail = piece[-2:] if len(piece) > 1 else tail[-1:] + piece
+        if size <= limit + 2:  # past it the record is surely over the limit (a line ending is 2 bytes at most)
+            pending.append(piece)
+        elif pending:
+            head, pending = b"".join(pending)[:_SNIFFED_BYTES], []
+        if not piece.endswith(b"\n"):  # the line goes on
+            continue
+        lines += 1
+        if state.quoted:  # inside a quoted field: the record goes on
+            continue
+        state = _CSV_RECORD_START
+        yield start, _record(pending, size, tail, head, limit)
+        pending, size, tail, head, start = [], 0, b"", b"", offset
     if state.quoted:
         raise _OpenQuote(open_line)
-    if pending:
-        yield start, b"".join(pending).rstrip(b"\n").removesuffix(b"\r")
+    if size:
+        yield start, _record(pending, size, tail, head, limit)
+
+
+def _record(pending: list[bytes], size: int, tail: bytes, head: bytes, limit: int) -> bytes | _Oversized:
+    """The record of `size` bytes ending in `tail`, without its line ending (a LF, a CRLF, or a CR the stream ends
+    on), or `_Oversized` when that is over `limit` bytes."""
+    bare = tail.removesuffix(b"\n")
+    n_bytes = size - (len(tail) - len(bare)) - bare.endswith(b"\r")
+    if n_bytes > limit:
+        return _Oversized(n_bytes, head or b"".join(pending)[: min(n_bytes, _SNIFFED_BYTES)])
+    return b"".join(pending)[:n_bytes]
 
 
 @dataclass(frozen=True)
@@ -158,6 +204,11 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
         if header is None:
             raise InputError(f"{f.path}: empty {f.fmt.upper()} file, expected a header row")
         _refuse_cr_line_endings(f, header[1])
+        if isinstance(header[1], _Oversized):
+            raise InputError(
+                f"{f.path}: the header row is {header[1].n_bytes:,} bytes long, over the limit of "
+                f"{MAX_RECORD_BYTES:,} bytes per record; check that the file is {f.fmt.upper()} with line endings"
+            )
         try:
             columns = _split_fields(_decode(header[1], True)[0], f.fmt)
         except csv.Error as exc:
@@ -167,7 +218,7 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
     for offset, raw in records:
         if n_records == 0:
             _refuse_cr_line_endings(f, raw)
-        if not checked:
+        if not checked and isinstance(raw, bytes):  # an oversized first record: its error row says why
             checked = _check_jsonl_record(f, spec, raw)
         if n_records % spec.shard_rows == 0:
             offsets.append(offset)
@@ -193,11 +244,12 @@ def _refuse_non_text(f: InputFile, head: bytes) -> None:
         )
 
 
-def _refuse_cr_line_endings(f: InputFile, first_record: bytes) -> None:
+def _refuse_cr_line_endings(f: InputFile, first_record: bytes | _Oversized) -> None:
     """Lines ended by a lone CR (old Mac files) would all read as one record, so rows in != records
-    in. Only the first record is checked: a file with LF endings rarely starts with a bare CR, and a
-    CR-only file always does (when it has two lines or more)."""
-    if _BARE_CR.search(first_record):
+    in. Only the first record is checked (its first bytes when it is over the limit, as a CR-only file
+    longer than the limit is): a file with LF endings rarely starts with a bare CR, and a CR-only file
+    always does (when it has two lines or more)."""
+    if _BARE_CR.search(first_record.head if isinstance(first_record, _Oversized) else first_record):
         raise InputError(
             f"{f.path}: line 1 holds a carriage return (CR) that ends no CRLF pair: the file seems to use "
             "old Mac (CR-only) line endings, so all of it would read as one record; convert its line endings "
@@ -263,14 +315,22 @@ def read_line_unit(unit: list[Shard], spec: InputSpec) -> Iterator[tuple[Shard, 
             yield shard, rows_table(iter(rows), f, spec)
 
 
-def _next_record(records: Iterator[tuple[int, bytes]], f: InputFile) -> tuple[int, bytes]:
+def _next_record(records: Iterator[tuple[int, bytes | _Oversized]], f: InputFile) -> tuple[int, bytes | _Oversized]:
     record = next(records, None)
     if record is None:
         raise InputError(f"{f.path} has fewer records than when the run was planned; was it changed?")
     return record
 
 
-def _parse_record(raw: bytes, f: InputFile, row_id: str, spec: InputSpec, first: bool) -> dict:
+def _parse_record(raw: bytes | _Oversized, f: InputFile, row_id: str, spec: InputSpec, first: bool) -> dict:
+    if isinstance(raw, _Oversized):
+        return error_row(
+            row_id,
+            None,
+            f"record is {raw.n_bytes:,} bytes long, over the limit of {MAX_RECORD_BYTES:,} bytes "
+            f"({MAX_RECORD_BYTES / 2**20:g} MiB) per record (line): it was read past, not kept; split it into shorter "
+            "lines",
+        )
     text, error = _decode(raw, first)
     if error:
         return error_row(row_id, text, error)

@@ -1,0 +1,117 @@
+"""Input bombs: a line of any length is an error row read in bounded pieces, and the real CLI given a 9 MB `.gz`
+of one 2 GiB line stays within the issue's 1.5 GiB of peak RSS (benchmarks/input_bombs.py builds the bombs and
+measures a `dscore` subprocess's own peak)."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from distributed_scoring.config import InputSpec
+from distributed_scoring.errors import UserError
+from distributed_scoring.io import schema as S
+from distributed_scoring.io.sources import plan_shards
+from distributed_scoring.io.sources.lines import MAX_RECORD_BYTES, _OpenQuote, _Oversized, _records
+
+from helpers.sources import read_all
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+import input_bombs  # noqa: E402
+
+
+def _whole(records: list) -> list:
+    return [(offset, ("over", r.n_bytes) if isinstance(r, _Oversized) else r) for offset, r in records]
+
+
+def test_records_read_in_pieces_are_the_records_read_whole_or_their_length_past_the_limit():
+    """Random lines of quotes, commas, CRs and letters, read with a limit of 1 to 12 bytes (pieces that cut lines
+    and quoted fields anywhere) against the same stream read with no limit in reach (whole lines, as
+    `test_bad_inputs` checks against `csv.reader`): the same records at the same offsets, each over the limit as
+    its length and its first bytes; the same unclosed quote, on the same line."""
+    rng = random.Random(0)
+    oversized = 0
+    for _ in range(5000):
+        fmt = rng.choice(["csv", "text", "jsonl"])
+        parts = ["a", ",", '"', "\r", "\n", "\r\n", "xyz" * rng.randint(0, 5)]
+        data = "".join(rng.choice(parts) for _ in range(rng.randint(0, 40))).encode()
+        limit = rng.randint(1, 12)
+        try:
+            whole = list(_records(io.BytesIO(data), fmt, limit=1 << 30))
+        except _OpenQuote as exc:
+            with pytest.raises(_OpenQuote) as caught:
+                list(_records(io.BufferedReader(io.BytesIO(data)), fmt, limit=limit))
+            assert caught.value.line == exc.line
+            continue
+        pieces = list(_records(io.BufferedReader(io.BytesIO(data)), fmt, limit=limit))
+        assert _whole(pieces) == [(o, ("over", len(r)) if len(r) > limit else r) for o, r in whole], (data, limit)
+        for (_, record), (_, raw) in zip(pieces, whole):
+            if isinstance(record, _Oversized):
+                oversized += 1
+                assert record.head and raw.startswith(record.head)
+    assert oversized > 1000
+
+
+@pytest.mark.parametrize("fmt", ["text", "jsonl", "csv", "tsv"])
+def test_a_record_over_the_limit_is_an_error_row_naming_it_and_its_neighbours_are_read(tmp_path, fmt):
+    long = "a" * (3 * MAX_RECORD_BYTES)
+    records = ["a dog", long, "the fox"]
+    if fmt == "text":
+        lines = records
+    elif fmt == "jsonl":
+        lines = [json.dumps({"text": r}) for r in records]
+    else:
+        lines = ["text"] + records  # a header, then one field per record
+    path = tmp_path / f"t.{fmt}.gz"
+    with gzip.open(path, "wt") as f:
+        f.write("\n".join(lines) + "\n")
+    rows = read_all(InputSpec((str(path),), shard_rows=2))
+    assert [(r[S.TEXT], r[S.STATUS]) for r in rows] == [("a dog", "ok"), (None, "error"), ("the fox", "ok")]
+    size = len(lines[2 if fmt in ("csv", "tsv") else 1])
+    assert f"record is {size:,} bytes long, over the limit of {MAX_RECORD_BYTES:,} bytes" in rows[1][S.ERROR]
+
+
+def test_a_record_at_the_limit_is_read(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_bytes(b"a" * MAX_RECORD_BYTES + b"\r\n" + b"b" * (MAX_RECORD_BYTES + 1) + b"\n")
+    rows = read_all(InputSpec((str(path),)))
+    assert [len(r[S.TEXT] or "") for r in rows] == [MAX_RECORD_BYTES, 0] and rows[1][S.STATUS] == "error"
+
+
+def test_a_header_over_the_limit_is_refused(tmp_path):
+    path = tmp_path / "wide.csv"
+    path.write_bytes(b"text," + b"x" * MAX_RECORD_BYTES + b"\nhello,x\n")
+    with pytest.raises(UserError, match=f"the header row is {MAX_RECORD_BYTES + 5:,} bytes long, over the limit"):
+        plan_shards(InputSpec((str(path),)))
+
+
+def test_a_cr_only_file_longer_than_the_limit_is_still_refused(tmp_path):
+    """Its lines read as one record over the limit; the CR check reads that record's first bytes."""
+    path = tmp_path / "mac.txt"
+    path.write_bytes(b"a line\r" * (MAX_RECORD_BYTES // 4))
+    with pytest.raises(UserError, match="CR-only"):
+        plan_shards(InputSpec((str(path),)))
+
+
+def test_score_of_a_2_gib_line_is_an_error_row_within_the_memory_bound(tmp_path, tiny_model_dir):
+    """The issue's bomb: 9.4 MB of gzip holding one 2 GiB line between two short ones. The run exits 0 with
+    three rows, the long one an error naming the limit; the process's peak RSS stays under 1.5 GiB (it was
+    an ArrowCapacityError traceback after over 6 GiB)."""
+    run = input_bombs.score_line_bomb(tmp_path, tiny_model_dir("bert"))
+    assert run.code == 0, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr
+    rows = pq.read_table(tmp_path / "out" / "rows", columns=[S.ID, S.STATUS, S.ERROR]).to_pylist()
+    assert [(r[S.ID], r[S.STATUS]) for r in rows] == [
+        ("bomb.txt.gz:1", "ok"),
+        ("bomb.txt.gz:2", "error"),
+        ("bomb.txt.gz:3", "ok"),
+    ]
+    assert f"record is {2 << 30:,} bytes long, over the limit of {MAX_RECORD_BYTES:,} bytes" in rows[1][S.ERROR]
+    assert run.peak_rss < input_bombs.RSS_BOUND, f"peak RSS {run.peak_rss / 2**20:.0f} MiB"
