@@ -26,7 +26,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelSpec
 from ..versions import versions
-from .model_files import ModelLoadError, load_error, load_tokenizer, remote_code_refusal
+from .model_files import ModelLoadError, load_error, load_tokenizer, local_files_only, remote_code_refusal
 from .packing import OutOfMemory
 
 logger = logging.getLogger(__name__)
@@ -289,11 +289,13 @@ def _name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> Loaded:
+def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str, local_only: bool | None = None) -> Loaded:
     """`auto_class.from_pretrained` with the project's rules: weights in `WEIGHTS_DTYPES[spec.dtype]`,
-    safetensors preferred, pickles only weights-only, and errors that say what to do."""
+    safetensors preferred, pickles only weights-only, from this machine alone where the Hub cannot be reached
+    (`local_only`, asked here when not given: `model_files.local_files_only`), and errors that say what to do."""
     device = resolve_device(spec.device)
     weights_dtype = WEIGHTS_DTYPES[spec.dtype]
+    local_only = local_files_only(spec) if local_only is None else local_only
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
         model, info = auto_class.from_pretrained(
@@ -303,6 +305,7 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str) -> L
             weights_only=True,
             output_loading_info=True,
             trust_remote_code=spec.trust_remote_code,
+            local_files_only=local_only,
         )
     except ValueError as exc:
         raise remote_code_refusal(spec, exc) or ModelLoadError(
@@ -334,13 +337,15 @@ def load_masked_lm(spec: ModelSpec) -> MaskedLM:
     """
     from transformers import AutoModelForMaskedLM
 
-    tokenizer, max_length = load_tokenizer(spec)
+    local_only = local_files_only(spec)  # the Hub asked once for the tokenizer and the weights
+    tokenizer, max_length = load_tokenizer(spec, local_only)
     loaded = load_pretrained(
         AutoModelForMaskedLM,
         spec,
         "masked LM",
         "Masked-LM scoring needs an encoder "
         "with an MLM head (BERT, RoBERTa, ALBERT, ELECTRA, DeBERTa, ModernBERT, ...).",
+        local_only,
     )
     model = loaded.model
     missing = [k for k in loaded.missing_keys if not k.endswith(_BENIGN_MISSING)]

