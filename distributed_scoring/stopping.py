@@ -1,12 +1,21 @@
 """Stopped the way schedulers stop jobs: SIGTERM (what Slurm, Kubernetes and systemd send) and SIGINT
-(Ctrl-C) end a command with one line and a code of their own.
+(Ctrl-C) end a command with one line and a code of their own, within a scheduler's grace period.
 
 The first signal raises `Stopped` in the main thread, wherever the command is: its context managers unwind
-as on any error, so the output folder's lock is released, an embedded Ray is shut down, and a shard cut
-short leaves at most a temporary file without a marker (never a row of the run; the next run removes it).
-The CLI prints `dscore: stopped by SIGTERM: N of M shards done; rerun the same command to resume` and exits
-128 + the signal's number (130 for SIGINT, 143 for SIGTERM; docs/runs.md). A second signal while the first
-one unwinds exits at once.
+as on any error, so the output folder's lock is released and a shard cut short leaves at most a temporary
+file without a marker (never a row of the run; the next run removes it). The CLI prints `dscore: stopped by
+SIGTERM: N of M shards done; rerun the same command to resume` and exits 128 + the signal's number (130 for
+SIGINT, 143 for SIGTERM; docs/runs.md).
+
+Three things keep that true at any instant:
+- A signal sent to the whole process group reaches the driver more than once (`timeout` sends it to the
+  command, then to its group); a repeat within `REPEAT_S` of the first is the same stop. A second signal
+  after that exits at once.
+- A step that must not be cut in two (a lock created and noted as held) runs `deferred()`: a signal during
+  it raises `Stopped` once it is done.
+- `DEADLINE_S` after the first signal, whatever the unwinding is still doing (an object store that does not
+  answer), the cleanups registered with `at_deadline` run (the lock's release), the line is printed and
+  the process exits.
 
 `Stopped` is a BaseException, like KeyboardInterrupt, so that no `except Exception` on the way out takes it
 for an error of the run.
@@ -17,10 +26,15 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
-from typing import Iterator
+import time
+from typing import Callable, Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+REPEAT_S = 1.0  # a signal again within this of the first: the same stop, delivered twice
+DEADLINE_S = 7.0  # from the first signal to the exit, within Kubernetes' 30 s and Slurm's usual grace
+CLEANUP_S = 1.5  # what the cleanups get at the deadline
 
 
 class Stopped(BaseException):
@@ -31,6 +45,10 @@ class Stopped(BaseException):
         self.name = signal.Signals(signum).name
         self.shards: tuple[int, int] | None = None
         self.detail: str | None = None  # what the stop did, where a run's shards do not tell (a submitted job)
+        # The process ends right after its line, leaving work to a watchdog (an embedded Ray, whose shutdown
+        # waits seconds on processes a group kill has already ended).
+        self.exit_at_once = False
+        self.told = False  # its line was printed
         super().__init__(f"stopped by {self.name}")
 
     @property
@@ -44,21 +62,102 @@ class Stopped(BaseException):
         done = f": {self.shards[0]} of {self.shards[1]} shards done" if self.shards else ""
         return f"stopped by {self.name}{done}; rerun the same command to resume"
 
+    def tell(self, fd: int | None = None) -> None:
+        """Print the line (once) on stderr, or write it to file descriptor `fd`."""
+        if self.told:
+            return
+        self.told = True
+        if fd is None:
+            print(f"dscore: {self.line()}", file=sys.stderr, flush=True)
+        else:
+            os.write(fd, f"dscore: {self.line()}\n".encode())
+
 
 class _Handler:
-    """Raises `Stopped` on the first signal, exits at once on the second."""
+    """Raises `Stopped` on the first signal (held while `deferred`), exits at once on a later one."""
 
     def __init__(self) -> None:
-        self.stopping = False
+        self.reset()
+
+    def reset(self) -> None:
+        if getattr(self, "timer", None) is not None:
+            self.timer.cancel()
+        self.timer: threading.Timer | None = None
+        self.stop: Stopped | None = None
+        self.at: float = 0.0
+        self.deferring = 0
+        self.pending = False
+        self.terminal: int | None = None  # stderr as the command found it (Ray's session pipes fd 2 through a thread)
 
     def __call__(self, signum: int, frame: object) -> None:
-        if self.stopping:
+        now = time.monotonic()
+        if self.stop is not None:
+            if now - self.at < REPEAT_S:
+                return
             os._exit(128 + signum)
-        self.stopping = True
-        raise Stopped(signum)
+        self.stop, self.at = Stopped(signum), now
+        self.timer = _deadline(self.stop)
+        if self.deferring:
+            self.pending = True
+            return
+        raise self.stop
 
 
 _handler = _Handler()
+_cleanups: list[Callable[[], None]] = []
+
+
+def _deadline(stop: Stopped) -> threading.Timer:
+    """The exit `DEADLINE_S` from now, cancelled when the command returns first (`stopping_on_signals`)."""
+
+    def last_resort() -> None:
+        cleaning = threading.Thread(target=_clean_up, daemon=True, name="dscore-stop-cleanup")
+        cleaning.start()
+        cleaning.join(CLEANUP_S)  # a store that does not answer must not hold the exit
+        with contextlib.suppress(Exception):
+            stop.tell(_handler.terminal)
+        os._exit(stop.exit_code)
+
+    timer = threading.Timer(DEADLINE_S, last_resort)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _clean_up() -> None:
+    for cleanup in list(_cleanups):
+        with contextlib.suppress(Exception):
+            cleanup()
+
+
+def signalled() -> bool:
+    """A signal is stopping the command."""
+    return _handler.stop is not None
+
+
+def at_deadline(cleanup: Callable[[], None]) -> None:
+    """Run `cleanup` should the process end at the deadline before its unwinding did (`forget` it once
+    done)."""
+    _cleanups.append(cleanup)
+
+
+def forget(cleanup: Callable[[], None]) -> None:
+    with contextlib.suppress(ValueError):
+        _cleanups.remove(cleanup)
+
+
+@contextlib.contextmanager
+def deferred() -> Iterator[None]:
+    """A signal during the body raises `Stopped` when the body is done (in the main thread; elsewhere
+    signals never arrive)."""
+    _handler.deferring += 1
+    try:
+        yield
+    finally:
+        _handler.deferring -= 1
+    if not _handler.deferring and _handler.pending:
+        _handler.pending = False
+        raise _handler.stop
 
 
 def install() -> None:
@@ -73,15 +172,28 @@ def install() -> None:
 @contextlib.contextmanager
 def stopping_on_signals() -> Iterator[None]:
     """The handlers installed while a command runs, the previous ones back after it (a command called from
-    Python, a test)."""
+    Python, a test) unless it was stopped."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in SIGNALS}
-    _handler.stopping = False
+    _handler.reset()
+    _handler.terminal = os.dup(2)
     install()
     try:
         yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    except Stopped:
+        raise  # the handler and the deadline stay while the command ends: a repeat must not end it unsaid
+    except BaseException:
+        _restore(previous)
+        raise
+    else:
+        _restore(previous)
+
+
+def _restore(previous: dict) -> None:
+    if _handler.terminal is not None:
+        os.close(_handler.terminal)
+    _handler.reset()
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)

@@ -57,8 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with environment(storage_environment(args)), stopping_on_signals():
                 return dispatch(COMMANDS, args.command, args)
-        except Stopped as stop:  # SIGTERM or Ctrl-C: the run unwound (lock released, Ray shut down)
-            print(f"dscore: {stop.line()}", file=sys.stderr)
+        except Stopped as stop:  # SIGTERM or Ctrl-C: the run unwound (lock released)
+            stop.tell()
+            if stop.exit_at_once:  # an embedded Ray left to the watchdog: its shutdown would outlast the grace
+                args.result.flush()
+                logging.shutdown()
+                os._exit(stop.exit_code)
             return stop.exit_code
         except UserError as exc:
             print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)

@@ -47,6 +47,7 @@ from typing import Protocol
 
 import pyarrow.fs as pafs
 
+from .. import stopping
 from ..config import UNSAFE_LOCK_ENV
 from ..errors import UserError
 from .output import LOCK_FILE, OutputDir
@@ -417,9 +418,14 @@ class FolderLock:
         self._version: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._releasing = threading.Lock()
 
     def __enter__(self) -> "FolderLock":
-        self.acquire()
+        try:
+            self.acquire()
+        except BaseException:  # a signal the moment the lock was created (`stopping.deferred`): not left behind
+            self.release()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -434,12 +440,14 @@ class FolderLock:
             with self.out.writing():
                 if isinstance(self.out.fs, pafs.LocalFileSystem):  # an object store has no folders to make
                     self.out.fs.create_dir(self.out.root, recursive=True)
-            self._version = self._file.create(holder.encoded())
-            if self._version is None:
-                self._version = self._take_over(holder)
+            with stopping.deferred():  # created and noted as held, or neither
+                self._version = self._file.create(holder.encoded())
+                if self._version is None:
+                    self._version = self._take_over(holder)
+                self.holder = holder
+                stopping.at_deadline(self.release)
         except OSError as exc:
             raise storage_error(self.out.uri, exc, "lock the output folder") from exc
-        self.holder = holder
         self._thread = threading.Thread(target=self._beat, daemon=True, name="dscore-lock-heartbeat")
         self._thread.start()
 
@@ -488,15 +496,20 @@ class FolderLock:
             self.holder, self._version = beat, version
 
     def release(self) -> None:
-        """Stop the heartbeat and delete the lock if it is still this run's."""
-        if self.holder is None:
-            return
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self.holder = None
-        if self.lost:
-            return
+        """Stop the heartbeat and delete the lock if it is still this run's (once: the unwinding of a stopped
+        run and its deadline may both ask)."""
+        with self._releasing:
+            if self.holder is None:
+                return
+            self._stop.set()
+            if self._thread is not None:
+                self._thread.join()
+            self.holder = None
+            stopping.forget(self.release)
+            if not self.lost:
+                self._delete()
+
+    def _delete(self) -> None:
         try:
             self._file.delete(self._version)
         except OSError as exc:  # never raised over the error that ended the run, if one did

@@ -48,9 +48,10 @@ def ray_session(options: RayOptions) -> Iterator[None]:
             context = ray.init(address=address, **kwargs)
         else:
             logger.info("starting an embedded Ray (seconds on a quiet machine, a minute on a busy one)")
-            context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
+            with _own_session():
+                context = ray.init(num_cpus=usable_cpus() + LOCAL_SPARE_CPUS, include_dashboard=False, **kwargs)
             stack.enter_context(watching())  # ends its processes should this driver be killed; stopped after shutdown
-            stack.callback(ray.shutdown)
+            stack.push(_shut_down)
         stopping.install()  # Ray's core worker replaced the SIGTERM handler with its crash dump
         logger.info("Ray is up (%.0f s)", time.monotonic() - began)
         if log is not None:
@@ -59,6 +60,41 @@ def ray_session(options: RayOptions) -> Iterator[None]:
                 "Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)", log.path
             )
         yield
+
+
+@contextlib.contextmanager
+def _own_session() -> Iterator[None]:
+    """Ray's processes started in a session of their own (as Ray starts them in a process group of their own
+    on Windows): a signal to the driver's process group (`timeout`, `kill -TERM -PGID`, Ctrl-C) then reaches
+    the driver alone, which stops within its grace period. Reaching the raylet as well, it made the driver's
+    core worker end the driver, exit 1 with no word and the folder's lock left, the moment the raylet was
+    gone. They still end with the driver: Ray has the kernel kill them when it dies (fate sharing), and
+    the watchdog ends the rest."""
+    from ray._private import services
+
+    popen = services.ConsolePopen
+
+    class Detached(popen):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, start_new_session=True, **kwargs)
+
+    services.ConsolePopen = Detached
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
+
+
+def _shut_down(kind: type | None, exc: BaseException | None, tb: object) -> None:
+    """Shut the embedded Ray down, unless a signal stopped the run: `ray.shutdown` then waits up to 8 s on
+    processes a kill of the process group has already ended, so the driver exits at once after its line
+    and leaves them to the watchdog (`watching`), well within a scheduler's grace period."""
+    import ray
+
+    if isinstance(exc, stopping.Stopped):
+        exc.exit_at_once = True
+        return
+    ray.shutdown()
 
 
 # The fewest open files a driver and its embedded Ray need (measured: a one-actor run failed at 64, ran at 128),

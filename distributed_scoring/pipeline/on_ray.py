@@ -28,6 +28,7 @@ from typing import Callable, Iterable, Iterator
 
 import pyarrow as pa
 
+from .. import stopping
 from ..config import STORAGE_RETRY_ENV, UNSAFE_LOCK_ENV, InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, thread_env
 from ..errors import DataLossError, UserError
@@ -258,12 +259,12 @@ def consume(
     stall_timeout_s: float,
     on_tick: Callable[[], None] | None = None,
     tick_s: float = POLL_S,
-    stop: Callable[[], None] | None = None,
+    stop: Callable[[], bool] | None = None,
 ) -> None:
     """Drain `items` in a thread of its own, calling `on_tick` every `tick_s` seconds meanwhile; raises
     `StallError` when no item arrives within `stall_timeout_s`. Should this thread stop early (an error, a
-    signal's `Stopped`), `stop()` ends what produces the items and the draining thread is waited for
-    (`STOP_WAIT_S` at most), so that nothing iterates a Ray that is being shut down."""
+    signal's `Stopped`), `stop()` ends what produces the items and, when it says so, the draining thread is
+    waited for (`STOP_WAIT_S` at most), so that nothing iterates a Ray that is being shut down."""
     q: queue.Queue = queue.Queue()
 
     def pump() -> None:
@@ -280,9 +281,11 @@ def consume(
         _drain(q, on_item, stall_timeout_s, on_tick, tick_s)
     except BaseException:
         if stop is not None and thread.is_alive():
+            ended = False
             with contextlib.suppress(Exception):
-                stop()
-            thread.join(STOP_WAIT_S)
+                ended = stop()
+            if ended:
+                thread.join(STOP_WAIT_S)
         raise
 
 
@@ -356,7 +359,7 @@ def execute_ray(
                     lambda row: display.finished(row["key"], row["rows"]),
                     options.stall_timeout_s,
                     on_tick=_collector(board, display),
-                    stop=lambda: _shut_down_execution(dataset),
+                    stop=lambda: _shut_down_execution(dataset, joined),
                 )
             except Exception as exc:  # noqa: BLE001 - re-raised, as what it means where it is known
                 plain = plain_error(exc)
@@ -369,13 +372,19 @@ def execute_ray(
             ray.kill(board)
 
 
-def _shut_down_execution(dataset) -> None:
+def _shut_down_execution(dataset, joined: bool) -> bool:
     """End Ray Data's execution of `dataset` from the driver's thread, so that the thread iterating it sees
     the end before Ray is shut down: a thread that touches Ray after `ray.shutdown` makes Ray's core worker
-    end the whole process (exit 1, no word). Ray Data keeps the executor of an iteration on the dataset."""
+    end the whole process (exit 1, no word). Ray Data keeps the executor of an iteration on the dataset.
+    Not when a signal stops a driver with an embedded Ray: it exits at once (`cluster.ray_session`), and
+    its Ray may already be going (a kill of its whole control group), where this call could hang. Returns
+    whether it ended the execution."""
+    if stopping.signalled() and not joined:
+        return False
     executor = getattr(dataset, "_current_executor", None)
     if executor is not None:
         executor.shutdown(force=True)
+    return True
 
 
 class WorkersLostError(DataLossError):

@@ -7,7 +7,8 @@ starts an embedded Ray also starts this small process (`python -I .../watchdog.p
 its own, so that a closing terminal or a kill of the driver's process group leaves it
 be). It notes the driver's descendants every `POLL_S` seconds; once the driver is gone it ends those still
 running (SIGTERM, then SIGKILL after `GRACE_S`). A driver that ends normally stops it after
-`ray.shutdown`, and it does nothing.
+`ray.shutdown`, and it does nothing; a driver stopped by a signal leaves it to end its Ray (see
+`cluster.ray_session`).
 """
 
 from __future__ import annotations
@@ -56,7 +57,10 @@ def watch(driver_pid: int, poll_s: float = POLL_S, grace_s: float = GRACE_S) -> 
 
 @contextlib.contextmanager
 def watching(driver_pid: int | None = None) -> Iterator[subprocess.Popen]:
-    """A watchdog over this process (or `driver_pid`) while the body runs; stopped when it ends normally."""
+    """A watchdog over this process (or `driver_pid`) while the body runs; stopped when it ends, unless a
+    signal stopped it (`stopping.Stopped`): the driver then exits at once and the watchdog ends the rest."""
+    from ..stopping import Stopped  # here: as a script, this module imports nothing of the package
+
     # Run as a script in isolated mode: it needs only psutil, not this package (nor a PYTHONPATH to find it).
     watchdog = subprocess.Popen(
         [sys.executable, "-I", __file__, str(os.getpid() if driver_pid is None else driver_pid)],
@@ -67,9 +71,17 @@ def watching(driver_pid: int | None = None) -> Iterator[subprocess.Popen]:
     )
     try:
         yield watchdog
-    finally:
-        watchdog.terminate()
-        watchdog.wait()
+    except Stopped:
+        raise  # left to end what the driver started once the driver, stopping at once, has exited
+    except BaseException:
+        _stop(watchdog)
+        raise
+    _stop(watchdog)
+
+
+def _stop(watchdog: subprocess.Popen) -> None:
+    watchdog.terminate()
+    watchdog.wait()
 
 
 if __name__ == "__main__":

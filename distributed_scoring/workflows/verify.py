@@ -199,6 +199,7 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
     _check_summary(out, run, plan, rows, problems, missing)
     if AUDIT_FILE in run.get(OUTPUTS, ()) or out.exists(out.path(AUDIT_FILE)):
         _check_audit(out, rows, problems, missing)
+    missing += _unwritten(out, run, missing)
     # A write cut off by the end of a run that did not finish (killed, stopped): the rerun removes it. In a
     # finished folder no run left it, so it is damage.
     (missing if missing else problems).extend(
@@ -213,6 +214,17 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
         tuple(missing),
         tuple(unchecked),
     )
+
+
+def _unwritten(out: OutputDir, run: dict, missing: list[str]) -> list[str]:
+    """The files `_run.json` lists beside the shards that are not there (a run stopped while it wrote them,
+    before its report), other than those already said to be missing."""
+    said = " ".join(missing)
+    return [
+        f"{name} is missing: the run did not finish"
+        for name in run.get(OUTPUTS, ())
+        if name not in said and not out.exists(out.path(name))
+    ]
 
 
 def _check_markers(out: OutputDir, check: ShardCheck, problems: list[str]) -> dict[str, dict]:
@@ -387,9 +399,10 @@ def _check_audit(out: OutputDir, rows: int, problems: list[str], missing: list[s
     except ValueError as exc:
         problems.append(f"{AUDIT_FILE} is not valid JSON ({exc})")
         audit = {}
-    if audit is None:
+    if audit is None:  # written after row_stats.parquet: a stop before it may have cut that file short
         missing.append(f"{AUDIT_FILE} is missing: the audit did not finish")
-    elif audit and audit.get("overall", {}).get("rows") != rows:
+        return
+    if audit and audit.get("overall", {}).get("rows") != rows:
         problems.append(f"{AUDIT_FILE} counts {audit.get('overall', {}).get('rows')} rows, the files hold {rows}")
     if not out.exists(out.path(ROW_STATS_FILE)):
         missing.append(f"{ROW_STATS_FILE} is missing: the audit did not finish")
