@@ -1,6 +1,7 @@
-"""Input bombs: a line of any length is an error row read in bounded pieces, and the real CLI given a 9 MB `.gz`
-of one 2 GiB line stays within the issue's 1.5 GiB of peak RSS (benchmarks/input_bombs.py builds the bombs and
-measures a `dscore` subprocess's own peak)."""
+"""Input bombs: a line of any length is an error row read in bounded pieces, a DMS table is checked a block at a
+time before it is held whole, and the real CLI given the issue's bombs (a 9 MB `.gz` of one 2 GiB line, a 1.7 MB
+`.csv.gz` of 256 MiB naming a mutant twice) stays within its 1.5 GiB of peak RSS (benchmarks/input_bombs.py
+builds the bombs and measures a `dscore` subprocess's own peak)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import random
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
 from distributed_scoring.config import InputSpec
 from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
+from distributed_scoring.io.dms import DMSError, read_reference, read_table, refuse_repeats, strings_of, table_batches
 from distributed_scoring.io.sources import plan_shards
 from distributed_scoring.io.sources.lines import MAX_RECORD_BYTES, _OpenQuote, _Oversized, _records
 
@@ -114,4 +117,80 @@ def test_score_of_a_2_gib_line_is_an_error_row_within_the_memory_bound(tmp_path,
         ("bomb.txt.gz:3", "ok"),
     ]
     assert f"record is {2 << 30:,} bytes long, over the limit of {MAX_RECORD_BYTES:,} bytes" in rows[1][S.ERROR]
+    assert run.peak_rss < input_bombs.RSS_BOUND, f"peak RSS {run.peak_rss / 2**20:.0f} MiB"
+
+
+def _streamed_repeats(uri: str) -> None:
+    refuse_repeats((m for batch in table_batches(uri, ["mutant"]) for m in strings_of(batch, "mutant")), uri)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "csv.gz", "jsonl", "parquet"])
+def test_a_repeat_past_the_first_blocks_is_found_by_the_streamed_check(tmp_path, fmt):
+    """Four blocks' worth of distinct mutants, then the first again: the check reads block after block and names
+    the row, as a check of the whole table would."""
+    n = 4 * (1 << 20) // 12
+    mutants = [f"A{i + 1}G" for i in range(n)] + ["A1G"]
+    path = tmp_path / f"t.{fmt}"
+    table = pa.table({"mutant": mutants, "DMS_score": [0.5] * len(mutants)})
+    if fmt == "parquet":
+        pq.write_table(table, path, row_group_size=100_000)
+    else:
+        lines = [json.dumps(r) for r in table.to_pylist()] if fmt == "jsonl" else ["mutant,DMS_score"]
+        lines += [f"{m},0.5" for m in mutants] if fmt != "jsonl" else []
+        text = "\n".join(lines) + "\n"
+        path.write_bytes(gzip.compress(text.encode(), 1) if fmt.endswith(".gz") else text.encode())
+    with pytest.raises(DMSError, match=f"'A1G' appears twice \\(again on row {n + 1}\\)"):
+        _streamed_repeats(str(path))
+
+
+def test_a_csv_column_that_turns_to_words_after_the_first_block_reads_as_a_whole_read_does(tmp_path):
+    """The streamed check reads only the mutants, as strings: a `DMS_score` of numbers for a few MiB, then `high`,
+    which one block's inference would take for a double and then fail on, is the whole read's string column."""
+    n = 300_000
+    path = tmp_path / "t.csv"
+    path.write_text("mutant,DMS_score\n" + "".join(f"A{i + 1}G,0.5\n" for i in range(n)) + "K1R,high\n")
+    _streamed_repeats(str(path))
+    assert read_table(str(path)).schema.field("DMS_score").type == pa.string()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_table_line_over_the_limit_is_refused_in_one_line_before_it_is_held(tmp_path, fmt):
+    long = json.dumps({"mutant": "A1G", "note": "x" * (3 * MAX_RECORD_BYTES)}) if fmt == "jsonl" else "x" * (3 << 20)
+    lines = ['{"mutant": "K2R"}', long] if fmt == "jsonl" else ["mutant,note", "K2R,a", long]
+    path = tmp_path / f"t.{fmt}.gz"
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode(), 1))
+    with pytest.raises(DMSError) as caught:
+        _streamed_repeats(str(path))
+    assert f"line {len(lines)} is over {MAX_RECORD_BYTES:,} bytes" in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_reference_read_a_block_at_a_time_finds_every_repeated_id(tmp_path):
+    reference = tmp_path / "reference.csv"
+    rows = "".join(f"A_{i},A_{i}.csv,MKT,Human\n" for i in range(200_000))
+    reference.write_text("DMS_id,DMS_filename,target_seq,taxon\n" + rows + "A_7,other.csv,MKT,Human\n")
+    with pytest.raises(DMSError, match="the DMS_id\\(s\\) \\['A_7'\\] appear more than once"):
+        read_reference(str(reference), str(tmp_path))
+
+
+def test_a_jsonl_reference_of_numbers_reads_as_a_whole_read_did(tmp_path):
+    """Each block parsed alone, with the types its values have: numeric ids are the strings they print as."""
+    reference = tmp_path / "reference.jsonl"
+    rows = [{"DMS_id": i, "DMS_filename": f"{i}.csv", "target_seq": "mkt"} for i in range(3)]
+    reference.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assays = read_reference(str(reference), str(tmp_path))
+    assert [(a.id, a.table, a.target_seq) for a in assays] == [(str(i), f"{tmp_path}/{i}.csv", "MKT") for i in range(3)]
+
+
+def test_variants_of_a_256_mib_table_naming_a_mutant_twice_is_refused_in_one_line_within_the_memory_bound(
+    tmp_path, tiny_protein_dir
+):
+    """The issue's bomb: 25 million short rows, the first repeat on row 571. One line, exit 2, and a peak RSS under
+    1.5 GiB (it was over 3 GiB, the whole table read before any check)."""
+    run = input_bombs.variants_table_bomb(tmp_path, tiny_protein_dir("bert"))
+    assert run.code == 2, run.stderr[-3000:]
+    assert run.stderr.strip().splitlines() == [
+        f"dscore: error: {tmp_path / 'bomb.csv.gz'}: the mutant 'M1A' appears twice (again on row 571); each variant "
+        "must be named once"
+    ]
     assert run.peak_rss < input_bombs.RSS_BOUND, f"peak RSS {run.peak_rss / 2**20:.0f} MiB"

@@ -22,7 +22,7 @@ import hashlib
 import logging
 import time
 from dataclasses import MISSING, asdict, dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pyarrow as pa
@@ -46,6 +46,8 @@ from ...io.dms import (
     read_table,
     refuse_repeats,
     strings_of,
+    table_batches,
+    table_columns,
 )
 from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
 from ...options import check, check_bounds, option
@@ -207,25 +209,34 @@ def _assays(inputs: VariantsInputs) -> list[Assay]:
 
 
 def _read_assay(assay: Assay, inputs: VariantsInputs, vocabulary: ResidueVocabulary | None) -> AssayRows:
-    """The assay's table and each row's variant; a table without mutants, or one naming a mutant twice, is refused."""
-    table = read_table(assay.table)
-    clash = [c for c in ADDED[1:] if c in table.column_names]
+    """The assay's table and each row's variant. A table without mutants, with a column the output adds, or naming
+    a mutant twice is refused by checks that read it a block at a time (holding a key per distinct variant), so a
+    table is held whole only once it is to be scored."""
+    columns = table_columns(assay.table)
+    clash = [c for c in ADDED[1:] if c in columns]
     if clash:
         raise DMSError(f"{assay.table} already has the column(s) {clash}, which the output adds: rename them")
-    has_mutant, has_sequence = MUTANT in table.column_names, MUTATED_SEQUENCE in table.column_names
-    if not has_mutant and not has_sequence:
+    named = [c for c in (MUTANT, MUTATED_SEQUENCE) if c in columns]  # a row's variant: its mutant, else its sequence
+    if not named:
         raise DMSError(
             f"{assay.table} has neither a `{MUTANT}` nor a `{MUTATED_SEQUENCE}` column: pass a ProteinGym DMS table"
         )
+    refuse_repeats(_variant_names(table_batches(assay.table, named), named), assay.table)
+    table = read_table(assay.table)
     n = table.num_rows
-    mutants = strings_of(table, MUTANT) if has_mutant else [None] * n
-    given = strings_of(table, MUTATED_SEQUENCE) if has_sequence else [None] * n
-    keys = [m if m is not None else g for m, g in zip(mutants, given)]
-    refuse_repeats(keys, assay.table)
+    mutants = strings_of(table, MUTANT) if MUTANT in named else [None] * n
+    given = strings_of(table, MUTATED_SEQUENCE) if MUTATED_SEQUENCE in named else [None] * n
     target, strategy, offset = assay.target_seq, inputs.strategy, inputs.offset
     return AssayRows(
         assay, table, [read_variant(m, g, target, strategy, offset, vocabulary) for m, g in zip(mutants, given)]
     )
+
+
+def _variant_names(batches: Iterator[pa.Table | pa.RecordBatch], named: list[str]) -> Iterator[str | None]:
+    """Each row's first value of the `named` columns that is not empty, in the table's order."""
+    for batch in batches:
+        for values in zip(*(strings_of(batch, c) for c in named)):
+            yield next((v for v in values if v is not None), None)
 
 
 def _site_tables(
