@@ -55,17 +55,17 @@ bytecode: setup
 	$(BIN)/python -m compileall -q distributed_scoring tests jobs
 
 # The full suite, as CI runs it (.ci/run): the fast part (below) first, then the tests that start or use
-# Ray or load real weights, one after another (they start Ray clusters and subprocess drivers sized for the
+# Ray or load real weights, and the slow sweeps, one after another (they start Ray clusters and subprocess drivers sized for the
 # machine's cores, which two at once would fight over).
 test: test-fast
-	$(BIN)/python -m pytest -m "ray or weights"
+	$(BIN)/python -m pytest -m "ray or weights or slow"
 
-# The suite less the tests marked ray (they start or use a Ray instance) or weights (real offline models):
+# The suite less the tests marked ray (they start or use a Ray instance), weights (real offline models) or slow:
 # tests/conftest.py marks them from the fixtures they use. Two pytest workers (pytest-xdist), each with one
 # torch thread, so that the two never ask for more threads than there are cores (the thread cliff,
 # docs/ray.md); measured 3.4 min against 5.8 min for one worker on 2 quiet cores.
 test-fast: setup browser lint bytecode
-	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not ray and not weights"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -n 2 -m "not ray and not weights and not slow"
 
 # Throughput side by side with naive scoring and minicons (its own venv, made on first use), then the
 # Ray pipeline against the number of actors, then pairwise joints; on a quiet machine (about 45 minutes

@@ -4,10 +4,15 @@ the CLI on the driver and by every Ray actor. `import transformers` alone does n
 
 from __future__ import annotations
 
+import logging
+
 
 def quiet_transformers() -> None:
-    """No per-load progress bars or advisory warnings from transformers in logs (CLI, Ray actors)."""
+    """No per-load progress bars or advisory warnings from transformers (or torch) in logs (CLI, Ray actors)."""
     import transformers
 
     transformers.logging.set_verbosity_error()
+    # torch's own INFO records (its fake-tensor cache statistics at exit, after a stopped command's last line)
+    # would pass the CLI's INFO root logger.
+    logging.getLogger("torch").setLevel(logging.WARNING)
     transformers.utils.logging.disable_progress_bar()

@@ -160,6 +160,18 @@ def deferred() -> Iterator[None]:
         raise _handler.stop
 
 
+def before_start() -> None:
+    """Until the command runs (`stopping_on_signals`), a signal prints the line and exits: nothing is
+    claimed or written before (the `dscore` console script)."""
+
+    def stop_now(signum: int, frame: object) -> None:
+        Stopped(signum).tell(2)
+        os._exit(128 + signum)
+
+    for signum in SIGNALS:
+        signal.signal(signum, stop_now)
+
+
 def install() -> None:
     """Handle SIGTERM and SIGINT as this module says (in the main thread only: Python delivers signals
     there). Called again after `ray.init`, whose core worker installs a handler of its own for SIGTERM
@@ -172,7 +184,7 @@ def install() -> None:
 @contextlib.contextmanager
 def stopping_on_signals() -> Iterator[None]:
     """The handlers installed while a command runs, the previous ones back after it (a command called from
-    Python, a test) unless it was stopped."""
+    Python, a test), its deadline cancelled: a stop's line is printed inside (the CLI's `main`)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -182,18 +194,8 @@ def stopping_on_signals() -> Iterator[None]:
     install()
     try:
         yield
-    except Stopped:
-        raise  # the handler and the deadline stay while the command ends: a repeat must not end it unsaid
-    except BaseException:
-        _restore(previous)
-        raise
-    else:
-        _restore(previous)
-
-
-def _restore(previous: dict) -> None:
-    if _handler.terminal is not None:
+    finally:
         os.close(_handler.terminal)
-    _handler.reset()
-    for signum, handler in previous.items():
-        signal.signal(signum, handler)
+        _handler.reset()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -174,7 +174,7 @@ def cluster_rank(item: pytest.Item) -> int:
 
 
 # Markers a test gets from the fixtures it uses, directly or through other fixtures (`local_ray_cluster` asks
-# for `ray_local`), so that `make test-fast` (-m "not ray and not weights") leaves them out with no hand-kept
+# for `ray_local`), so that `make test-fast` (-m "not ray and not weights ...") leaves them out with no hand-kept
 # list. Modules whose tests start Ray without these fixtures (a `dscore ... --ray` driver or a training run in
 # a subprocess) mark themselves: `pytestmark = pytest.mark.ray` in faults/test_kills.py and
 # faults/test_train_kill.py.

@@ -43,6 +43,17 @@ def _one_line(exc: Exception) -> str:
     return re.sub(r"\s*\n\s*", " ", str(exc).strip())
 
 
+def _stopped(stop: Stopped, args: argparse.Namespace) -> int:
+    """Print the stop's line (while the signals are still handled: a repeat must not end the process unsaid)
+    and exit, at once where an embedded Ray is left to the watchdog (its shutdown would outlast the grace)."""
+    stop.tell()
+    if stop.exit_at_once:
+        args.result.flush()
+        logging.shutdown()
+        os._exit(stop.exit_code)
+    return stop.exit_code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
@@ -56,14 +67,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     with contextlib.redirect_stdout(sys.stderr):
         try:
             with environment(storage_environment(args)), stopping_on_signals():
-                return dispatch(COMMANDS, args.command, args)
-        except Stopped as stop:  # SIGTERM or Ctrl-C: the run unwound (lock released)
-            stop.tell()
-            if stop.exit_at_once:  # an embedded Ray left to the watchdog: its shutdown would outlast the grace
-                args.result.flush()
-                logging.shutdown()
-                os._exit(stop.exit_code)
-            return stop.exit_code
+                try:
+                    return dispatch(COMMANDS, args.command, args)
+                except Stopped as stop:  # SIGTERM or Ctrl-C: the run unwound (lock released)
+                    return _stopped(stop, args)
         except UserError as exc:
             print(f"dscore: error: {_one_line(exc)}", file=sys.stderr)
             return 2
