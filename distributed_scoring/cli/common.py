@@ -120,8 +120,9 @@ def add_storage_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--unsafe-lock",
         action="store_true",
-        help="write to a store that offers dscore no create-if-absent request (gs://, hdfs://) with a lock that two "
-        "runs starting at the same instant could both take; you make sure no two runs share --output",
+        help="write to a store whose conditional requests dscore cannot use or did not prove (gs://, hdfs://, an S3 "
+        "endpoint or proxy that ignores If-None-Match/If-Match, which the probe before the first lock finds) with a "
+        "lock that two runs starting at the same instant could both take; you make sure no two runs share --output",
     )
 
 

@@ -146,7 +146,7 @@ class Dscore:
 
             with out.open("wb") as o, err.open("wb") as e:
                 popen = subprocess.Popen(
-                    [sys.executable, "-m", "distributed_scoring.cli", *argv],
+                    [sys.executable, "-m", "distributed_scoring", *argv],
                     cwd=cwd,
                     stdout=o,
                     stderr=e,

@@ -13,7 +13,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
+
+from distributed_scoring.stopping import REPEAT_S
 
 from helpers.driver import embedded_env
 from helpers.trial.cases import (
@@ -37,30 +39,48 @@ STOPPED_LINE = (
 )
 
 
+STOP_S = 10.0  # from the signal to the exit (Kubernetes kills after 30 s)
+
+
 def stopped(
-    t: Trial, d: Path, argv: Sequence[str], rows_in: int, signum: int, spawn: bool = False, twice: bool = False
+    t: Trial,
+    d: Path,
+    argv: Sequence[str],
+    rows_in: int,
+    signum: int,
+    spawn: bool = False,
+    twice: float | None = None,
+    group: bool = False,
+    when: Callable[[Path], bool] = lambda out: markers(out) >= 2,
+    at: str = "after 2 shards",
 ) -> Outcome:
-    """Send `signum` once 2 shards are marked (`twice`: again at once), then rerun the same command."""
+    """Send `signum` once `when(out)` holds (to the process group with `group`, as `timeout` and a terminal
+    do; `twice`: again that many seconds later), then rerun the same command."""
     process = t.dscore.start(argv, d, spawn=spawn)
     deadline = time.monotonic() + (RAY_TIMEOUT_S if spawn else TIMEOUT_S)
-    while markers(d / "out") < 2 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
+    while not when(d / "out") and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
     alive = process.poll() is None
     descendants = descendants_of(process.pid)
-    os.kill(process.pid, signum)
-    if twice:
-        time.sleep(0.05)
+    sent = time.monotonic()
+    (os.killpg if group else os.kill)(process.pid, signum)
+    if twice is not None:
+        time.sleep(twice)
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signum)
     call = process.wait(RAY_TIMEOUT_S if spawn else TIMEOUT_S)
+    took = time.monotonic() - sent
     reap(descendants)
     name = signal.Signals(signum).name
-    o = t.observe(call, d, "out", rows_in, f"{name} after 2 shards" + (", twice" if twice else ""))
+    o = t.observe(call, d, "out", rows_in, f"{name}{' to the group' if group else ''} {at}")
     o.check(alive, "the command ended before the signal")
     o.check(call.rc == 128 + signum, f"exit {call.rc}, expected {128 + signum}")
+    o.check(took <= STOP_S, f"it exited {took:.1f} s after the signal")
     o.check(not call.traceback and "SIGTERM received" not in call.err, "a traceback or a crash dump")
-    if not twice:  # a second signal exits at once: its line and lock are not promised
-        o.check(len(call.lines) == 1 and f"stopped by {name}: " in call.line, f"the line was {call.line!r}")
+    o.check(o.verdict in ("INCOMPLETE", "-"), f"verify says {o.verdict} after the stop")  # -: no folder
+    if twice is None or twice < REPEAT_S:  # a later second signal exits at once: its line and lock are not promised
+        o.check(len(call.lines) == 1 and f"stopped by {name}" in call.line, f"the line was {call.line!r}")
+        o.check(call.err.rstrip().endswith(call.line), "the line is not the last")
         o.check(not (d / "out" / "_lock.json").exists(), "the lock was left behind")
     rerun = t.call(d, *argv, spawn=spawn)
     after = t.observe(rerun, d, "out", rows_in, o.done)
@@ -94,11 +114,64 @@ def _(t: Trial, d: Path) -> Outcome:
 
 @case(
     "S05",
-    "SIGTERM twice in a row to `score` mid-run, then the same command",
+    "SIGTERM twice 2 s apart to `score` mid-run, then the same command",
     "exit 143 at once; the rerun exit 0, rows in == rows out, no repeated id, verify OK",
 )
 def _(t: Trial, d: Path) -> Outcome:
-    return stopped(t, d, score_argv(corpus(d, KILL_LINES)), KILL_LINES, signal.SIGTERM, twice=True)
+    return stopped(t, d, score_argv(corpus(d, KILL_LINES)), KILL_LINES, signal.SIGTERM, twice=2.0)
+
+
+@case(
+    "S14",
+    "SIGTERM twice within 50 ms to `score` mid-run (what `timeout` sends), then the same command",
+    STOPPED_LINE,
+)
+def _(t: Trial, d: Path) -> Outcome:
+    return stopped(t, d, score_argv(corpus(d, KILL_LINES)), KILL_LINES, signal.SIGTERM, twice=0.05)
+
+
+GROUP_LINE = f"within {STOP_S:.0f} s of the signal: {STOPPED_LINE}"
+
+
+@case("S15", "SIGTERM to the process group of `score --ray` (timeout -s TERM, kill -TERM -PGID)", GROUP_LINE, ray=True)
+def _(t: Trial, d: Path) -> Outcome:
+    argv = score_argv(corpus(d, KILL_LINES), "--ray")
+    return stopped(t, d, argv, KILL_LINES, signal.SIGTERM, spawn=True, group=True)
+
+
+@case("S16", "SIGINT to the process group of `audit --ray` (Ctrl-C in its terminal)", GROUP_LINE, ray=True)
+def _(t: Trial, d: Path) -> Outcome:
+    argv = ["audit", *score_argv(corpus(d, KILL_LINES), "--ray")[1:]]
+    return stopped(t, d, argv, KILL_LINES, signal.SIGINT, spawn=True, group=True)
+
+
+@case("S17", "SIGTERM to the group of `score` 0.3 s after its start, before it claims its folder", GROUP_LINE)
+def _(t: Trial, d: Path) -> Outcome:
+    began = time.monotonic()
+    argv = score_argv(corpus(d, KILL_LINES))
+    when = lambda out: time.monotonic() - began >= 0.3  # noqa: E731
+    return stopped(t, d, argv, KILL_LINES, signal.SIGTERM, spawn=True, group=True, when=when, at="after 0.3 s")
+
+
+@case("S18", "SIGTERM to the group of `score` the moment its lock file appears", GROUP_LINE)
+def _(t: Trial, d: Path) -> Outcome:
+    argv = score_argv(corpus(d, KILL_LINES))
+    when = lambda out: (out / "_lock.json").exists()  # noqa: E731
+    return stopped(t, d, argv, KILL_LINES, signal.SIGTERM, spawn=True, group=True, when=when, at="at the lock")
+
+
+@case("S19", "SIGTERM to the group of `audit` the moment its last shard is marked", GROUP_LINE)
+def _(t: Trial, d: Path) -> Outcome:
+    argv = ["audit", *score_argv(corpus(d, KILL_LINES))[1:]]
+    when = lambda out: markers(out) >= KILL_LINES // 2  # noqa: E731
+    return stopped(t, d, argv, KILL_LINES, signal.SIGTERM, spawn=True, group=True, when=when, at="at the last marker")
+
+
+@case("S20", "SIGTERM to the group of `audit` the moment row_stats.parquet appears (its summary step)", GROUP_LINE)
+def _(t: Trial, d: Path) -> Outcome:
+    argv = ["audit", *score_argv(corpus(d, KILL_LINES))[1:]]
+    when = lambda out: (out / "row_stats.parquet").exists()  # noqa: E731
+    return stopped(t, d, argv, KILL_LINES, signal.SIGTERM, spawn=True, group=True, when=when, at="in its summary")
 
 
 def _bad_model(d: Path, kind: str) -> str:
