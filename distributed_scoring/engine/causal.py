@@ -47,7 +47,7 @@ from .masked_lm import (
     to_device,
     warn_full_logits,
 )
-from .model_files import ModelLoadError, check_local_folder, max_input_length, remote_code_refusal
+from .model_files import ModelLoadError, local_files_only, max_input_length, remote_code_refusal
 from .packing import Piece, TokenBudget, run_fitting
 
 # Causal-LM classes whose logits are exactly `get_output_embeddings()(base_model(...)[0])`: no logit
@@ -111,8 +111,10 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
     """
     from transformers import AutoModelForCausalLM
 
-    config, tokenizer, bos_id, eos_id = load_causal_parts(spec)
-    loaded = load_pretrained(AutoModelForCausalLM, spec, "causal LM", "Pass a decoder LM (GPT-2, Llama, ...).")
+    local_only = local_files_only(spec)  # the Hub asked once for the tokenizer and the weights
+    config, tokenizer, bos_id, eos_id = load_causal_parts(spec, local_only)
+    hint = "Pass a decoder LM (GPT-2, Llama, ...)."
+    loaded = load_pretrained(AutoModelForCausalLM, spec, "causal LM", hint, local_only)
     model = loaded.model
     architecture = type(model).__name__
     if loaded.missing_keys:
@@ -143,17 +145,21 @@ def load_causal_lm(spec: ModelSpec) -> CausalLM:
     )
 
 
-def load_causal_parts(spec: ModelSpec) -> tuple[Any, Any, int, int | None]:
+def load_causal_parts(spec: ModelSpec, local_only: bool | None = None) -> tuple[Any, Any, int, int | None]:
     """Config, tokenizer and boundary ids of a causal LM, checked, without its weights: what a run
-    checks on the driver before any scoring starts, and what `load_causal_lm` builds on."""
+    checks on the driver before any scoring starts, and what `load_causal_lm` builds on. `local_only`:
+    `model_files.local_files_only(spec)`, where the caller has asked it already."""
     from transformers import AutoConfig, AutoTokenizer
 
-    check_local_folder(spec.name)
+    options = {
+        "revision": spec.revision,
+        "trust_remote_code": spec.trust_remote_code,
+        # a Hub id offline: refused in seconds, not after minutes of retries
+        "local_files_only": local_files_only(spec) if local_only is None else local_only,
+    }
     try:
-        config = AutoConfig.from_pretrained(spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
-        tokenizer = AutoTokenizer.from_pretrained(
-            spec.name, revision=spec.revision, trust_remote_code=spec.trust_remote_code
-        )
+        config = AutoConfig.from_pretrained(spec.name, **options)
+        tokenizer = AutoTokenizer.from_pretrained(spec.name, **options)
     except (OSError, ValueError, TypeError) as exc:
         raise remote_code_refusal(spec, exc) or ModelLoadError(
             f"could not load the configuration or tokenizer of {spec.name!r}: {exc}. Pass a local folder "

@@ -87,6 +87,25 @@ def test_a_hub_id_found_nowhere_fails_in_seconds_in_one_line(hub, request, tmp_p
     assert not (tmp_path / "out").exists()
 
 
+def test_a_causal_hub_id_found_nowhere_fails_in_seconds_in_one_line(refusing_endpoint, tmp_path, tiny_model_dir):
+    nbest = tmp_path / "n.jsonl"
+    nbest.write_text('{"id": "u1", "hyps": [{"text": "the cat", "score": -1}], "ref": "the cat"}\n')
+    began = time.monotonic()
+    done = subprocess.run(
+        [*DSCORE, "rescore", "--dev", str(nbest), "--test", str(nbest), "--model", str(tiny_model_dir("bert"))]
+        + ["--causal-model", "gpt2", "--output", "out"],
+        cwd=tmp_path,
+        env=hub_env(tmp_path, refusing_endpoint),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    took = time.monotonic() - began
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "`dscore fetch-model NAME`" in lines[0], done.stderr
+    assert took <= FAIL_WITHIN_S, f"failed after {took:.1f} s: {lines[0]}"
+
+
 def test_a_hub_id_in_the_local_cache_loads_from_it_while_the_hub_is_unreachable(refusing_endpoint, tmp_path):
     repo = tmp_path / "hub" / "models--someone--tiny-bert"
     tiny.save_tiny("bert", repo / "snapshots" / ("0" * 40))
