@@ -409,3 +409,32 @@ def _(t: Trial, d: Path) -> Outcome:
     del records[2]["text"]
     dev = jsonl(d, "dev.jsonl", records)
     return _rescore(t, d, dev, dev, ["dev.jsonl"])
+
+
+@case("B72", "score JSONL whose 2nd record is nested 3,000 deep", f"{ROWS_LINE} (3 rows, 1 error)")
+def _(t: Trial, d: Path) -> Outcome:
+    deep = '{"text": ' + "[" * 3000 + "]" * 3000 + "}"
+    source = write(d, "deep.jsonl", '{"text": "a dog"}\n' + deep + '\n{"text": "the fox"}\n')
+    return t.rows_ok(d, ["score", source, "--model", M, "--output", "out"], rows_in=3, errors=1)
+
+
+@case(
+    "B73", "score a 2 MiB line (over the 1 MiB record limit) between two short ones", f"{ROWS_LINE} (3 rows, 1 error)"
+)
+def _(t: Trial, d: Path) -> Outcome:
+    source = write(d, "huge.txt", "a dog\n" + "word " * (2 << 18) + "\nthe fox\n")
+    return t.rows_ok(d, ["score", source, "--model", M, "--output", "out"], rows_in=3, errors=1)
+
+
+@case("B74", "rescore an N-best list whose 2nd utterance is nested 3,000 deep", f"{ROWS_LINE}, or {REFUSED_LINE}")
+def _(t: Trial, d: Path) -> Outcome:
+    good = '{"utt_id": "u1", "hyps": [{"text": "a dog"}, {"text": "the dog"}], "ref": "a dog"}'
+    deep = '{"utt_id": "u2", "hyps": ' + "[" * 3000 + "]" * 3000 + "}"
+    dev = write(d, "dev.jsonl", f"{good}\n{deep}\n")
+    call = t.call(d, "rescore", "--dev", dev, "--test", dev, "--model", M, "--output", "out")
+    o = t.observe(call, d, "out", None)
+    o.check(not call.traceback, "a traceback")
+    o.check(call.rc in (0, 2), f"exit {call.rc}")
+    if call.rc == 2:
+        t.one_line(o, call, 2, ["line 2"])
+    return o
