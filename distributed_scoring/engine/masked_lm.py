@@ -25,6 +25,7 @@ from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import ModelSpec
+from ..quiet import no_progress_bars
 from ..versions import versions
 from .model_files import ModelLoadError, load_error, load_tokenizer, local_files_only, remote_code_refusal
 from .packing import OutOfMemory
@@ -298,15 +299,16 @@ def load_pretrained(auto_class: Any, spec: ModelSpec, kind: str, hint: str, loca
     local_only = local_files_only(spec) if local_only is None else local_only
     try:
         # transformers picks SDPA attention by default where the architecture has it (eager otherwise).
-        model, info = auto_class.from_pretrained(
-            spec.name,
-            revision=spec.revision,
-            dtype=weights_dtype,
-            weights_only=True,
-            output_loading_info=True,
-            trust_remote_code=spec.trust_remote_code,
-            local_files_only=local_only,
-        )
+        with no_progress_bars():
+            model, info = auto_class.from_pretrained(
+                spec.name,
+                revision=spec.revision,
+                dtype=weights_dtype,
+                weights_only=True,
+                output_loading_info=True,
+                trust_remote_code=spec.trust_remote_code,
+                local_files_only=local_only,
+            )
     except ValueError as exc:
         raise remote_code_refusal(spec, exc) or ModelLoadError(
             f"{spec.name!r} cannot be loaded as a {kind}: {exc}. {hint}"
