@@ -7,9 +7,11 @@ memory flat however large the corpus (only one NLL and one partition code per se
 1. every file, batch by batch: summable figures (`CorpusStats`, a log-binned histogram of per-sentence
    PPPL, positionwise cross-entropy as in Salazar et al. 2020, Figure 4), per partition where cheap;
 2. only the files and row groups holding flagged sentences: their text and tokens, written to
-   `outliers.parquet` (the rule and that pass are in `outliers.py`).
+   `outliers.parquet` (the rule and that pass are in `outliers.py`), and the few rows the report lists
+   (the highest by each rule, and rows made mostly of unknown tokens, `unknown_tokens`).
 
-A previous `audit.json` is the baseline (`baseline.py` compares and gives the exit code). This module
+A previous `audit.json` is the baseline (`baseline.py` compares and gives the exit code; its outlier cutoffs,
+when the same scorer wrote it, are tonight's). This module
 owns the first pass and the assembly of audit.json; `report.py` renders it as report.html.
 """
 
@@ -37,8 +39,19 @@ from ...versions import package_version
 from .baseline import AUDIT_FILE, SCHEMA_VERSION, compare
 from .baseline_io import load_baseline, load_row_stats, row_stats_table
 from .nightly import SeriesInputs, audit_night, combined_exit
-from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, write_outliers
-from .records import AuditRecord, Bins, Histogram, LengthCurve, Outliers, PositionMeans, Positionwise, ScopeFigures
+from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, mostly_unknown, write_outliers
+from .records import (
+    AuditRecord,
+    Bins,
+    Cutoff,
+    Histogram,
+    LengthCurve,
+    Outliers,
+    PositionMeans,
+    Positionwise,
+    ScopeFigures,
+    UnknownTokens,
+)
 from .row_stats import ROW_STATS_FILE, ROW_STATS_SCHEMA
 from .verdicts import EXIT_OK, OVERALL, Comparison, Thresholds
 
@@ -163,6 +176,8 @@ class _Scan:
     signatures: set[tuple[str, str]] = field(default_factory=set)
     codes_of: dict[str, int] = field(default_factory=dict)  # partition name -> code
     nll: list[np.ndarray] = field(default_factory=list)  # per batch, NaN where not eligible as outlier
+    unknown: list[np.ndarray] = field(default_factory=list)  # per batch, the indices of rows mostly unknown tokens
+    seen: int = 0  # rows scanned so far: the next batch's first index
     codes: list[np.ndarray] = field(default_factory=list)
     file_rows: list[int] = field(default_factory=list)
     windowed: int | None = None  # ok rows scored in windows; None while no file has the `windowed` column
@@ -170,8 +185,10 @@ class _Scan:
     def rows(self, fs: pafs.FileSystem, files: list[str]) -> ScannedRows:
         """What the outlier rule and the second pass need of the scanned `files`."""
         nll = np.concatenate(self.nll) if self.nll else np.empty(0)
+        unknown = np.concatenate(self.unknown) if self.unknown else np.empty(0, dtype=np.int64)
         codes = np.concatenate(self.codes) if self.codes else np.empty(0, dtype=np.int32)
-        return ScannedRows(nll, codes, list(self.codes_of), fs, files, self.file_rows)  # codes_of: in code order
+        partitions = list(self.codes_of)  # in code order
+        return ScannedRows(nll, unknown, codes, partitions, fs, files, self.file_rows)
 
 
 @dataclass(frozen=True)
@@ -233,12 +250,20 @@ def run_audit(
     with pq.ParquetWriter(out.path(ROW_STATS_FILE), ROW_STATS_SCHEMA, filesystem=out.fs) as row_stats:
         scan = _scan(fs, files, config, row_stats)
     folder.record(ROW_STATS_FILE)
-    outliers = write_outliers(
-        scan.rows(fs, files), config.outliers, config.listed, config.batch_rows, out.fs, out.path(OUTLIERS_FILE)
+    reference = _reference_cutoffs(base, scan)
+    outliers, unknown = write_outliers(
+        scan.rows(fs, files),
+        config.outliers,
+        config.listed,
+        config.batch_rows,
+        out.fs,
+        out.path(OUTLIERS_FILE),
+        reference,
     )
     folder.record(OUTLIERS_FILE)
     summary = _summary(fs, root)
     audit = _audit_record(rows_dir, scan, outliers, config, summary.get("signature"), student_estimate(summary))
+    audit = replace(audit, unknown_tokens=UnknownTokens.from_json(unknown))
     current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs) if base or series else None
     if base is not None:
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
@@ -261,6 +286,18 @@ def run_audit(
         result.exit_code,
     )
     return result
+
+
+def _reference_cutoffs(base: AuditRecord | None, scan: _Scan) -> dict[str, Cutoff] | None:
+    """The baseline's outlier cutoffs by scope name, when the same model and variant scored both (another
+    scorer's NLLs are on another scale); None otherwise."""
+    if base is None:
+        return None
+    scorers = base.signature if isinstance(base.signature, list) else [base.signature]
+    if sorted((s[S.MODEL], s[S.VARIANT]) for s in scorers) != sorted(scan.signatures):
+        logger.info("the baseline was scored by another model or variant: outlier cutoffs from tonight's rows")
+        return None
+    return base.outliers.cutoffs
 
 
 def _scored_files(rows_dir: str) -> tuple[pafs.FileSystem, list[str], str]:
@@ -296,7 +333,7 @@ def _columns(pf: pq.ParquetFile, path: str, config: AuditConfig) -> list[str]:
             f"{path} lacks the column(s) {missing} (it has {names}); the audit reads `dscore score` rows "
             f"with a {config.partition_column!r} column (set AuditConfig.partition_column for another name)"
         )
-    optional = [c for c in (S.TOKEN_LOGPROBS, S.WINDOWED) if c in names]
+    optional = [c for c in (S.TOKEN_LOGPROBS, S.WINDOWED, S.N_UNKNOWN) if c in names]
     return [S.ID, config.partition_column, *STAT_COLUMNS, S.MODEL, S.VARIANT, *optional]
 
 
@@ -341,7 +378,10 @@ def _add_batch(scan: _Scan, batch: pa.RecordBatch, config: AuditConfig) -> pa.Ta
         to_code[i] = scan.codes_of.setdefault(name, len(scan.codes_of))
     scan.codes.append(to_code[local])
     n_tokens = batch[S.N_TOKENS].to_numpy(zero_copy_only=False)
-    scan.nll.append(np.where(n_tokens >= config.outliers.min_tokens, nll, np.nan))
+    unknown = _mostly_unknown(batch) & scored
+    scan.nll.append(np.where((n_tokens >= config.outliers.min_tokens) & ~unknown, nll, np.nan))
+    scan.unknown.append(np.flatnonzero(unknown) + scan.seen)
+    scan.seen += batch.num_rows
     scorers = pa.Table.from_batches([batch.select([S.MODEL, S.VARIANT])]).group_by([S.MODEL, S.VARIANT]).aggregate([])
     scan.signatures.update(zip(scorers[S.MODEL].to_pylist(), scorers[S.VARIANT].to_pylist()))
     if S.WINDOWED in batch.schema.names:
@@ -361,6 +401,15 @@ def _nll_per_token(batch: pa.RecordBatch) -> np.ndarray:
     n = pc.fill_null(batch[S.N_TOKENS], 0).to_numpy(zero_copy_only=False)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(ok & (n > 0), -pll / n, np.nan)
+
+
+def _mostly_unknown(batch: pa.RecordBatch) -> np.ndarray:
+    """Which rows are mostly unknown tokens (`outliers.mostly_unknown`); none in rows scored before `n_unknown`
+    existed. Their PLL measures the tokenizer, not the text: the outlier rule leaves them out."""
+    if S.N_UNKNOWN not in batch.schema.names:
+        return np.zeros(batch.num_rows, dtype=bool)
+    unknown = pc.fill_null(batch[S.N_UNKNOWN], 0).to_numpy(zero_copy_only=False)
+    return mostly_unknown(unknown, pc.fill_null(batch[S.N_TOKENS], 0).to_numpy(zero_copy_only=False))
 
 
 def _audit_record(

@@ -10,8 +10,14 @@ median reads z = +867; with the floor of 0.05 it reads +87, still far beyond k, 
 The audit's first pass keeps one NLL and one partition code per sentence (`ScannedRows`); the rule is
 applied to those, and a second pass opens only the files and row groups holding flagged sentences to
 write their text and tokens to `outliers.parquet`, so a clean corpus costs nothing more. Whatever the
-rule's scope, the worst rows by the rule of each scope (one for the corpus, one per partition) are listed
-too, for the report: that pass also reads those few.
+rule's scope, the highest rows by the rule of each scope (one for the corpus, one per partition) are listed
+too, flagged or not, each marked, for the report: that pass also reads those few.
+
+Rows made mostly of the tokenizer's unknown token (over `MOSTLY_UNKNOWN` of their scored tokens, the rule
+summary.json's `mostly_unknown_rows` counts by) are a category of their own: their PLL measures how the model
+predicts its unknown token, not the text, so they are kept out of the rule (neither flagged nor part of the
+median and MAD, which a handful of them would widen until they hide everything else) and counted and listed
+apart, under `unknown_tokens`.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import pyarrow.parquet as pq
 
 from ...errors import UserError
 from ...io import schema as S
+from ...io.output import MOSTLY_UNKNOWN
 from ...options import ADDED_LATER, check, option
 from .verdicts import OVERALL
 
@@ -34,6 +41,7 @@ __all__ = [
     "OutlierRule",
     "ScannedRows",
     "robust_cutoff",
+    "mostly_unknown",
     "write_outliers",
     "NLL_PER_TOKEN",
     "ROBUST_Z",
@@ -44,10 +52,12 @@ __all__ = [
 
 OUTLIERS_FILE = "outliers.parquet"
 NLL_PER_TOKEN = "nll_per_token"
+UNKNOWN_SHARE = "unknown_share"
 ROBUST_Z = "robust_z"
 TAIL = "tail"
 
 SCOPES = ("overall", "partition")
+BASELINE = "baseline"  # a cutoff's `source` when it is the baseline's
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 _MEAN_AD_TO_SIGMA = 1.2533  # the same for the mean absolute deviation (used when the MAD is 0)
 _SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0), at least min_sigma"
@@ -69,7 +79,7 @@ OUTLIER_SCHEMA = pa.schema(
         pa.field(S.TOKEN_LOGPROBS, pa.list_(pa.float64())),
     ]
 )
-_COLUMNS = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.TOKENS, S.TOKEN_LOGPROBS]  # read by the second pass
+_COLUMNS = [S.ID, S.TEXT, S.PLL, S.N_TOKENS, S.N_WORDS, S.N_UNKNOWN, S.TOKENS, S.TOKEN_LOGPROBS]  # the second pass's
 
 
 @dataclass(frozen=True)
@@ -117,13 +127,15 @@ class OutlierRule:
 @dataclass(frozen=True)
 class Cutoff:
     """Robust centre and spread of NLL per token, and the flagging bounds they give (NLL units): `sigma` is
-    the spread the rule uses, `measured_sigma` the one measured (smaller when the floor applies)."""
+    the spread the rule uses, `measured_sigma` the one measured (smaller when the floor applies); `source`
+    is `BASELINE` when median and spread were the baseline's (None: this audit's own rows)."""
 
     median: float
     sigma: float
     high: float
     low: float | None
     measured_sigma: float | None = field(default=None, metadata=ADDED_LATER)
+    source: str | None = field(default=None, metadata=ADDED_LATER)
 
     def z(self, values: np.ndarray) -> np.ndarray:
         if self.sigma == 0:
@@ -139,7 +151,8 @@ class ScannedRows:
     index finds its file. `codes` index `partitions` (the names, nulls already named by the scan).
     """
 
-    nll: np.ndarray  # (N,) float64 NLL per token, NaN where the row cannot be flagged
+    nll: np.ndarray  # (N,) float64 NLL per token, NaN where the row cannot be flagged (mostly unknown included)
+    unknown: np.ndarray  # (K,) int64 sorted indices of the rows mostly of unknown tokens (`mostly_unknown`)
     codes: np.ndarray  # (N,) int32 partition code
     partitions: list[str]
     fs: pafs.FileSystem
@@ -161,50 +174,89 @@ def robust_cutoff(values: np.ndarray, rule: OutlierRule) -> Cutoff | None:
     return Cutoff(median, sigma, median + rule.k * sigma, low, measured)
 
 
-def write_outliers(
-    scanned: ScannedRows, rule: OutlierRule, listed: int, batch_rows: int, out_fs: pafs.FileSystem, path: str
-) -> dict:
-    """Apply the rule, write the flagged rows to `path` (second pass), return the audit.json section.
+def mostly_unknown(n_unknown: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
+    """Which rows are mostly the tokenizer's unknown token: over `MOSTLY_UNKNOWN` of their scored tokens, as
+    summary.json's `mostly_unknown_rows` counts them (a row with no scored token is not)."""
+    return n_unknown > MOSTLY_UNKNOWN * n_tokens
 
-    The section lists the `listed` flagged rows of largest |z|, and under `worst` the `listed` worst rows by
-    each scope's rule, whatever `rule.scope`: `overall` (z against the whole corpus) and `partition` (z
-    against the row's partition). Neither list is enough alone: junk that arrives as a file of its own is a
-    partition whose median is the junk, which only the corpus-wide rule sees; a partition harder by design
-    fills the corpus-wide list, under which a fragment within its partition only the per-partition rule sees.
+
+def write_outliers(
+    scanned: ScannedRows,
+    rule: OutlierRule,
+    listed: int,
+    batch_rows: int,
+    out_fs: pafs.FileSystem,
+    path: str,
+    reference: dict[str, Cutoff] | None = None,
+) -> tuple[dict, dict]:
+    """Apply the rule, write the flagged rows to `path` (second pass); return audit.json's `outliers` and
+    `unknown_tokens` sections.
+
+    `outliers` lists the `listed` flagged rows of largest z, and under `worst` the `listed` highest rows by
+    each scope's rule, flagged or not (each marked `flagged`), whatever `rule.scope`: `overall` (z against
+    the whole corpus) and `partition` (z against the row's partition). Neither list is enough alone: junk
+    that arrives as a file of its own is a partition whose median is the junk, which only the corpus-wide
+    rule sees; a partition harder by design fills the corpus-wide list, under which a fragment within its
+    partition only the per-partition rule sees. Rows mostly of unknown tokens are in neither: they are
+    `unknown_tokens`' (the module's docstring says why).
+
+    `reference` (the baseline's cutoffs by scope name, `OVERALL` or a partition) gives each scope it names
+    its median and spread, so that junk that widens tonight's own spread cannot hide behind it; a scope it
+    lacks (a new partition) is judged by its own rows.
     """
-    judged = {scope: _judge(scanned, replace(rule, scope=scope)) for scope in SCOPES}  # scope -> (cutoffs, z)
-    beyond = {scope: _flagged(z, rule) for scope, (_, z) in judged.items()}
-    shown = {scope: _most_extreme(rows, judged[scope][1], listed) for scope, rows in beyond.items()}
+    unknown = scanned.unknown  # their NLL is NaN already: not judged, in no median or spread
+    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
+    judged = {scope: _judge(scanned, replace(rule, scope=scope), names, reference) for scope in SCOPES}
+    beyond = {scope: _beyond(z, rule) for scope, (_, z) in judged.items()}
+    shown = {scope: _highest(z, rule, listed) for scope, (_, z) in judged.items()}
     cutoffs, z = judged[rule.scope]
-    flagged, listing = beyond[rule.scope], np.concatenate(list(shown.values()))
-    batches = _read_rows(scanned, np.union1d(flagged, listing), batch_rows)  # sorted indices, as it needs
-    entries = _write_flagged(batches, scanned, z, flagged, set(listing.tolist()), out_fs, path)
+    flagged, listing = np.flatnonzero(beyond[rule.scope]), np.concatenate(list(shown.values()))
+    unknown_shown = unknown[:listed]
+    read = np.union1d(np.union1d(flagged, listing), unknown_shown)  # sorted indices, as `_read_rows` needs
+    entries, unknown_entries = _write_flagged(
+        _read_rows(scanned, read, batch_rows), scanned, z, flagged, set(listing.tolist()), out_fs, path
+    )
     worst = {
         scope: {
-            "count": int(beyond[scope].size),
-            "listed": [_as_judged(entries[i], judged[scope][1][i]) for i in shown[scope].tolist()],
+            "count": int(np.count_nonzero(beyond[scope])),
+            "listed": [
+                _as_judged(entries[i], judged[scope][1][i], bool(beyond[scope][i])) for i in shown[scope].tolist()
+            ],
         }
         for scope in SCOPES
     }
-    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
     per_partition = np.bincount(scanned.codes[flagged], minlength=len(scanned.partitions))
-    return {
+    outliers = {
         "rule": {**asdict(rule), "statistic": NLL_PER_TOKEN, "sigma": _SIGMA},
         "cutoffs": {names[code]: _cutoff_dict(cutoff) for code, cutoff in cutoffs.items()},
         "eligible": int(np.count_nonzero(~np.isnan(scanned.nll))),
         "count": int(flagged.size),
         "by_partition": {names[code]: int(n) for code, n in enumerate(per_partition) if n},
-        "listed": worst[rule.scope]["listed"],
+        "listed": [row for row in worst[rule.scope]["listed"] if row["flagged"]],
         "worst": worst,
         "file": OUTLIERS_FILE,
     }
+    unknown_by_partition = np.bincount(scanned.codes[unknown], minlength=len(scanned.partitions))
+    unknown_tokens = {
+        "rule": f"n_unknown / n_tokens > {MOSTLY_UNKNOWN:g}",
+        "count": int(unknown.size),
+        "by_partition": {names[code]: int(n) for code, n in enumerate(unknown_by_partition) if n},
+        "listed": [unknown_entries[i] for i in unknown_shown.tolist()],
+    }
+    return outliers, unknown_tokens
 
 
-def _judge(scanned: ScannedRows, rule: OutlierRule) -> tuple[dict[int, Cutoff], np.ndarray]:
-    """The rule's cutoffs (by `_groups` key) and every row's robust z under them (NaN where not eligible)."""
+def _judge(
+    scanned: ScannedRows, rule: OutlierRule, names: dict[int, str], reference: dict[str, Cutoff] | None
+) -> tuple[dict[int, Cutoff], np.ndarray]:
+    """The rule's cutoffs (by `_groups` key, named by `names`; the `reference`'s where it names the scope) and
+    every row's robust z under them (NaN where not eligible)."""
     nll = scanned.nll
     groups = _groups(scanned.codes, len(scanned.partitions), rule.scope)
     cutoffs = _cutoffs(nll, groups, rule)
+    for code in cutoffs:
+        if reference and names[code] in reference:
+            cutoffs[code] = _from_reference(reference[names[code]], rule)
     z = np.full(nll.shape, np.nan)
     for code, cutoff in cutoffs.items():
         rows = groups[code]
@@ -212,19 +264,38 @@ def _judge(scanned: ScannedRows, rule: OutlierRule) -> tuple[dict[int, Cutoff], 
     return cutoffs, z
 
 
-def _flagged(z: np.ndarray, rule: OutlierRule) -> np.ndarray:
-    """Indices (sorted) of the rows whose z is beyond the rule's k."""
-    return np.flatnonzero((z > rule.k) | ((z < -rule.k) & rule.low_tail))  # NaN compares False
+def _from_reference(cutoff: Cutoff, rule: OutlierRule) -> Cutoff:
+    """The baseline's median and measured spread under tonight's rule (its k and floor)."""
+    measured = cutoff.sigma if cutoff.measured_sigma is None else cutoff.measured_sigma
+    sigma = max(measured, rule.min_sigma)
+    low = cutoff.median - rule.k * sigma if rule.low_tail else None
+    return Cutoff(cutoff.median, sigma, cutoff.median + rule.k * sigma, low, measured, BASELINE)
 
 
-def _most_extreme(rows: np.ndarray, z: np.ndarray, listed: int) -> np.ndarray:
-    """The `listed` of `rows` of largest |z|, largest first (ties in row order)."""
-    return rows[np.argsort(-np.abs(z[rows]), kind="stable")[:listed]]
+def _beyond(z: np.ndarray, rule: OutlierRule) -> np.ndarray:
+    """Whether each row's z is beyond the rule's k (NaN, not eligible, is not)."""
+    return (z > rule.k) | ((z < -rule.k) & rule.low_tail)  # NaN compares False
 
 
-def _as_judged(entry: dict, z: float) -> dict:
-    """A listed row with its z (and so its tail) under one scope's rule."""
-    return {**entry, ROBUST_Z: float(z), TAIL: "high" if z > 0 else "low"}
+def _highest(z: np.ndarray, rule: OutlierRule, listed: int) -> np.ndarray:
+    """The `listed` eligible rows of highest z (of largest |z| with `low_tail`), highest first, ties in row
+    order: the flagged ones lead, and the list is never empty while there are rows to show.
+
+    A partition at the `listed`-th value, not a sort of every row: this runs at the audit's peak of memory.
+    """
+    key = np.abs(z) if rule.low_tail else z.copy()  # (N,)
+    key[np.isnan(key)] = -np.inf  # not eligible: never shown
+    if listed < key.size:
+        rows = np.flatnonzero(key >= np.partition(key, key.size - listed)[key.size - listed])
+    else:
+        rows = np.arange(key.size)
+    rows = rows[key[rows] > -np.inf]
+    return rows[np.argsort(-key[rows], kind="stable")[:listed]]
+
+
+def _as_judged(entry: dict, z: float, flagged: bool) -> dict:
+    """A listed row with its z (and so its tail) under one scope's rule, and whether that rule flags it."""
+    return {**entry, ROBUST_Z: float(z), TAIL: "high" if z > 0 else "low", "flagged": flagged}
 
 
 def _groups(codes: np.ndarray, partitions: int, scope: str) -> dict[int, np.ndarray]:
@@ -266,19 +337,24 @@ def _write_flagged(
     listed: set[int],
     out_fs: pafs.FileSystem,
     path: str,
-) -> dict[int, dict]:
+) -> tuple[dict[int, dict], dict[int, dict]]:
     """Write the `flagged` rows (sorted indices) of those read to outliers.parquet; return the `listed` ones
-    as audit.json entries by row index."""
+    as audit.json entries by row index, and the rows read that are mostly unknown tokens likewise."""
     entries: dict[int, dict] = {}
+    unknown: dict[int, dict] = {}
     partitions = pa.array(scanned.partitions, pa.string())
     with pq.ParquetWriter(path, OUTLIER_SCHEMA, filesystem=out_fs) as writer:
         for batch, index in rows:
-            table = _outlier_table(batch, partitions.take(scanned.codes[index]), scanned.nll[index], z[index])
+            names = partitions.take(scanned.codes[index])
+            table = _outlier_table(batch, names, scanned.nll[index], z[index])
             writer.write_table(table.filter(pa.array(np.isin(index, flagged, assume_unique=True))))
             keep = [i for i, row in enumerate(index.tolist()) if row in listed]
             for row, record in zip(index[keep].tolist(), table.take(pa.array(keep, pa.int64())).to_pylist()):
                 entries[row] = _listing(record)
-    return entries
+            odd = pa.array(np.flatnonzero(np.isin(index, scanned.unknown)), pa.int64())
+            for row, record, name in zip(index[odd].tolist(), batch.take(odd).to_pylist(), names.take(odd).to_pylist()):
+                unknown[row] = _unknown_listing(record, name)
+    return entries, unknown
 
 
 def _read_rows(scanned: ScannedRows, rows: np.ndarray, batch_rows: int) -> Iterator[tuple[pa.RecordBatch, np.ndarray]]:
@@ -366,6 +442,20 @@ def _listing(record: dict) -> dict:
         "worst_position": None if worst is None else worst + 1,
         "worst_token": tokens[worst] if worst is not None and tokens and worst < len(tokens) else None,
         "worst_token_nll": None if worst is None else -logprobs[worst],
+    }
+
+
+def _unknown_listing(record: dict, partition: str) -> dict:
+    """A row mostly of unknown tokens as audit.json lists it: where it is, its text (cut), the share."""
+    text = record[S.TEXT] or ""
+    return {
+        S.ID: record[S.ID],
+        S.PARTITION: partition,
+        S.TEXT: text[:_LISTED_TEXT_CHARS],
+        "text_truncated": len(text) > _LISTED_TEXT_CHARS,
+        S.N_TOKENS: record[S.N_TOKENS],
+        UNKNOWN_SHARE: record[S.N_UNKNOWN] / record[S.N_TOKENS],
+        NLL_PER_TOKEN: -record[S.PLL] / record[S.N_TOKENS],
     }
 
 

@@ -28,6 +28,8 @@ __all__ = [
     "PositionMeans",
     "Positionwise",
     "ScopeFigures",
+    "UnknownListed",
+    "UnknownTokens",
     "WorstRows",
 ]
 
@@ -156,7 +158,8 @@ class Cutoff(RobustCutoff):
 
 @dataclass(frozen=True)
 class Listed:
-    """One flagged sentence as audit.json lists it."""
+    """One listed sentence as audit.json lists it: `flagged` says whether its list's rule flags it (None in
+    files written when only flagged rows were listed)."""
 
     id: str
     partition: str
@@ -170,11 +173,13 @@ class Listed:
     worst_position: int | None
     worst_token: str | None
     worst_token_nll: float | None
+    flagged: bool | None = None
 
 
 @dataclass(frozen=True)
 class WorstRows:
-    """The rows one scope's rule flags (`count`) and the most extreme of them (`listed`, with their z under it)."""
+    """The rows one scope's rule flags (`count`) and its highest rows, flagged or not (`listed`, with their z
+    under it)."""
 
     count: int
     listed: list[Listed]
@@ -222,6 +227,37 @@ class Outliers:
 
 
 @dataclass(frozen=True)
+class UnknownListed:
+    """One row mostly of unknown tokens as audit.json lists it."""
+
+    id: str
+    partition: str
+    text: str
+    text_truncated: bool
+    n_tokens: int
+    unknown_share: float
+    nll_per_token: float
+
+
+@dataclass(frozen=True)
+class UnknownTokens:
+    """The rows made mostly of the tokenizer's unknown token (`rule`), kept out of the outlier rule: their
+    number, per partition, and the first `listed` in row order."""
+
+    rule: str
+    count: int
+    by_partition: dict[str, int]
+    listed: list[UnknownListed]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "UnknownTokens":
+        return cls(data["rule"], data["count"], data["by_partition"], [_flat(UnknownListed, r) for r in data["listed"]])
+
+
+@dataclass(frozen=True)
 class AuditRecord:
     """audit.json. `version` is its `schema_version` (1 files lack `row_stats`); `baseline` is the
     comparison against the previous audit, None without one."""
@@ -243,6 +279,7 @@ class AuditRecord:
     estimate: dict | None = None  # scored by a maskless student: what it is and its held-out error (absent else)
     windowed_rows: int | None = None  # ok rows scored in windows (`--long-texts window`); absent for rows without
     series: SeriesRecord | None = None  # tonight in its history (`--history`); absent without one
+    unknown_tokens: UnknownTokens | None = None  # rows mostly of unknown tokens; absent from files written before
 
     @property
     def metric(self) -> str:
@@ -272,11 +309,13 @@ class AuditRecord:
             data["windowed_rows"] = self.windowed_rows
         if self.series is not None:
             data["series"] = self.series.to_json()
+        if self.unknown_tokens is not None:
+            data["unknown_tokens"] = self.unknown_tokens.to_json()
         return data if self.row_stats is not None else {k: v for k, v in data.items() if k != "row_stats"}
 
     @classmethod
     def from_json(cls, data: dict) -> "AuditRecord":
-        positionwise, baseline = data["positionwise"], data.get("baseline")
+        positionwise, baseline, unknown = data["positionwise"], data.get("baseline"), data.get("unknown_tokens")
         return cls(
             data["schema_version"],
             data.get("row_stats"),
@@ -294,4 +333,5 @@ class AuditRecord:
             Comparison.from_json(baseline) if baseline else None,
             data.get("estimate"),
             data.get("windowed_rows"),
+            unknown_tokens=None if unknown is None else UnknownTokens.from_json(unknown),
         )

@@ -2,9 +2,11 @@
 
 The verdict comes first (its banner lists the scopes that gave it; scopes whose data cannot tell, under
 another verdict, sit apart in a neutral box), then PPPL per partition against the baseline, the
-per-sentence PPPL histogram, the positionwise cross-entropy curves and the worst rows, both overall and
-per partition whatever the outlier rule's scope. The plots (`charts.py`) are embedded as base64 PNG, so
-the file opens offline and can be mailed or archived as is. Every string from the data is HTML-escaped.
+per-sentence PPPL histogram, the positionwise cross-entropy curves, the rows made mostly of unknown tokens
+(a list of their own: their PLL measures the tokenizer, not the text) and the worst rows, both overall and
+per partition whatever the outlier rule's scope, flagged or not, each labelled. The plots (`charts.py`) are
+embedded as base64 PNG, so the file opens offline and can be mailed or archived as is. Every string from the
+data is HTML-escaped.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .charts import (
     scope_checks,
     scope_row,
 )
+from .outliers import BASELINE
 from .records import (
     AuditRecord,
     Cutoff,
@@ -33,6 +36,7 @@ from .records import (
     Outliers,
     Positionwise,
     ScopeFigures,
+    UnknownTokens,
     WorstRows,
 )
 from .trend import series_section
@@ -105,6 +109,7 @@ def _render(audit: AuditRecord, baseline: AuditRecord | None) -> str:
         _histogram_note(audit.histogram),
         "<h2>Positionwise cross-entropy</h2>",
         _positionwise(audit.positionwise),
+        *_unknown_rows(audit.unknown_tokens),
         "<h2>Worst rows</h2>",
         *_worst_rows(audit.outliers),
     ]
@@ -267,6 +272,8 @@ def _cards(audit: AuditRecord) -> str:
         (f"{outliers.count:,}", f"outliers (k = {outliers.rule.k:g}, scope {outliers.rule.scope})"),
         (f"{len(audit.partitions)}", "partitions"),
     ]
+    if audit.unknown_tokens is not None:
+        cards.insert(5, (f"{audit.unknown_tokens.count:,}", "rows mostly unknown tokens (listed apart)"))
     if audit.windowed_rows:  # documents longer than the model's window, scored in windows
         share = audit.windowed_rows / overall.ok if overall.ok else 0.0
         cards.insert(2, (_pct(share), f"scored in windows ({_rows(audit.windowed_rows)} longer than the model's)"))
@@ -349,10 +356,41 @@ def _floored(cutoff: Cutoff) -> bool:
     return cutoff.measured_sigma is not None and cutoff.measured_sigma < cutoff.sigma
 
 
+def _unknown_rows(unknown: UnknownTokens | None) -> list[str]:
+    """The rows made mostly of unknown tokens, apart from the outliers: every model gives its unknown token
+    some fixed NLL, so their scores say nothing of the text, and a few of them in a partition would widen its
+    outlier cutoff past everything else. Nothing for an audit.json written before they were kept apart."""
+    if unknown is None:
+        return []
+    parts = ["<h2>Rows mostly of unknown tokens</h2>"]
+    by = ", ".join(f"{name}: {n:,}" for name, n in unknown.by_partition.items())
+    shown = f"; the first {len(unknown.listed)}, in row order" if unknown.listed else ""
+    parts.append(
+        f"<p class='note'>{_e(_rows(unknown.count))} ({_e(unknown.rule)}){_e(f' ({by})' if by else '')}: their PLL "
+        f"measures the tokenizer, not the text, so they are kept out of the outlier rule (neither counted as "
+        f"outliers nor part of any cutoff's median and spread){_e(shown)}.</p>"
+    )
+    if unknown.listed:
+        head = (
+            "<tr><th>#</th><th>id</th><th>partition</th><th>unknown</th><th>tokens</th><th>NLL/token</th>"
+            "<th>text</th></tr>"
+        )
+        body = "".join(
+            f"<tr><td class='num'>{rank}</td><td>{_e(row.id)}</td><td>{_e(row.partition)}</td>"
+            f"<td class='num'>{row.unknown_share:.0%}</td><td class='num'>{row.n_tokens}</td>"
+            f"<td class='num'>{row.nll_per_token:.3f}</td>"
+            f"<td class='text'>{_e(_cut(row.text, row.text_truncated))}</td></tr>"
+            for rank, row in enumerate(unknown.listed, 1)
+        )
+        parts.append(f"<table>{head}{body}</table>")
+    return parts
+
+
 def _worst_rows(outliers: Outliers) -> list[str]:
-    """The outlier rule and its count, then the worst rows by each scope's rule, labelled, whatever the rule's
-    scope: junk that came as a partition of its own is only seen overall, a fragment within a harder partition
-    only per partition. An audit.json written before both were kept has its rule's scope's list only."""
+    """The outlier rule and its count, then the highest rows by each scope's rule, flagged or not, each
+    labelled, whatever the rule's scope: junk that came as a partition of its own is only seen overall, a
+    fragment within a harder partition only per partition, and a night whose junk widened the rule still
+    shows its worst rows. An audit.json written before both were kept has its rule's scope's list only."""
     worst = outliers.worst or {outliers.rule.scope: WorstRows(outliers.count, outliers.listed)}
     parts = [_outlier_intro(outliers)]
     for scope, (title, against) in _WORST.items():
@@ -363,7 +401,7 @@ def _worst_rows(outliers: Outliers) -> list[str]:
             continue
         parts.append(f"<p class='note'>{_e(_worst_note(outliers.rule, scope, rows, against))}</p>")
         if rows.listed:
-            parts.append(_outlier_table(rows.listed))
+            parts.append(_outlier_table(rows.listed, scope == outliers.rule.scope))
     return parts
 
 
@@ -372,6 +410,7 @@ def _outlier_intro(outliers: Outliers) -> str:
     tails = "both tails" if rule.low_tail else "high tail"
     cutoffs = "; ".join(
         f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}"
+        + (" (the baseline's)" if c.source == BASELINE else "")
         + (f" (the floor: {c.measured_sigma:.4f} measured)" if _floored(c) else "")
         + f", above {c.high:.3f}"
         + (f" or below {c.low:.3f}" if c.low is not None else "")
@@ -382,8 +421,9 @@ def _outlier_intro(outliers: Outliers) -> str:
         f"<p class='note'>{outliers.count:,} of {outliers.eligible:,} sentences flagged: NLL per token beyond "
         f"median ± {rule.k:g} · 1.4826 · MAD ({tails}, scope {_e(rule.scope)}, "
         f"at least {rule.min_tokens} tokens{floor}). {_e(cutoffs)}. All flagged rows are in {_e(outliers.file)}. "
-        "Below, the worst rows by one rule for the whole corpus and by one rule per partition, whatever the "
-        "scope.</p>"
+        "Rows mostly of unknown tokens are not judged by the rule (listed above). Below, the highest rows by one "
+        "rule for the whole corpus and by one rule per partition, whatever the scope, flagged or not, each "
+        "labelled: only those labelled outlier are counted.</p>"
     )
 
 
@@ -394,27 +434,42 @@ def _worst_note(rule: OutlierRuleRecord, scope: str, rows: WorstRows, against: s
         if scope == rule.scope
         else f"not counted as outliers under scope {rule.scope}; --outlier-scope {scope} counts them"
     )
-    shown = f"; the {len(rows.listed)} most extreme:" if rows.listed else "."
+    shown = f"; the {len(rows.listed)} highest, flagged or not:" if rows.listed else "."
     return f"{rows.count:,} rows {beyond} ({counted}){shown}"
 
 
-def _outlier_table(listed: list[Listed]) -> str:
+def _outlier_table(listed: list[Listed], counted: bool) -> str:
+    """A list of highest rows; `counted`: its rule is the one whose flagged rows are the outliers counted."""
     head = (
-        "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>tokens</th>"
-        "<th>hardest token (t, nats)</th><th>text</th></tr>"
+        "<tr><th>#</th><th>id</th><th>partition</th><th>NLL/token</th><th>PPPL</th><th>z</th><th>flagged</th>"
+        "<th>tokens</th><th>hardest token (t, nats)</th><th>text</th></tr>"
     )
-    body = [_outlier_row(rank, row) for rank, row in enumerate(listed, 1)]
+    body = [_outlier_row(rank, row, counted) for rank, row in enumerate(listed, 1)]
     return f"<table>{head}{''.join(body)}</table>"
 
 
-def _outlier_row(rank: int, row: Listed) -> str:
-    text = row.text[:_TEXT_CHARS] + ("…" if row.text_truncated or len(row.text) > _TEXT_CHARS else "")
+def _flag_label(row: Listed, counted: bool) -> str:
+    """outlier (flagged by the rule that counts), beyond a rule that does not count, or not flagged; a file
+    written before the label listed flagged rows only."""
+    flagged = row.flagged is not False
+    if flagged and counted:
+        return "outlier"
+    return "beyond this rule, not counted" if flagged else "not flagged"
+
+
+def _cut(text: str, truncated: bool) -> str:
+    return text[:_TEXT_CHARS] + ("…" if truncated or len(text) > _TEXT_CHARS else "")
+
+
+def _outlier_row(rank: int, row: Listed, counted: bool) -> str:
     worst = "–" if row.worst_token is None else f"{row.worst_token} (t={row.worst_position}, {row.worst_token_nll:.2f})"
+    label = _flag_label(row, counted)
     return (
-        f"<tr><td class='num'>{rank}</td><td>{_e(row.id)}</td><td>{_e(row.partition)}</td>"
+        f"<tr class='{'' if label == 'not flagged' else 'flagged'}'><td class='num'>{rank}</td>"
+        f"<td>{_e(row.id)}</td><td>{_e(row.partition)}</td>"
         f"<td class='num'>{row.nll_per_token:.3f}</td><td class='num'>{_num(row.pppl_token)}</td>"
-        f"<td class='num'>{row.robust_z:+.1f}</td><td class='num'>{row.n_tokens}</td>"
-        f"<td>{_e(worst)}</td><td class='text'>{_e(text)}</td></tr>"
+        f"<td class='num'>{row.robust_z:+.1f}</td><td>{_e(label)}</td><td class='num'>{row.n_tokens}</td>"
+        f"<td>{_e(worst)}</td><td class='text'>{_e(_cut(row.text, row.text_truncated))}</td></tr>"
     )
 
 

@@ -132,9 +132,12 @@ def test_the_worst_rows_are_listed_overall_and_per_partition_whatever_the_scope(
     assert overall["count"] >= 80 and len(overall["listed"]) == CONFIG.listed
     assert all(row["id"].startswith("junk-") and row["partition"] == "junk.txt" for row in overall["listed"])
     assert fragments <= {row["id"] for row in per_partition["listed"]}
-    assert all(row["robust_z"] > 3.5 and row["tail"] == "high" for row in overall["listed"] + per_partition["listed"])
+    assert all(row["flagged"] == (row["robust_z"] > 3.5) for row in overall["listed"] + per_partition["listed"])
+    assert all(row["robust_z"] > 3.5 and row["tail"] == "high" for row in overall["listed"])
+    assert all(row["flagged"] for row in per_partition["listed"] if row["id"] in fragments)
     chosen = result.audit["outliers"]
-    assert chosen["listed"] == worst[scope]["listed"] and chosen["count"] == worst[scope]["count"]  # kept as before
+    flagged = [row for row in worst[scope]["listed"] if row["flagged"]]  # the highest rows, flagged ones first
+    assert chosen["listed"] == flagged and chosen["count"] == worst[scope]["count"]
 
     text = Path(result.report_path).read_text()
     shown_overall = section(text, "Worst rows overall")
