@@ -36,7 +36,20 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping, Sequence
 import pyarrow as pa
 
 from .inputs import detect_format
-from .nbest_records import FEATURES, HYP_ID, REF, SCORE, SEQ_LEN, TEXT, UTT_ID, NBestError, Record, load_json, open_file
+from .nbest_records import (
+    FEATURES,
+    HYP_ID,
+    REF,
+    SCORE,
+    SEQ_LEN,
+    TEXT,
+    UTT_ID,
+    NBestError,
+    Record,
+    load_json,
+    numbered_lines,
+    open_file,
+)
 from .storage import COMPRESSIONS, is_seekable
 
 if TYPE_CHECKING:
@@ -333,7 +346,7 @@ def _espnet_references(document: dict, uri: str) -> Iterator[Record]:
 
 def _jsonl_records(uri: str) -> Iterator[Record]:
     with open_file(uri, seekable=False) as stream:
-        for number, raw in enumerate(stream, start=1):
+        for number, raw in numbered_lines(stream, uri):
             if not raw.strip():
                 continue
             where = f"{uri} line {number}"
@@ -358,7 +371,7 @@ def _parquet_records(uri: str) -> Iterator[Record]:
 
 def _reference_lines(uri: str) -> Iterator[tuple[int, str]]:
     with open_file(uri, seekable=False) as stream:
-        for number, raw in enumerate(stream, start=1):
+        for number, raw in numbered_lines(stream, uri):
             yield number, raw.decode("utf-8").rstrip("\r\n")
 
 
@@ -402,7 +415,7 @@ def _like_ids(words: list[str]) -> bool:
 
 def _tsv_references(uri: str) -> Iterator[Record]:
     with open_file(uri, seekable=False) as stream:
-        for number, raw in enumerate(stream, start=1):
+        for number, raw in numbered_lines(stream, uri):
             line = raw.decode("utf-8").rstrip("\r\n")
             if not line.strip() or (number == 1 and line == f"{UTT_ID}\t{REF}"):
                 continue

@@ -36,7 +36,19 @@ from typing import Callable, Iterable, Iterator, Mapping
 import pyarrow as pa
 
 from ..options import check, option
-from .nbest_records import FEATURES, HYP_ID, REF, SCORE, TEXT, UTT_ID, NBestError, Record, load_json, open_file
+from .nbest_records import (
+    FEATURES,
+    HYP_ID,
+    REF,
+    SCORE,
+    TEXT,
+    UTT_ID,
+    NBestError,
+    Record,
+    load_json,
+    numbered_lines,
+    open_file,
+)
 from .storage import COMPRESSIONS, scheme
 
 TOOLKIT_FORMATS = ("fairseq", "marian", "moses", "espnet", "nemo", "kaldi")
@@ -379,7 +391,7 @@ def _is_number(value: str) -> bool:
 def _lines(uri: str) -> Iterator[tuple[int, str]]:
     """(1-based number, line without its end) of a UTF-8 text file."""
     with open_file(uri, seekable=False) as stream:
-        for number, raw in enumerate(stream, start=1):
+        for number, raw in numbered_lines(stream, uri):
             try:
                 yield number, raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as exc:

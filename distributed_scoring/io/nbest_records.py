@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Mapping
+from typing import Any, BinaryIO, Iterator, Mapping
 
 from ..errors import UserError
+from .sources.lines import MAX_RECORD_BYTES, bounded_lines
 from .storage import open_binary
 
 UTT_ID = "utt_id"
@@ -76,3 +77,15 @@ def _object_lines(exc: json.JSONDecodeError) -> bool:
         return isinstance(json.loads(first), dict)
     except (json.JSONDecodeError, RecursionError):
         return False
+
+
+def numbered_lines(stream: BinaryIO, uri: str) -> Iterator[tuple[int, bytes]]:
+    """(1-based number, line without its ending) of an N-best list or reference file, read in bounded pieces:
+    a line over `MAX_RECORD_BYTES` is refused in one line, not read whole into memory."""
+    for number, raw in bounded_lines(stream):
+        if raw is None:
+            raise NBestError(
+                f"{uri} line {number} is over {MAX_RECORD_BYTES:,} bytes, the limit per line of an N-best list or "
+                "reference file; check that the file is what it should be (one hypothesis or utterance per line)"
+            )
+        yield number, raw

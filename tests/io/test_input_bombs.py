@@ -10,6 +10,7 @@ import io
 import json
 import random
 import sys
+import tracemalloc
 from pathlib import Path
 
 import pyarrow as pa
@@ -194,3 +195,25 @@ def test_variants_of_a_256_mib_table_naming_a_mutant_twice_is_refused_in_one_lin
         "must be named once"
     ]
     assert run.peak_rss < input_bombs.RSS_BOUND, f"peak RSS {run.peak_rss / 2**20:.0f} MiB"
+
+
+def test_an_nbest_line_over_the_limit_is_refused_without_being_read_whole(tmp_path):
+    """rescore's readers (N-best lists, references) read lines in bounded pieces too: one line, not a 2 GiB
+    string (they read whole lines before)."""
+    from distributed_scoring.io.nbest import read_nbest
+    from distributed_scoring.io.nbest_records import NBestError
+
+    path = tmp_path / "n.jsonl.gz"
+    with gzip.open(path, "wb", compresslevel=1) as f:
+        f.write(b'{"utt_id": "u1", "hyp_id": 0, "text": "a dog"}\n{"utt_id": "u2", "text": "')
+        for _ in range(256):
+            f.write(b"a" * (1 << 20))  # 256 MiB on one line
+        f.write(b'"}\n')
+    tracemalloc.start()
+    try:
+        with pytest.raises(NBestError, match=r"line 2 is over 1,048,576 bytes"):
+            read_nbest(str(path))
+        peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+    assert peak_mib < 16, f"reading held {peak_mib:.0f} MiB at its peak"

@@ -112,6 +112,13 @@ def _records(
         yield start, _record(pending, size, tail, head, limit)
 
 
+def bounded_lines(stream: BinaryIO, limit: int = MAX_RECORD_BYTES) -> Iterator[tuple[int, bytes | None]]:
+    """(1-based number, line without its ending) of each line of `stream`, None for one over `limit` bytes,
+    read past: the line readers outside the read stage (N-best lists, references) hold no line whole either."""
+    for number, (_, raw) in enumerate(_records(stream, "text", limit=limit), start=1):
+        yield number, None if isinstance(raw, _Oversized) else raw
+
+
 def _record(pending: list[bytes], size: int, tail: bytes, head: bytes, limit: int) -> bytes | _Oversized:
     """The record of `size` bytes ending in `tail`, without its line ending (a LF, a CRLF, or a CR the stream ends
     on), or `_Oversized` when that is over `limit` bytes."""
