@@ -118,6 +118,7 @@ def _result(result: AuditResult) -> dict[str, object]:
         "pppl_token": audit.overall.pppl_token,
         "pppl_word": audit.overall.pppl_word,
         "outliers": audit.outliers.count,
+        "unknown_tokens": audit.unknown_tokens.count if audit.unknown_tokens else 0,  # junk, counted apart
         "verdict": comparison.verdict if comparison else "no baseline",
         "regressed": [c.name for c in comparison.regressions] if comparison else [],
         "insufficient": [c.name for c in comparison.insufficient] if comparison else [],
