@@ -218,12 +218,11 @@ def _verify_shards(out: OutputDir, run: dict, problems: list[str]) -> Verificati
 
 def _unwritten(out: OutputDir, run: dict, missing: list[str]) -> list[str]:
     """The files `_run.json` lists beside the shards that are not there (a run stopped while it wrote them,
-    before its report), other than those already said to be missing."""
-    said = " ".join(missing)
+    before its report), other than those the checks before said to be missing."""
     return [
         f"{name} is missing: the run did not finish"
         for name in run.get(OUTPUTS, ())
-        if name not in said and not out.exists(out.path(name))
+        if not any(m.startswith(f"{name} is missing") for m in missing) and not out.exists(out.path(name))
     ]
 
 
