@@ -45,9 +45,6 @@ class Stopped(BaseException):
         self.name = signal.Signals(signum).name
         self.shards: tuple[int, int] | None = None
         self.detail: str | None = None  # what the stop did, where a run's shards do not tell (a submitted job)
-        # The process ends right after its line, leaving work to a watchdog (an embedded Ray, whose shutdown
-        # waits seconds on processes a group kill has already ended).
-        self.exit_at_once = False
         self.told = False  # its line was printed
         super().__init__(f"stopped by {self.name}")
 
@@ -77,12 +74,13 @@ class _Handler:
     """Raises `Stopped` on the first signal (held while `deferred`), exits at once on a later one."""
 
     def __init__(self) -> None:
+        self.timer: threading.Timer | None = None  # the stop's deadline (`_deadline`)
         self.reset()
 
     def reset(self) -> None:
-        if getattr(self, "timer", None) is not None:
+        if self.timer is not None:
             self.timer.cancel()
-        self.timer: threading.Timer | None = None
+        self.timer = None
         self.stop: Stopped | None = None
         self.at: float = 0.0
         self.deferring = 0

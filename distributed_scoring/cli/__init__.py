@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from ..cpus import thread_env
 from ..errors import DataLossError, UserError, error_reason, storage_cause
@@ -43,15 +43,16 @@ def _one_line(exc: Exception) -> str:
     return re.sub(r"\s*\n\s*", " ", str(exc).strip())
 
 
-def _stopped(stop: Stopped, args: argparse.Namespace) -> int:
+def _stopped(stop: Stopped, args: argparse.Namespace) -> NoReturn:
     """Print the stop's line (while the signals are still handled: a repeat must not end the process unsaid)
-    and exit, at once where an embedded Ray is left to the watchdog (its shutdown would outlast the grace)."""
+    and exit at once: the run has unwound (its lock released, its files closed), and what an interpreter's
+    shutdown would still do could only outlast the grace or break the line's promise (an embedded Ray's
+    shutdown waits on processes a group kill has ended; a stopped in-process rescore's teardown aborted,
+    `terminate called without an active exception`, exit -6)."""
     stop.tell()
-    if stop.exit_at_once:
-        args.result.flush()
-        logging.shutdown()
-        os._exit(stop.exit_code)
-    return stop.exit_code
+    args.result.flush()
+    logging.shutdown()
+    os._exit(stop.exit_code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

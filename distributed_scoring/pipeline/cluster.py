@@ -87,14 +87,12 @@ def _own_session() -> Iterator[None]:
 
 def _shut_down(kind: type | None, exc: BaseException | None, tb: object) -> None:
     """Shut the embedded Ray down, unless a signal stopped the run: `ray.shutdown` then waits up to 8 s on
-    processes a kill of the process group has already ended, so the driver exits at once after its line
-    and leaves them to the watchdog (`watching`), well within a scheduler's grace period."""
+    processes a kill of the process group has already ended, so the driver exits at once after its line (the
+    CLI's `_stopped`) and leaves them to the watchdog (`watching`), well within a scheduler's grace period."""
     import ray
 
-    if isinstance(exc, stopping.Stopped):
-        exc.exit_at_once = True
-        return
-    ray.shutdown()
+    if not isinstance(exc, stopping.Stopped):
+        ray.shutdown()
 
 
 # The fewest open files a driver and its embedded Ray need (measured: a one-actor run failed at 64, ran at 128),
