@@ -14,6 +14,8 @@
 # On SIGTERM a node first drains (for Ray Serve's proxies) for up to RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S
 # seconds, 30 by Ray's default, which made `stop` wait 30 s in silence: `start` sets it to 0 (no Serve here)
 # unless the environment sets it, and `stop` says how long it may wait, then how long it took.
+# `start` says what it starts before each step and names the log that step's node writes (DIR/head.log,
+# DIR/worker-N.log: `ray start`'s own messages go there), as a start of 30-57 s was once silent.
 # The token lives in DIR/auth_token, not ~/.ray, so the cluster does not touch the user's own Ray setup.
 set -euo pipefail
 
@@ -86,9 +88,11 @@ detached() {  # COMMAND... -- LOG: run COMMAND in a session of its own, its PID 
   echo $! >> "$dir/pids"
 }
 
-wait_started() {  # $1 pid, $2 log: until the node reports it started; fail fast if it died
-  for _ in $(seq 1 120); do
+wait_started() {  # $1 pid, $2 log: until the node reports it started (a line every 10 s); fail fast if it died
+  local s from=$SECONDS
+  for s in $(seq 1 120); do
     grep -q "Ray runtime started" "$2" 2>/dev/null && return 0
+    [ $((s % 10)) = 0 ] && echo "  still starting after $((SECONDS - from)) s (see $2)"
     if ! running "$1"; then
       echo "a Ray node failed to start; the end of $2:" >&2
       tail -n 15 "$2" >&2
@@ -107,6 +111,8 @@ case "$cmd" in
       echo "--dir $dir is too long for Ray's socket paths; use one of at most 40 characters" >&2
       exit 2
     fi
+    began=$SECONDS  # the line comes first: clearing an earlier cluster's session files may itself take seconds
+    echo "starting the head node (GCS 127.0.0.1:$port, dashboard 127.0.0.1:$dashboard_port); its log: $dir/head.log"
     mkdir -p "$dir"
     rm -rf "$dir/ray" "$dir"/w[0-9]*  # a previous cluster's session files would make the new nodes fail to join
     python -c 'import secrets; print(secrets.token_hex(32))' > "$dir/auth_token"
@@ -130,10 +136,12 @@ case "$cmd" in
       # paths). Sharing the head's, every node's runtime-env agent unpacked a job's working_dir into the same
       # folder, deleting it first (Ray 2.60 unpacks with overwrite): a job's driver on the head lost its
       # current directory as its actors started on a worker node, and concurrent jobs failed.
+      echo "starting worker node $i of $workers; its log: $dir/worker-$i.log"
       detached ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
         --dashboard-agent-listen-port "$(free_port)" --temp-dir "$dir/w$i" --disable-usage-stats -- "$dir/worker-$i.log"
       wait_started "$(tail -n 1 "$dir/pids")" "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
     done
+    echo "checking that all $((workers + 1)) nodes have joined"
     joined=$(alive_nodes)
     if [ "$joined" != "$((workers + 1))" ]; then
       echo "only ${joined:-0} of $((workers + 1)) Ray nodes are alive (see $dir/*.log); stopping. Another Ray on" \
@@ -141,7 +149,8 @@ case "$cmd" in
       "$0" stop --dir "$dir" >&2
       exit 1
     fi
-    echo "local Ray cluster up: 1 head + $workers workers, $cpus CPUs each. To use it:"
+    echo "local Ray cluster up: 1 head + $workers workers, $cpus CPUs each, dashboard at" \
+      "http://127.0.0.1:$dashboard_port ($((SECONDS - began)) s). To use it:"
     print_env
     ;;
   env)
@@ -179,7 +188,7 @@ case "$cmd" in
     echo "stopped the cluster started from $dir ($((SECONDS - began)) s)"
     ;;
   *)
-    sed -n '2,18p' "$0" >&2
+    sed -n '2,19p' "$0" >&2
     exit 2
     ;;
 esac

@@ -224,10 +224,13 @@ def _ray_warnings_to(log: RunLog) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def ray_output_to(log: RunLog) -> Iterator[None]:
+def ray_output_to(log: RunLog, ray_data: bool = True) -> Iterator[None]:
     """While the body runs, Ray's log records and its C++ lines go to `log`, not to the terminal; this
-    package's records go to both. Everything is put back as it was on exit."""
-    importlib.import_module("ray.data")  # Ray Data sets its loggers up when imported: now, not over ours
+    package's records go to both. Everything is put back as it was on exit. `ray_data`: the body may use Ray
+    Data, which sets its loggers up when imported, so it is imported now, not over ours; a body that never
+    does (`dscore submit`) is spared its import, seconds on a busy machine before the command's first line."""
+    if ray_data:
+        importlib.import_module("ray.data")
 
     handler = _ToRunLog(log)
     replaced: dict[str, list[logging.Handler]] = {}

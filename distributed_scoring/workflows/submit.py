@@ -31,6 +31,7 @@ logger = logging.getLogger(__name__)
 ADDRESS_VARIABLES = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
 STATUS_WAIT_S = 30.0  # how long the job's status may lag behind the end of its log stream
 STATUS_POLL_S = 0.5
+SILENCE_S = 10.0  # how long the job may print nothing before this says what it is waiting for
 
 
 @dataclass(frozen=True)
@@ -102,21 +103,36 @@ def connect(address: str) -> JobSubmissionClient:
 
 def submit(submission: Submission, log: TextIO, verbose: bool = False) -> int:
     """Submit, copy the job's log to `log` as it comes, and return the entrypoint's exit code; a job that
-    ended without one (stopped, or its driver lost) raises `DataLossError`. Ray's own messages while it
-    connects and uploads the working directory go to a log file unless `verbose`."""
+    ended without one (stopped, or its driver lost) raises `DataLossError`. Ray's own messages (while it
+    connects, uploads the working directory and follows the log) go to a log file unless `verbose`; this
+    says what it waits for before each wait (the upload, the job's start: 13 s in silence, once)."""
+    address = job_server(submission.address)
     with _ray_messages_to_file(verbose):
-        client = connect(job_server(submission.address))
+        client = connect(address)
         runtime_env = {"working_dir": submission.working_dir} if submission.working_dir else None
+        if submission.working_dir:
+            folder = submission.working_dir
+            logger.info(
+                "submitting to %s: packing and uploading %s as the job's working directory",
+                address,
+                folder if "://" in folder else os.path.abspath(folder),
+            )
         try:
             job = client.submit_job(entrypoint=shlex.join(submission.entrypoint), runtime_env=runtime_env)
         except (RuntimeError, ValueError) as exc:
             raise UserError(f"the job server refused the job: {_first_line(exc)}") from None
-    logger.info("submitted %s to %s; its log follows (also: ray job logs %s)", job, client.get_address(), job)
+    logger.info(
+        "submitted %s to %s; waiting for the cluster to start it, then its log follows (also: ray job logs %s)",
+        job,
+        address,
+        job,
+    )
     import aiohttp
 
     try:
-        asyncio.run(_copy_log(client, job, log))
-        details = _finished(client, job)
+        with _ray_messages_to_file(verbose):
+            asyncio.run(_copy_log(client, job, log))
+            details = _finished(client, job)
     except Stopped as stop:  # Ctrl-C, SIGTERM: the job runs on the cluster, not here
         stop.detail = _stop_or_detach(client, job, stop)
         raise
@@ -157,9 +173,10 @@ def _stop_or_detach(client: JobSubmissionClient, job: str, stop: Stopped, ask=in
 @contextlib.contextmanager
 def _ray_messages_to_file(verbose: bool) -> Iterator[None]:
     """Ray's messages while the job is submitted (its working directory packed and uploaded: a dozen INFO and
-    WARNING lines, each printed by several handlers) into `dscore-submit-<pid>.log` in the temporary folder,
-    as a run keeps them in its run log; `--verbose` shows them. The file is removed once the job is
-    submitted, and kept, its place said, when the submission fails."""
+    WARNING lines, each printed by several handlers) and followed (`WebSocket closed ...` at its end) into
+    `dscore-submit-<pid>.log` in the temporary folder, as a run keeps them in its run log; `--verbose` shows
+    them. The file is removed when the body ends, and kept, its place said, only when the body failed and Ray
+    said something: an empty file, or one left at every submission, would only litter the folder."""
     if verbose:
         yield
         return
@@ -168,20 +185,52 @@ def _ray_messages_to_file(verbose: bool) -> Iterator[None]:
     log = RunLog()
     path = os.path.join(tempfile.gettempdir(), f"dscore-submit-{os.getpid()}.log")
     log.open(path)
+    kept = False
     try:
-        with ray_output_to(log):
+        with ray_output_to(log, ray_data=False):
             yield
-    except BaseException:
-        logger.info("Ray's messages while submitting are in %s (--verbose shows them here)", path)
+    except Exception:
+        kept = os.path.getsize(path) > 0
+        if kept:
+            logger.info("Ray's messages while submitting are in %s (--verbose shows them here)", path)
         raise
-    with contextlib.suppress(OSError):
-        os.remove(path)
+    finally:
+        if not kept:
+            with contextlib.suppress(OSError):
+                os.remove(path)
 
 
 async def _copy_log(client: JobSubmissionClient, job: str, log: TextIO) -> None:
-    async for lines in client.tail_job_logs(job):
-        log.write(lines)
-        log.flush()
+    """The job's log to `log` as it comes; until its first line comes, a line every SILENCE_S says what the
+    job is waiting for (its runtime environment set up, resources, its interpreter's start)."""
+    waiting = asyncio.create_task(_say_while_silent(client, job))
+    try:
+        async for lines in client.tail_job_logs(job):
+            waiting.cancel()
+            log.write(lines)
+            log.flush()
+    finally:
+        waiting.cancel()
+
+
+async def _say_while_silent(client: JobSubmissionClient, job: str) -> None:
+    """Every SILENCE_S, the job's status and the server's word on it (`Job has not started yet. It may be
+    waiting for resources ...`, the runtime environment), so that a wait is never silent."""
+    began = time.monotonic()
+    while True:
+        await asyncio.sleep(SILENCE_S)
+        try:
+            details = await asyncio.to_thread(client.get_job_info, job)
+        except (RuntimeError, OSError):  # the server cannot be asked: following the log says so
+            return
+        status = getattr(details.status, "value", details.status)
+        logger.info(
+            "job %s is %s, nothing printed yet after %.0f s: %s",
+            job,
+            status,
+            time.monotonic() - began,
+            _first_line(details.message),
+        )
 
 
 def _finished(client: JobSubmissionClient, job: str):

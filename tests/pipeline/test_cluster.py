@@ -327,6 +327,10 @@ def test_dscore_submit_exits_with_the_audits_regression_code(cluster, tmp_path, 
     # Ray's packaging messages (13 lines, each 3 times, before) went to the submit log, not to the terminal; the
     # job submitted, the log is removed and not pointed to (it is only on a failed submission)
     assert "packaging.py" not in done.stderr and "Ray's messages while submitting are in" not in done.stderr
+    # a line before each wait (the upload, the job's start: 13 s in silence, before); Ray's `WebSocket closed`
+    # at the log's end went to that log too
+    assert "packing and uploading" in done.stderr and "waiting for the cluster to start it" in done.stderr
+    assert "WebSocket closed" not in done.stdout + done.stderr
 
 
 def test_dscore_submit_exits_2_for_a_bad_option(cluster, tmp_path):

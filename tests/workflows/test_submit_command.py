@@ -103,3 +103,50 @@ def test_ray_s_messages_while_submitting_are_kept_only_when_the_submission_fails
             raise UserError("the job server refused the job")
     (kept,) = tmp_path.glob("dscore-submit-*.log")
     assert "_ray_pkg_y" in kept.read_text() and f"Ray's messages while submitting are in {kept}" in caplog.text
+    kept.unlink()
+    caplog.clear()
+    # no cluster answering: Ray said nothing, so an empty file was left behind (eight in /tmp, found on review)
+    with caplog.at_level(logging.INFO, logger="distributed_scoring"), pytest.raises(UserError):
+        with _ray_messages_to_file(False):
+            raise UserError("no Ray cluster answers at http://127.0.0.1:1")
+    assert not list(tmp_path.glob("dscore-submit-*.log")) and "Ray's messages" not in caplog.text
+
+
+class SlowToStart:
+    """A job server's client whose job prints its first line only after `silent_s`."""
+
+    def __init__(self, silent_s: float) -> None:
+        self.silent_s = silent_s
+
+    async def tail_job_logs(self, job: str):
+        import asyncio
+
+        await asyncio.sleep(self.silent_s)
+        yield "Running entrypoint for job raysubmit_1: python jobs/score_corpus.py\n"
+        await asyncio.sleep(self.silent_s)  # the job's own silence is its own: nothing is said for it
+        yield "done\n"
+
+    def get_job_info(self, job: str) -> SimpleNamespace:
+        message = "Job has not started yet. It may be waiting for the runtime environment to be set up.\nmore"
+        return SimpleNamespace(status="PENDING", message=message)
+
+
+def test_a_job_slow_to_start_is_said_to_be_waiting_until_its_first_line(monkeypatch, caplog):
+    """A submitted job printed nothing for 13 s while the cluster set it up and started its interpreter."""
+    import asyncio
+    import io
+    import logging
+
+    from distributed_scoring.workflows import submit
+
+    monkeypatch.setattr(submit, "SILENCE_S", 0.1)
+    log = io.StringIO()
+    with caplog.at_level(logging.INFO, logger="distributed_scoring"):
+        asyncio.run(submit._copy_log(SlowToStart(0.35), "raysubmit_1", log))
+    assert log.getvalue() == "Running entrypoint for job raysubmit_1: python jobs/score_corpus.py\ndone\n"
+    said = [r.getMessage() for r in caplog.records]
+    assert 2 <= len(said) <= 3, said  # at 0.1, 0.2 and maybe 0.3 s; none during the job's own silence
+    assert said[0] == (
+        "job raysubmit_1 is PENDING, nothing printed yet after 0 s: Job has not started yet. It may be waiting "
+        "for the runtime environment to be set up."
+    )
