@@ -82,7 +82,11 @@ def add_model_arguments(
     `variant`: the command computes PLLs, whose masking the variant chooses. `maskless`: a maskless
     student (`--maskless DIR`) may stand in for the masked LM's PLLs. `fit_actors`: --shard-rows left out
     is `shard_rows`, lowered on Ray to give every scoring actor a shard (`config.InputSpec.fit_actors`)."""
-    p.add_argument("--model", required=not maskless, help="local model folder or Hub id of a masked LM")
+    p.add_argument(
+        "--model",
+        required=not maskless,
+        help="local model folder or Hub id of a masked LM, or a fair-esm checkpoint (ESM-1b/1v/2 .pt file)",
+    )
     if maskless:
         p.add_argument(
             "--maskless",
@@ -279,8 +283,11 @@ def parse_device(value: str) -> str:
 
 
 def model_spec(args: argparse.Namespace, name: str | None = None) -> ModelSpec:
-    """The model of the model flags; `name` in place of --model (a --maskless student, a --causal-model)."""
-    return ModelSpec(name or args.model, args.revision, args.device, args.dtype, args.trust_remote_code)
+    """The model of the model flags; `name` in place of --model (a --maskless student, a --causal-model). A
+    fair-esm checkpoint stands for its converted folder (`offline.fair_esm`), converted here, before any work."""
+    from ..offline.fair_esm import model_folder
+
+    return ModelSpec(model_folder(name or args.model), args.revision, args.device, args.dtype, args.trust_remote_code)
 
 
 def shard_rows(args: argparse.Namespace) -> int:
