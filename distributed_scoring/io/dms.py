@@ -30,6 +30,7 @@ from .storage import join, open_binary
 
 MUTANT, MUTATED_SEQUENCE, DMS_SCORE, DMS_SCORE_BIN = "mutant", "mutated_sequence", "DMS_score", "DMS_score_bin"
 DMS_ID, DMS_FILENAME, TARGET_SEQ = "DMS_id", "DMS_filename", "target_seq"
+UNIPROT_ID, SELECTION_TYPE = "UniProt_ID", "coarse_selection_type"  # ProteinGym's averages group assays by these
 # One substitution: wild-type residue, position, mutant residue (`A23G`); a multi-mutant joins them with ':'.
 _SUBSTITUTION = re.compile(r"([A-Za-z*])(-?\d+)([A-Za-z*])")
 _SUFFIXES = {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
@@ -44,11 +45,14 @@ class DMSError(UserError):
 
 @dataclass(frozen=True)
 class Assay:
-    """One assay: its id, its table and its wild type."""
+    """One assay: its id, its table and its wild type; from a reference file that has them, its protein and the
+    kind of its selection (ProteinGym averages its figures by both)."""
 
     id: str
     table: str
     target_seq: str
+    uniprot_id: str | None = None
+    selection_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -243,20 +247,26 @@ def _site_order(part: str) -> tuple[int, int, str]:
 
 def read_reference(uri: str, tables: str) -> list[Assay]:
     """The assays of a ProteinGym reference file, each table found under `tables` (a folder), or, when `tables`
-    is one table, the assay whose `DMS_filename` is its name. Only its three columns are read, a block at a time."""
-    missing = [c for c in (DMS_ID, DMS_FILENAME, TARGET_SEQ) if c not in table_columns(uri)]
+    is one table, the assay whose `DMS_filename` is its name. Only its three columns are read (and `UniProt_ID`
+    and `coarse_selection_type` where it has them), a block at a time."""
+    columns = table_columns(uri)
+    missing = [c for c in (DMS_ID, DMS_FILENAME, TARGET_SEQ) if c not in columns]
     if missing:
         raise DMSError(f"{uri} has no {', '.join(missing)} column(s): pass ProteinGym's reference file")
+    groups = [c for c in (UNIPROT_ID, SELECTION_TYPE) if c in columns]
     one_table = _suffix(tables) in _SUFFIXES
     assays, ids = [], Counter()
-    for batch in table_batches(uri, [DMS_ID, DMS_FILENAME, TARGET_SEQ]):
+    for batch in table_batches(uri, [DMS_ID, DMS_FILENAME, TARGET_SEQ, *groups]):
         # upper case, as --target-seq is read; an empty one: the assay's rows are errors
         targets = [(t or "").upper() for t in strings_of(batch, TARGET_SEQ)]
-        for r, target in zip(batch.select([DMS_ID, DMS_FILENAME]).to_pylist(), targets):
+        grouped = [
+            strings_of(batch, c) if c in groups else [None] * batch.num_rows for c in (UNIPROT_ID, SELECTION_TYPE)
+        ]
+        for r, target, uniprot, selection in zip(batch.select([DMS_ID, DMS_FILENAME]).to_pylist(), targets, *grouped):
             ids[str(r[DMS_ID])] += 1
             if not one_table or str(r[DMS_FILENAME]) == file_name(tables):
                 table = tables if one_table else join(tables, str(r[DMS_FILENAME]))
-                assays.append(Assay(str(r[DMS_ID]), table, target))
+                assays.append(Assay(str(r[DMS_ID]), table, target, uniprot, selection))
     repeated = sorted(i for i, n in ids.items() if n > 1)
     if repeated:
         raise DMSError(f"{uri}: the DMS_id(s) {repeated[:3]} appear more than once; each assay must be listed once")

@@ -1,5 +1,6 @@
 """`dscore variants`' report: report.md (the per-assay table: variants, scored, Spearman with DMS_score and AUC
-of DMS_score_bin with their bootstrap intervals, and the forward passes) and scatter.png (each assay's scores
+of DMS_score_bin with their bootstrap intervals, and the forward passes; ProteinGym's figures per assay and depth,
+and their averages with a reference file) and scatter.png (each assay's scores
 against its measurements, the first `MAX_PANELS` assays by name)."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ...io import schema as S
 from ...io.claim import Claim
 from ...io.dms import DMS_ID, DMS_SCORE, numbers_of
 from ...io.output import REPORT_MD
+from .proteingym import DEPTHS, METRICS
 
 MAX_PANELS = 16
 SCATTER = "scatter.png"
@@ -29,7 +31,7 @@ def write_report(folder: Claim, variants: pa.Table, summary: dict) -> None:
 
 def _estimate(figure: dict | None) -> str:
     if not figure or figure.get("value") is None:
-        return f"- ({figure['why']})" if figure and "why" in figure else "-"
+        return f"- ({figure['reason']})" if figure and "reason" in figure else "-"
     low, high = figure["interval"]
     interval = f" [{low:.3f}, {high:.3f}]" if low is not None else ""
     return f"{figure['value']:.3f}{interval}"
@@ -55,8 +57,47 @@ def markdown(summary: dict) -> str:
             f"| {name} | {a['target_length']} | {a['variants']} | {a['ok']} | {_estimate(a.get('spearman'))} "
             f"| {_estimate(a.get('auc'))} |"
         )
+    lines += _proteingym(summary)
     lines += ["", f"![scores against measurements]({SCATTER})", ""]
     return "\n".join(lines)
+
+
+def _value(figure: dict | None) -> str:
+    return "-" if not figure or figure.get("value") is None else f"{figure['value']:.3f}"
+
+
+def _proteingym(summary: dict) -> list[str]:
+    """ProteinGym's figures: per assay, over it and by each mutation depth it has; with a reference file, the
+    averages as ProteinGym takes them."""
+    names = ("Spearman", "AUC", "MCC", "NDCG", "top 10% recall")
+    lines = [
+        "",
+        "## ProteinGym's figures",
+        "",
+        "As ProteinGym's `performance_DMS_benchmarks.py` computes them (docs/variants.md says how); `-`: undefined "
+        "(summary.json says why). By mutation depth, the depths an assay has.",
+        "",
+        f"| assay | depth | {' | '.join(names)} |",
+        "|---|---|" + "---:|" * len(names),
+    ]
+    for name, a in sorted(summary["by_assay"].items()):
+        rows = [("all", a), *((d, f) for d, f in a["by_depth"].items() if any(_value(f[m]) != "-" for m in METRICS))]
+        lines += [f"| {name} | {depth} | {' | '.join(_value(f.get(m)) for m in METRICS)} |" for depth, f in rows]
+    for strategy, averages in summary.get("proteingym", {}).items():
+        lines += ["", f"Averages over selection types ({strategy}; {averages['assays']} assay(s) with a UniProt_ID and "
+                  f"a coarse_selection_type), with ProteinGym's bootstrap standard error:", ""]  # fmt: skip
+        if "reason" in averages:
+            lines.append(f"- ({averages['reason']})")
+            continue
+        types = sorted(averages[METRICS[0]]["by_selection_type"])
+        header = ["metric", "average", "SE", *types, *(f"depth {d}" for d in DEPTHS)]
+        lines += [f"| {' | '.join(header)} |", "|---|" + "---:|" * (len(header) - 1)]
+        for metric, label in zip(METRICS, names):
+            m = averages[metric]
+            cells = [m.get("value"), m["standard_error"], *(m["by_selection_type"][t] for t in types)]
+            cells += [m["by_depth"][d] for d in DEPTHS]
+            lines.append(f"| {label} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
+    return lines
 
 
 def scatter(variants: pa.Table, summary: dict) -> bytes:

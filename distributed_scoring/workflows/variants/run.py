@@ -69,8 +69,9 @@ from ...workloads.variants import (
     variant_scores,
 )
 from ..score import score
+from .proteingym import METRICS, BenchmarkAssay, Measurements, assay_figures, benchmark, depth_group
 from .report import SCATTER, write_report
-from .stats import auc, estimate, spearman
+from .stats import Estimate, auc, estimate, spearman
 
 logger = logging.getLogger(__name__)
 
@@ -296,7 +297,7 @@ def _summary(
     by_assay = {a.assay.id: _assay_figures(a, rows) for a, rows in zip(read, scored)}
     n = sum(len(r) for r in scored)
     ok = sum(1 for rows in scored for s, _ in rows if s is not None)
-    return {
+    summary = {
         "strategy": inputs.strategy,
         "model": model.name,
         "offset": inputs.offset,
@@ -308,23 +309,49 @@ def _summary(
         "seconds": round(time.monotonic() - began, 3),
         "by_assay": by_assay,
     }
+    if inputs.reference is not None:  # ProteinGym's averages group the assays by the reference file's columns
+        placed = [_benchmark_assay(a.assay, by_assay[a.assay.id]) for a in read]
+        summary["proteingym"] = {inputs.strategy: benchmark(placed)}
+    return summary
 
 
 def _assay_figures(read: AssayRows, rows: list[tuple[float | None, str | None]]) -> dict:
-    table, figures = read.table, {}
+    """The assay's counts and ProteinGym's five figures, over it and by mutation depth; Spearman and AUC with the
+    project's own bootstrap interval where they are defined."""
     scores = np.asarray([np.nan if s is None else s for s, _ in rows])
-    figures = {"target_length": len(read.assay.target_seq), "variants": len(rows), "ok": int(np.isfinite(scores).sum())}
-    for column, name, statistic in ((DMS_SCORE, "spearman", spearman), (DMS_SCORE_BIN, "auc", auc)):
-        if column not in table.column_names:
-            continue
-        values = numbers_of(table, column)
-        if isinstance(values, str):
-            figures[name] = {"value": None, "why": values}
-            continue
-        measured = np.asarray([np.nan if v is None else v for v in values])
-        both = np.isfinite(scores) & np.isfinite(measured)
-        figures[name] = estimate(statistic, scores[both], measured[both]).to_dict()
+    figures: dict[str, Any] = {
+        "target_length": len(read.assay.target_seq),
+        "variants": len(rows),
+        "ok": int(np.isfinite(scores).sum()),
+    }
+    measured, labels = (_measurements(read.table, c) for c in (DMS_SCORE, DMS_SCORE_BIN))
+    depths = [depth_group(v.key) if s is not None and v.key else None for v, (s, _) in zip(read.variants, rows)]
+    assay, by_depth = assay_figures(Measurements(scores, measured, labels, depths))
+    for values, name, statistic in ((measured, "spearman", spearman), (labels, "auc", auc)):
+        both = np.isfinite(scores) & (np.isfinite(values) if not isinstance(values, str) else False)
+        if assay[name].value is None:  # ProteinGym's reason; no bootstrap of an undefined figure
+            figures[name] = {**Estimate(None, None, None, int(both.sum())).to_dict(), **assay[name].to_dict()}
+        else:
+            figures[name] = estimate(statistic, scores[both], values[both]).to_dict()
+    figures.update({m: assay[m].to_dict() for m in METRICS if m not in figures})
+    figures["by_depth"] = {d: {m: f.to_dict() for m, f in of_depth.items()} for d, of_depth in by_depth.items()}
     return figures
+
+
+def _measurements(table: pa.Table, column: str) -> np.ndarray | str:
+    """A measurement column as floats (NaN where missing), or why the assay has none to use."""
+    if column not in table.column_names:
+        return f"the table has no {column} column"
+    values = numbers_of(table, column)
+    return values if isinstance(values, str) else np.asarray([np.nan if v is None else v for v in values])
+
+
+def _benchmark_assay(assay: Assay, figures: dict) -> BenchmarkAssay:
+    """An assay's figures as ProteinGym's averages take them: by metric, and by `metric_depth`."""
+    values = {m: figures[m]["value"] for m in METRICS}
+    for depth, of_depth in figures["by_depth"].items():
+        values.update({f"{m}_{depth}": f["value"] for m, f in of_depth.items()})
+    return BenchmarkAssay(assay.id, assay.uniprot_id, assay.selection_type, values)
 
 
 def _write(

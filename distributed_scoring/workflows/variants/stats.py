@@ -41,8 +41,9 @@ def ranks(x: np.ndarray) -> np.ndarray:
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float | None:
-    """Pearson's correlation of the ranks; None when either side is constant or has fewer than 3 values."""
-    if len(x) < 3:
+    """Pearson's correlation of the ranks; None when either side is constant or has fewer than 2 values (as scipy's
+    `spearmanr`, so that the value is ProteinGym's too)."""
+    if len(x) < 2:
         return None
     rx, ry = ranks(x), ranks(y)
     rx, ry = rx - rx.mean(), ry - ry.mean()
