@@ -23,6 +23,7 @@ import logging
 import os
 import re
 import sys
+import tempfile
 import threading
 import warnings
 from typing import IO, Iterator
@@ -62,6 +63,15 @@ def _may_start(tail: bytes, template: bytes) -> bool:
     """Whether `tail` (shorter than _ENOUGH) may be the beginning of a line of `template`'s kind."""
     classes = {ord("d"): b"0123456789", ord("X"): b"DIWEF"}
     return bool(tail) and all(c in classes.get(t, bytes([t])) for c, t in zip(tail, template))
+
+
+def run_log_path(context: object) -> str:
+    """`dscore-driver-<pid>.log` in the log folder of the Ray session `context` (what `ray.init` returns)
+    belongs to; in the temporary folder for a Ray Client driver (`ray://`), whose session folder is on the
+    cluster."""
+    session = getattr(context, "address_info", {}).get("session_dir")
+    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
+    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
 
 
 class RunLog:

@@ -57,6 +57,7 @@ def test_the_pages_have_the_examples_this_module_runs():
     assert len(python_blocks("README.md")) == 1 and "fetch_model(" in python_blocks("README.md")[0]
     assert set(sessions("docs/python.md")) == {"plain", "ray"}
     assert "PLLStage.actor_pool()" in sessions("docs/python.md")["ray"]
+    assert "with ray_messages_to_file() as ray_log:" in sessions("docs/python.md")["ray"]
 
 
 @pytest.mark.parametrize("page, kind", cases())
@@ -81,6 +82,15 @@ def test_the_example_runs_as_written(page, kind, request, tmp_path):
         )
     assert code == 0, f"{page}'s {kind} example failed (exit {code}):\n{out[-4000:]}"
     assert "UnknownTokensWarning" not in out, f"{page}'s {kind} example scores text its model cannot read"
+    if kind == "ray":  # Ray's own messages (some thirty lines: its start, Ray Data's plan and progress) in its log
+        assert out.splitlines() == [f"Ray is up; its own messages go to {_ray_log(out)}"], out[-3000:]
+
+
+def _ray_log(out: str) -> str:
+    """The log file the Ray example names, which must hold Ray Data's messages."""
+    path = out.rsplit(" ", 1)[-1].strip()
+    assert "Execution plan of Dataset" in Path(path).read_text(), path
+    return path
 
 
 def run_within(command: list[str], cwd: Path, env: dict, limit_s: float, what: str) -> tuple[int, str]:
