@@ -195,11 +195,12 @@ def benchmark(assays: list[BenchmarkAssay], reshuffles: int = RESHUFFLES, seed: 
         return {**out, "reason": "no assay has both a UniProt_ID and a coarse_selection_type in the reference file"}
     types = sorted({t for _, t in groups})
     of_type = np.asarray([t for _, t in groups], dtype=object)
+    draws = _bootstrap_draws([int((of_type == t).sum()) for t in types], reshuffles, seed)
     for metric in METRICS:
         means = _group_means(placed, groups, metric)  # (groups,)
         per_type = np.asarray([_mean(means[of_type == t]) for t in types])
         average = _mean(per_type)
-        error = _bootstrap_error([means[of_type == t] for t in types], reshuffles, seed)
+        error = _bootstrap_error([means[of_type == t] for t in types], draws)
         out[metric] = {
             **_value(average, "no assay has this figure"),
             "standard_error": error,
@@ -221,16 +222,20 @@ def _group_means(assays: list[BenchmarkAssay], groups: list[tuple[str, str]], co
     return np.asarray([_mean(np.asarray(rounded[g])) for g in groups])
 
 
-def _bootstrap_error(by_type: list[np.ndarray], reshuffles: int, seed: int) -> float | None:
-    """ProteinGym's `compute_bootstrap_standard_error_functional_categories`: per type in turn, `reshuffles`
-    resamples of its groups with replacement (pandas' `sample(frac=1, replace=True)`, whose draws these are: the
-    same seed gives the same resamples), each resample's mean; the types' means averaged; their standard
-    deviation (ddof 1)."""
+def _bootstrap_draws(sizes: list[int], reshuffles: int, seed: int) -> list[np.ndarray]:
+    """The resamples of ProteinGym's `compute_bootstrap_standard_error_functional_categories`: per type in turn
+    (`sizes`: its groups), `reshuffles` draws of as many groups with replacement, each (reshuffles, size). pandas'
+    `sample(frac=1, replace=True)` draws each with `randint(0, size, size)` from numpy's generator; one call of
+    shape (reshuffles, size) is the same stream, so the same seed gives ProteinGym's resamples. Every metric
+    is resampled with the same draws, as ProteinGym resamples the rows of one table of them."""
     rng = np.random.RandomState(seed)
-    combined = np.zeros(reshuffles)
-    for values in by_type:
-        n = len(values)
-        drawn = np.stack([rng.randint(0, n, size=n) for _ in range(reshuffles)])  # (reshuffles, n)
+    return [rng.randint(0, n, size=(reshuffles, n)) for n in sizes]
+
+
+def _bootstrap_error(by_type: list[np.ndarray], draws: list[np.ndarray]) -> float | None:
+    """Each resample's mean per type, the types' means averaged, their standard deviation (ddof 1)."""
+    combined = np.zeros(len(draws[0]))
+    for values, drawn in zip(by_type, draws):
         combined = combined + _mean(values[drawn], axis=1)
     combined = combined / len(by_type)
     kept = combined[~np.isnan(combined)]
