@@ -88,11 +88,18 @@ detached() {  # COMMAND... -- LOG: run COMMAND in a session of its own, its PID 
   echo $! >> "$dir/pids"
 }
 
-wait_started() {  # $1 pid, $2 log: until the node reports it started (a line every 10 s); fail fast if it died
-  local s from=$SECONDS
-  for s in $(seq 1 120); do
+said=$SECONDS
+say() {  # a line of `start`'s progress; `wait_started` says another where none came for SILENT_S seconds
+  echo "$*"
+  said=$SECONDS
+}
+SILENT_S=8  # under the 10 s no wait may pass in silence: SECONDS counts whole seconds
+
+wait_started() {  # $1 pid, $2 log: until the node reports it started; fail fast if it died
+  local from=$SECONDS
+  for _ in $(seq 1 120); do
     grep -q "Ray runtime started" "$2" 2>/dev/null && return 0
-    [ $((s % 10)) = 0 ] && echo "  still starting after $((SECONDS - from)) s (see $2)"
+    [ $((SECONDS - said)) -ge "$SILENT_S" ] && say "  still starting after $((SECONDS - from)) s (see $2)"
     if ! running "$1"; then
       echo "a Ray node failed to start; the end of $2:" >&2
       tail -n 15 "$2" >&2
@@ -112,7 +119,7 @@ case "$cmd" in
       exit 2
     fi
     began=$SECONDS  # the line comes first: clearing an earlier cluster's session files may itself take seconds
-    echo "starting the head node (GCS 127.0.0.1:$port, dashboard 127.0.0.1:$dashboard_port); its log: $dir/head.log"
+    say "starting the head node (GCS 127.0.0.1:$port, dashboard 127.0.0.1:$dashboard_port); its log: $dir/head.log"
     mkdir -p "$dir"
     rm -rf "$dir/ray" "$dir"/w[0-9]*  # a previous cluster's session files would make the new nodes fail to join
     python -c 'import secrets; print(secrets.token_hex(32))' > "$dir/auth_token"
@@ -136,12 +143,12 @@ case "$cmd" in
       # paths). Sharing the head's, every node's runtime-env agent unpacked a job's working_dir into the same
       # folder, deleting it first (Ray 2.60 unpacks with overwrite): a job's driver on the head lost its
       # current directory as its actors started on a worker node, and concurrent jobs failed.
-      echo "starting worker node $i of $workers; its log: $dir/worker-$i.log"
+      say "starting worker node $i of $workers; its log: $dir/worker-$i.log"
       detached ray start --block --address "127.0.0.1:$port" --node-ip-address 127.0.0.1 --num-cpus "$cpus" \
         --dashboard-agent-listen-port "$(free_port)" --temp-dir "$dir/w$i" --disable-usage-stats -- "$dir/worker-$i.log"
       wait_started "$(tail -n 1 "$dir/pids")" "$dir/worker-$i.log" || { "$0" stop --dir "$dir"; exit 1; }
     done
-    echo "checking that all $((workers + 1)) nodes have joined"
+    say "checking that all $((workers + 1)) nodes have joined"
     joined=$(alive_nodes)
     if [ "$joined" != "$((workers + 1))" ]; then
       echo "only ${joined:-0} of $((workers + 1)) Ray nodes are alive (see $dir/*.log); stopping. Another Ray on" \

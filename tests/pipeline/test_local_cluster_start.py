@@ -17,6 +17,7 @@ import pytest
 from helpers.local_cluster import SCRIPT
 
 FAKE_RAY = """#!/usr/bin/env bash
+case " $* " in *" --head "*) sleep "${HEAD_S:-0}" ;; esac
 echo "Ray runtime started."
 trap "exit 0" TERM
 while :; do sleep 0.1; done
@@ -38,8 +39,9 @@ def fake_bin(tmp_path: Path) -> Path:
     return folder
 
 
-def run(fake_bin: Path, state: Path, command: str, alive: int) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "ALIVE": str(alive)}
+def run(fake_bin: Path, state: Path, command: str, alive: int, head_s: float = 0) -> subprocess.CompletedProcess:
+    """The script's `command` with stand-in nodes (the head taking `head_s` to start) of which `alive` join."""
+    env = {**os.environ, "PATH": f"{fake_bin}:{os.environ['PATH']}", "ALIVE": str(alive), "HEAD_S": str(head_s)}
     argv = [*SCRIPT, command, "--dir", str(state), "--workers", "2", "--port", "6391", "--dashboard-port", "8276"]
     return subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
 
@@ -74,3 +76,14 @@ def test_a_node_missing_from_the_cluster_is_said_after_the_steps(fake_bin, state
     done = run(fake_bin, state, "start", alive=2)
     assert done.returncode == 1 and done.stdout.splitlines()[-1] == "checking that all 3 nodes have joined"
     assert done.stderr.startswith(f"only 2 of 3 Ray nodes are alive (see {state}/*.log); stopping.")
+
+
+def test_a_node_slow_to_start_is_said_to_be_starting_before_10_s_pass_in_silence(fake_bin, state):
+    done = run(fake_bin, state, "start", alive=3, head_s=10)
+    assert done.returncode == 0, done.stdout + done.stderr
+    head, still, worker = done.stdout.splitlines()[:3]
+    assert (
+        head.startswith("starting the head node")
+        and worker == f"starting worker node 1 of 2; its log: {state}/worker-1.log"
+    )
+    assert still.startswith("  still starting after ") and still.endswith(f" s (see {state}/head.log)")
