@@ -11,8 +11,9 @@ memory flat however large the corpus (only one NLL and one partition code per se
    (the highest by each rule, and rows made mostly of unknown tokens, `unknown_tokens`).
 
 A previous `audit.json` is the baseline (`baseline.py` compares and gives the exit code; its outlier cutoffs,
-when the same scorer wrote it, are tonight's). This module
-owns the first pass and the assembly of audit.json; `report.py` renders it as report.html.
+when the same scorer wrote it, are tonight's); with a history, the reference nights' cutoffs are tonight's
+where the baseline gives none (`nightly.series_cutoffs`). This module owns the first pass and the assembly of
+audit.json; `report.py` renders it as report.html.
 """
 
 from __future__ import annotations
@@ -38,12 +39,21 @@ from ...pipeline.stats import STAT_COLUMNS, CorpusStats
 from ...versions import package_version
 from .baseline import AUDIT_FILE, SCHEMA_VERSION, compare
 from .baseline_io import load_baseline, load_row_stats, row_stats_table
-from .nightly import SeriesInputs, audit_night, combined_exit
-from .outliers import OUTLIERS_FILE, OutlierRule, ScannedRows, mostly_unknown, write_outliers
+from .nightly import OpenNight, SeriesInputs, audit_night, combined_exit, open_night, series_cutoffs
+from .outliers import (
+    BASELINE,
+    OUTLIERS_FILE,
+    Cutoff,
+    OutlierRule,
+    ScannedRows,
+    mostly_unknown,
+    reference_cutoff,
+    scope_cutoffs,
+    write_outliers,
+)
 from .records import (
     AuditRecord,
     Bins,
-    Cutoff,
     Histogram,
     LengthCurve,
     Outliers,
@@ -250,29 +260,32 @@ def run_audit(
     with pq.ParquetWriter(out.path(ROW_STATS_FILE), ROW_STATS_SCHEMA, filesystem=out.fs) as row_stats:
         scan = _scan(fs, files, config, row_stats)
     folder.record(ROW_STATS_FILE)
-    reference = _reference_cutoffs(base, scan)
+    summary = _summary(fs, root)
+    night = open_night(series, summary.get("signature")) if series is not None else None
+    scanned = scan.rows(fs, files)
+    own = scope_cutoffs(scanned, config.outliers)
+    reference = _reference_cutoffs(base, scan, night, config.outliers)
     outliers, unknown = write_outliers(
-        scan.rows(fs, files),
+        scanned,
         config.outliers,
+        {name: reference.get(name, cutoff) for name, cutoff in own.items()},
         config.listed,
         config.batch_rows,
         out.fs,
         out.path(OUTLIERS_FILE),
-        reference,
     )
     folder.record(OUTLIERS_FILE)
-    summary = _summary(fs, root)
-    audit = _audit_record(rows_dir, scan, outliers, config, summary.get("signature"), student_estimate(summary))
+    audit = _audit_record(rows_dir, scan, outliers, own, config, summary.get("signature"), student_estimate(summary))
     audit = replace(audit, unknown_tokens=UnknownTokens.from_json(unknown))
     current_rows = pq.read_table(out.path(ROW_STATS_FILE), filesystem=out.fs) if base or series else None
     if base is not None:
         comparison = compare(audit, base, base_uri, config.thresholds, current_rows, load_row_stats(base_uri, base))
         audit = replace(audit, baseline=comparison)
-    if series is not None:
+    if night is not None:
         bins = {OVERALL: audit.histogram.overall, **audit.histogram.partitions}
         counts = {name: b.all_counts() for name, b in bins.items()}
         scopes = {OVERALL: audit.overall, **audit.partitions}
-        judged = audit_night(series, scopes, counts, current_rows, summary.get("signature"), config.thresholds)
+        judged = audit_night(night, scopes, counts, current_rows, config.thresholds)
         audit = replace(audit, series=judged)
     folder.write_json(AUDIT_FILE, audit.to_json())
     folder.write_text(REPORT_HTML, render_report(audit, base))
@@ -288,16 +301,23 @@ def run_audit(
     return result
 
 
-def _reference_cutoffs(base: AuditRecord | None, scan: _Scan) -> dict[str, Cutoff] | None:
-    """The baseline's outlier cutoffs by scope name, when the same model and variant scored both (another
-    scorer's NLLs are on another scale); None otherwise."""
+def _reference_cutoffs(
+    base: AuditRecord | None, scan: _Scan, night: OpenNight | None, rule: OutlierRule
+) -> dict[str, Cutoff]:
+    """The outlier cutoffs that are not tonight's own, by scope name: the baseline's where it has one and the
+    same model and variant scored both (another scorer's NLLs are on another scale), else the series' reference
+    nights' (`series_cutoffs`: none across a scorer change, which starts a new segment)."""
+    found = series_cutoffs(night.segment, rule) if night is not None else {}
     if base is None:
-        return None
+        return found
     scorers = base.signature if isinstance(base.signature, list) else [base.signature]
     if sorted((s[S.MODEL], s[S.VARIANT]) for s in scorers) != sorted(scan.signatures):
-        logger.info("the baseline was scored by another model or variant: outlier cutoffs from tonight's rows")
-        return None
-    return base.outliers.cutoffs
+        logger.info("the baseline was scored by another model or variant: its outlier cutoffs are not used")
+        return found
+    for name, c in base.outliers.cutoffs.items():
+        measured = c.sigma if c.measured_sigma is None else c.measured_sigma  # files written before it: the sigma
+        found[name] = reference_cutoff(c.median, measured, rule, BASELINE)
+    return found
 
 
 def _scored_files(rows_dir: str) -> tuple[pafs.FileSystem, list[str], str]:
@@ -416,11 +436,13 @@ def _audit_record(
     rows_dir: str,
     scan: _Scan,
     outliers: dict,
+    own: dict[str, Cutoff],
     config: AuditConfig,
     scorer: dict | list | None,
     estimate: dict | None = None,
 ) -> AuditRecord:
-    """audit.json of the first pass's figures and the outliers (`write_outliers`' object)."""
+    """audit.json of the first pass's figures and the outliers (`write_outliers`' object; `own`, each scope's
+    cutoff from its own rows, `scope_cutoffs`')."""
     overall = sum(scan.stats.values(), CorpusStats())
     signatures = [{S.MODEL: m, S.VARIANT: v} for m, v in sorted(scan.signatures)]
     if len(signatures) > 1:
@@ -435,8 +457,11 @@ def _audit_record(
         signature=signatures[0] if len(signatures) == 1 else signatures,
         scorer_signature=scorer,
         config=asdict(config),
-        overall=_figures(overall, flagged.count),
-        partitions={name: _figures(scan.stats[name], flagged.by_partition.get(name, 0)) for name in sorted(scan.stats)},
+        overall=_figures(overall, flagged.count, own.get(OVERALL)),
+        partitions={
+            name: _figures(scan.stats[name], flagged.by_partition.get(name, 0), own.get(name))
+            for name in sorted(scan.stats)
+        },
         histogram=_histogram(scan, config.histogram),
         positionwise=scan.curves.record() if scan.curves is not None else None,
         outliers=flagged,
@@ -445,7 +470,7 @@ def _audit_record(
     )
 
 
-def _figures(stats: CorpusStats, outliers: int) -> ScopeFigures:
+def _figures(stats: CorpusStats, outliers: int, own: Cutoff | None) -> ScopeFigures:
     error_rate = stats.errors / stats.rows if stats.rows else 0.0
     return ScopeFigures(
         **asdict(stats),
@@ -453,6 +478,8 @@ def _figures(stats: CorpusStats, outliers: int) -> ScopeFigures:
         pppl_word=stats.pppl_word,
         error_rate=error_rate,
         outliers=outliers,
+        outlier_median=own.median if own else None,
+        outlier_sigma=own.measured_sigma if own else None,
     )
 
 

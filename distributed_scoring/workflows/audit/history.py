@@ -78,6 +78,8 @@ HISTORY_SCHEMA = pa.schema(
         *((name, pa.float64()) for name in QUANTILE_COLUMNS),
         ("histogram", pa.list_(pa.int64())),  # audit.json's bins: underflow, the bins, overflow
         ("outliers", pa.int64()),
+        ("outlier_median", pa.float64()),  # the outlier rule's median and measured sigma of the scope's own rows:
+        ("outlier_sigma", pa.float64()),  # what later nights' cutoffs are made of (`nightly.series_cutoffs`)
         *((rule, pa.string()) for rule in _RULES),  # each rule's status tonight
         ("series_status", pa.string()),  # the scope's worst
         ("reference_pppl", pa.float64()),  # the rolling reference (median of the window)

@@ -5,6 +5,9 @@ A night continues the previous night's segment when the scorer is the same: the 
 signature without package versions, plus the weights' digest) and, with a canary, the canary's PLLs within
 float noise of the previous night's. Otherwise it starts a new segment (`scorer changed`, exit 4) and no data
 verdict is read across the change: the reference of a night is the last `window` nights of its segment.
+
+The same reference nights give tonight's outlier cutoffs (`series_cutoffs`), so the night is placed in its
+history (`open_night`) before the outlier rule runs, and judged (`audit_night`) once its figures exist.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ...io import schema as S
 from ...io.output import OutputDir
 from ...versions import versions
 from .history import CANARY, HISTORY_SCHEMA, History, figures_of_rows, scope_night, signature_json
+from .outliers import SERIES, Cutoff, OutlierRule, reference_cutoff
 from .row_stats import OK_COLUMN
 from .series import INSUFFICIENT_HISTORY, Night, Rule, ScopeSeries, SeriesRules, judge_scope
 from .verdicts import EXIT_INSUFFICIENT, EXIT_OK, EXIT_REGRESSION, INSUFFICIENT, OVERALL, REGRESSION, Thresholds
@@ -31,13 +35,18 @@ from .verdicts import EXIT_INSUFFICIENT, EXIT_OK, EXIT_REGRESSION, INSUFFICIENT,
 __all__ = [
     "EXIT_SCORER_CHANGED",
     "Canary",
+    "OpenNight",
+    "Segment",
     "SeriesInputs",
     "SeriesRecord",
     "Tonight",
     "audit_night",
     "combined_exit",
     "judge_night",
+    "open_night",
+    "place_night",
     "scorer_identity",
+    "series_cutoffs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -62,19 +71,76 @@ class SeriesInputs:
     input_fingerprint: str | None = None
 
 
-def audit_night(
-    inputs: SeriesInputs, figures: dict, histograms: dict, rows: pa.Table, signature: dict | list | None, t: Thresholds
-) -> SeriesRecord:
-    """Judge tonight against the history and append it (replacing an earlier write of the same night)."""
+@dataclass(frozen=True)
+class Segment:
+    """Where a night falls in its history: the previous night's rows (`last`; empty on the first night), why
+    the scorer changed since (None: it did not), the night's segment, and its reference nights (the rows of
+    the segment's last `window` nights before it, oldest first; none after a change)."""
+
+    last: list[dict]
+    changed: str | None
+    segment: str
+    reference: list[list[dict]]
+
+
+@dataclass(frozen=True)
+class OpenNight:
+    """Tonight placed in its history before its figures exist: the outlier rule needs its reference nights
+    (`series_cutoffs`) before the figures that `audit_night` judges are made."""
+
+    inputs: SeriesInputs
+    identity: dict
+    canary: Canary | None
+    segment: Segment
+
+
+def open_night(inputs: SeriesInputs, signature: dict | list | None) -> OpenNight:
+    """Tonight's scorer, canary and place in the history (read, not yet written)."""
     canary = None
     if inputs.canary_rows is not None:
         canary = Canary.of_rows(OutputDir(inputs.canary_rows).read_rows([S.ID, S.STATUS, S.PLL, S.N_TOKENS]))
     identity = scorer_identity(signature, inputs.weights)
-    tonight = Tonight(inputs.night, figures, histograms, rows, identity, inputs.input_fingerprint, canary)
+    segment = place_night(History(inputs.history), inputs.night, identity, canary, inputs.rules)
+    return OpenNight(inputs, identity, canary, segment)
+
+
+def audit_night(night: OpenNight, figures: dict, histograms: dict, rows: pa.Table, t: Thresholds) -> SeriesRecord:
+    """Judge tonight against the history and append it (replacing an earlier write of the same night)."""
+    inputs = night.inputs
+    tonight = Tonight(inputs.night, figures, histograms, rows, night.identity, inputs.input_fingerprint, night.canary)
     history = History(inputs.history)
-    record, table = judge_night(history, tonight, t, inputs.rules)
+    record, table = judge_night(history, tonight, t, inputs.rules, night.segment)
     history.append(inputs.night, table)
     return record
+
+
+def series_cutoffs(segment: Segment, rule: OutlierRule) -> dict[str, Cutoff]:
+    """Each scope's outlier cutoff from the reference nights, by scope name: the median over those nights of
+    each night's own median of NLL per token, and likewise of its measured sigma, under tonight's rule.
+
+    Medians over nights, not a pooled fit: the history keeps each night's figures, not its rows, and a
+    median lets up to half the reference nights be contaminated themselves without moving the cutoff, as the
+    rolling rule's median of the window does. The median of sigmas is the typical spread within one night
+    (the rule judges rows within a night; how nights move against each other is the rolling and drift
+    rules'). A scope no reference night has both figures for (a new partition, nights recorded before the
+    history kept them) is absent: tonight's own rows judge it. One night is enough, as one baseline is.
+    """
+    figures: dict[str, list[tuple[str, float, float]]] = {}
+    for rows in segment.reference:
+        for row in rows:
+            median, sigma = row.get("outlier_median"), row.get("outlier_sigma")
+            if median is not None and sigma is not None:
+                figures.setdefault(row["scope"], []).append((row["night"], median, sigma))
+    return {
+        scope: reference_cutoff(
+            float(np.median([m for _, m, _ in found])),
+            float(np.median([s for _, _, s in found])),
+            rule,
+            SERIES,
+            [night for night, _, _ in found],
+        )
+        for scope, found in figures.items()
+    }
 
 
 def combined_exit(baseline: int, series: "SeriesRecord | None") -> int:
@@ -223,14 +289,25 @@ class Tonight:
     canary: Canary | None = None
 
 
-def judge_night(history: History, tonight: Tonight, t: Thresholds, rules: SeriesRules) -> tuple[SeriesRecord, pa.Table]:
-    """Tonight against its history: the series' verdicts, and the rows to append (not yet appended)."""
-    scorer = _digest(tonight.identity)
-    earlier = history.before(tonight.night)
+def place_night(history: History, night: str, identity: dict, canary: Canary | None, rules: SeriesRules) -> Segment:
+    """Where `night`, scored by `identity` (with `canary`), falls in `history`: its segment and reference."""
+    earlier = history.before(night)
     last = history.read(earlier[-1]).to_pylist() if earlier else []
-    changed = _scorer_change(last, scorer, tonight, rules)
-    segment = tonight.night if changed or not last else last[0]["segment"]
+    changed = _scorer_change(last, _digest(identity), identity, canary, rules)
+    segment = night if changed or not last else last[0]["segment"]
     reference = [] if changed or not last else _segment_nights(history, earlier, segment, rules.window, last)
+    return Segment(last, changed, segment, reference)
+
+
+def judge_night(
+    history: History, tonight: Tonight, t: Thresholds, rules: SeriesRules, place: Segment | None = None
+) -> tuple[SeriesRecord, pa.Table]:
+    """Tonight against its history: the series' verdicts, and the rows to append (not yet appended). `place`:
+    tonight's `place_night`, when the caller has it already."""
+    scorer = _digest(tonight.identity)
+    if place is None:
+        place = place_night(history, tonight.night, tonight.identity, tonight.canary, rules)
+    last, changed, segment, reference = place.last, place.changed, place.segment, place.reference
     per_scope = _rows_by_scope(tonight.rows, t.metric) if tonight.rows is not None else {}
     scopes = []
     for name in (OVERALL, *sorted(n for n in tonight.figures if n != OVERALL)):
@@ -253,17 +330,19 @@ def judge_night(history: History, tonight: Tonight, t: Thresholds, rules: Series
     return record, _night_table(record, tonight, per_scope, t)
 
 
-def _scorer_change(last: list[dict], scorer: str, tonight: Tonight, rules: SeriesRules) -> str | None:
+def _scorer_change(
+    last: list[dict], scorer: str, identity: dict, canary: Canary | None, rules: SeriesRules
+) -> str | None:
     if not last:
         return None
     if last[0]["scorer"] != scorer:
-        keys = _changed_keys(json.loads(last[0]["scorer_signature"] or "{}"), tonight.identity)
+        keys = _changed_keys(json.loads(last[0]["scorer_signature"] or "{}"), identity)
         if keys:
             return f"{SCORER_CHANGED} since {last[0]['night']} ({', '.join(keys)})"
-    if tonight.canary is None:
+    if canary is None:
         return None
     canary_row = next((r for r in last if r["scope"] == CANARY), None)
-    moved = tonight.canary.moved(canary_row, rules.canary_tolerance) if canary_row else None
+    moved = canary.moved(canary_row, rules.canary_tolerance) if canary_row else None
     return f"{SCORER_CHANGED} since {last[0]['night']}: {moved}" if moved else None
 
 

@@ -37,10 +37,14 @@ from ...options import ADDED_LATER, check, option
 from .verdicts import OVERALL
 
 __all__ = [
+    "BASELINE",
+    "SERIES",
     "Cutoff",
     "OutlierRule",
     "ScannedRows",
+    "reference_cutoff",
     "robust_cutoff",
+    "scope_cutoffs",
     "mostly_unknown",
     "write_outliers",
     "NLL_PER_TOKEN",
@@ -58,6 +62,7 @@ TAIL = "tail"
 
 SCOPES = ("overall", "partition")
 BASELINE = "baseline"  # a cutoff's `source` when it is the baseline's
+SERIES = "series"  # a cutoff's `source` when it comes from the history's reference nights (`nightly.series_cutoffs`)
 _MAD_TO_SIGMA = 1.4826  # MAD of a normal distribution times this is its standard deviation
 _MEAN_AD_TO_SIGMA = 1.2533  # the same for the mean absolute deviation (used when the MAD is 0)
 _SIGMA = "1.4826 * MAD (1.2533 * mean absolute deviation where the MAD is 0), at least min_sigma"
@@ -128,7 +133,8 @@ class OutlierRule:
 class Cutoff:
     """Robust centre and spread of NLL per token, and the flagging bounds they give (NLL units): `sigma` is
     the spread the rule uses, `measured_sigma` the one measured (smaller when the floor applies); `source`
-    is `BASELINE` when median and spread were the baseline's (None: this audit's own rows)."""
+    says whose median and spread they are: `BASELINE` the baseline's, `SERIES` those of the history's
+    reference `nights`, None this audit's own rows."""
 
     median: float
     sigma: float
@@ -136,6 +142,7 @@ class Cutoff:
     low: float | None
     measured_sigma: float | None = field(default=None, metadata=ADDED_LATER)
     source: str | None = field(default=None, metadata=ADDED_LATER)
+    nights: list[str] | None = field(default=None, metadata=ADDED_LATER)
 
     def z(self, values: np.ndarray) -> np.ndarray:
         if self.sigma == 0:
@@ -174,6 +181,27 @@ def robust_cutoff(values: np.ndarray, rule: OutlierRule) -> Cutoff | None:
     return Cutoff(median, sigma, median + rule.k * sigma, low, measured)
 
 
+def reference_cutoff(
+    median: float, measured_sigma: float, rule: OutlierRule, source: str, nights: list[str] | None = None
+) -> Cutoff:
+    """A reference's median and measured spread (a baseline's, the series') under tonight's rule: its k and
+    floor, so a changed `--outlier-k` or `--outlier-min-sigma` applies to referenced scopes too."""
+    sigma = max(measured_sigma, rule.min_sigma)
+    low = median - rule.k * sigma if rule.low_tail else None
+    return Cutoff(median, sigma, median + rule.k * sigma, low, measured_sigma, source, nights)
+
+
+def scope_cutoffs(scanned: ScannedRows, rule: OutlierRule) -> dict[str, Cutoff]:
+    """Each scope's cutoff from its own eligible rows, by name: `OVERALL` and every partition, whatever
+    `rule.scope` (both rules list their worst rows, and the history keeps both scopes' figures)."""
+    names = _names(scanned)
+    found = {}
+    for scope in SCOPES:
+        groups = _groups(scanned.codes, len(scanned.partitions), scope)
+        found.update({names[code]: cutoff for code, cutoff in _cutoffs(scanned.nll, groups, rule).items()})
+    return found
+
+
 def mostly_unknown(n_unknown: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
     """Which rows are mostly the tokenizer's unknown token: over `MOSTLY_UNKNOWN` of their scored tokens, as
     summary.json's `mostly_unknown_rows` counts them (a row with no scored token is not)."""
@@ -183,11 +211,11 @@ def mostly_unknown(n_unknown: np.ndarray, n_tokens: np.ndarray) -> np.ndarray:
 def write_outliers(
     scanned: ScannedRows,
     rule: OutlierRule,
+    cutoffs: dict[str, Cutoff],
     listed: int,
     batch_rows: int,
     out_fs: pafs.FileSystem,
     path: str,
-    reference: dict[str, Cutoff] | None = None,
 ) -> tuple[dict, dict]:
     """Apply the rule, write the flagged rows to `path` (second pass); return audit.json's `outliers` and
     `unknown_tokens` sections.
@@ -200,13 +228,13 @@ def write_outliers(
     partition only the per-partition rule sees. Rows mostly of unknown tokens are in neither: they are
     `unknown_tokens`' (the module's docstring says why).
 
-    `reference` (the baseline's cutoffs by scope name, `OVERALL` or a partition) gives each scope it names
-    its median and spread, so that junk that widens tonight's own spread cannot hide behind it; a scope it
-    lacks (a new partition) is judged by its own rows.
+    `cutoffs` gives each scope's cutoff by name (`OVERALL` or a partition): its own rows' (`scope_cutoffs`),
+    or a reference's (`reference_cutoff`) so that junk that widens tonight's own spread cannot hide behind
+    it. A scope it lacks has no eligible row.
     """
     unknown = scanned.unknown  # their NLL is NaN already: not judged, in no median or spread
-    names = {**dict(enumerate(scanned.partitions)), -1: OVERALL}  # -1: the key of the corpus-wide cutoff
-    judged = {scope: _judge(scanned, replace(rule, scope=scope), names, reference) for scope in SCOPES}
+    names = _names(scanned)
+    judged = {scope: _judge(scanned, replace(rule, scope=scope), names, cutoffs) for scope in SCOPES}
     beyond = {scope: _beyond(z, rule) for scope, (_, z) in judged.items()}
     shown = {scope: _highest(z, rule, listed) for scope, (_, z) in judged.items()}
     cutoffs, z = judged[rule.scope]
@@ -246,30 +274,24 @@ def write_outliers(
     return outliers, unknown_tokens
 
 
+def _names(scanned: ScannedRows) -> dict[int, str]:
+    """The scope name of each `_groups` key: partition codes, and -1 for the corpus-wide cutoff."""
+    return {**dict(enumerate(scanned.partitions)), -1: OVERALL}
+
+
 def _judge(
-    scanned: ScannedRows, rule: OutlierRule, names: dict[int, str], reference: dict[str, Cutoff] | None
+    scanned: ScannedRows, rule: OutlierRule, names: dict[int, str], by_name: dict[str, Cutoff]
 ) -> tuple[dict[int, Cutoff], np.ndarray]:
-    """The rule's cutoffs (by `_groups` key, named by `names`; the `reference`'s where it names the scope) and
-    every row's robust z under them (NaN where not eligible)."""
+    """The rule's cutoffs (by `_groups` key, taken from `by_name` through `names`) and every row's robust z
+    under them (NaN where not eligible)."""
     nll = scanned.nll
     groups = _groups(scanned.codes, len(scanned.partitions), rule.scope)
-    cutoffs = _cutoffs(nll, groups, rule)
-    for code in cutoffs:
-        if reference and names[code] in reference:
-            cutoffs[code] = _from_reference(reference[names[code]], rule)
+    cutoffs = {code: by_name[names[code]] for code in groups if names[code] in by_name}
     z = np.full(nll.shape, np.nan)
     for code, cutoff in cutoffs.items():
         rows = groups[code]
         z[rows] = cutoff.z(nll[rows])
     return cutoffs, z
-
-
-def _from_reference(cutoff: Cutoff, rule: OutlierRule) -> Cutoff:
-    """The baseline's median and measured spread under tonight's rule (its k and floor)."""
-    measured = cutoff.sigma if cutoff.measured_sigma is None else cutoff.measured_sigma
-    sigma = max(measured, rule.min_sigma)
-    low = cutoff.median - rule.k * sigma if rule.low_tail else None
-    return Cutoff(cutoff.median, sigma, cutoff.median + rule.k * sigma, low, measured, BASELINE)
 
 
 def _beyond(z: np.ndarray, rule: OutlierRule) -> np.ndarray:

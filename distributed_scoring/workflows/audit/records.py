@@ -41,7 +41,10 @@ def _flat(cls, data: dict):
 
 @dataclass(frozen=True)
 class ScopeFigures:
-    """The corpus figures of one scope (the whole corpus or a partition)."""
+    """The corpus figures of one scope (the whole corpus or a partition). `outlier_median` and `outlier_sigma`
+    are the outlier rule's median and measured sigma of NLL per token over the scope's own eligible rows,
+    whatever cutoff judged them tonight: the history keeps them for later nights' cutoffs (None: no eligible
+    row, or a file written before them)."""
 
     rows: int
     ok: int
@@ -53,13 +56,15 @@ class ScopeFigures:
     pppl_word: float | None
     error_rate: float
     outliers: int
+    outlier_median: float | None = field(default=None, metadata=ADDED_LATER)
+    outlier_sigma: float | None = field(default=None, metadata=ADDED_LATER)
 
     def figure(self, metric: str) -> float | None:
         """The PPPL named by a `Thresholds.metric` (pppl_token or pppl_word)."""
         return getattr(self, metric)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return recorded_values(self)
 
     @classmethod
     def from_json(cls, data: dict) -> "ScopeFigures":

@@ -26,7 +26,7 @@ from .charts import (
     scope_checks,
     scope_row,
 )
-from .outliers import BASELINE
+from .outliers import BASELINE, SERIES
 from .records import (
     AuditRecord,
     Cutoff,
@@ -405,12 +405,23 @@ def _worst_rows(outliers: Outliers) -> list[str]:
     return parts
 
 
+def _cutoff_source(cutoff: Cutoff) -> str:
+    """Whose median and spread a cutoff is, when not tonight's own rows'."""
+    if cutoff.source == BASELINE:
+        return " (the baseline's)"
+    if cutoff.source == SERIES:
+        nights = cutoff.nights or []
+        span = f"{nights[0]} to {nights[-1]}" if len(nights) > 1 else "".join(nights)
+        return f" (the series': median of {len(nights)} reference night{'s' * (len(nights) != 1)}, {span})"
+    return ""
+
+
 def _outlier_intro(outliers: Outliers) -> str:
     rule = outliers.rule
     tails = "both tails" if rule.low_tail else "high tail"
     cutoffs = "; ".join(
         f"{name}: median {c.median:.3f}, sigma {c.sigma:.3f}"
-        + (" (the baseline's)" if c.source == BASELINE else "")
+        + _cutoff_source(c)
         + (f" (the floor: {c.measured_sigma:.4f} measured)" if _floored(c) else "")
         + f", above {c.high:.3f}"
         + (f" or below {c.low:.3f}" if c.low is not None else "")
