@@ -103,10 +103,48 @@ class ScoringOptions:
 
 
 @dataclass(frozen=True)
+class RowCost:
+    """A row's estimated scoring work, as a workload declares it (`pipeline.workload.Workload.row_cost`):
+    scoring a row of n tokens runs passes_per_token * n + passes_per_row forward passes of n + 2 positions
+    (the specials), at flops_per_position FLOPs each."""
+
+    flops_per_position: float
+    passes_per_token: float = 1.0
+    passes_per_row: float = 0.0
+
+    def flops(self, n_tokens: float) -> float:
+        return (self.passes_per_token * n_tokens + self.passes_per_row) * (n_tokens + 2) * self.flops_per_position
+
+
+@dataclass(frozen=True)
+class ShardCost:
+    """Shards cut by work rather than rows when --shard-rows is not given (`InputSpec.cost`,
+    `pipeline.sizing`): a record of b bytes is taken as b / bytes_per_token tokens (at least 1; the ratio the
+    workload's own tokenizer gives on the input's first rows), and a shard ends before the record whose
+    `row` cost would take it past `flops_per_shard` (it always holds one record). Recorded in `_run.json`,
+    so that a rerun on another machine cuts the same shards and resumes them."""
+
+    row: RowCost
+    bytes_per_token: float
+    flops_per_shard: float
+
+    def record_flops(self, n_bytes: int) -> float:
+        return self.row.flops(max(1.0, n_bytes / self.bytes_per_token))
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ShardCost":
+        return cls(RowCost(**d["row"]), float(d["bytes_per_token"]), float(d["flops_per_shard"]))
+
+
+@dataclass(frozen=True)
 class InputSpec:
     """The corpus: files (or folders, globs, URIs), which column holds the text, which the id.
 
     `shard_rows` is the unit of work and of resume: each shard is read, scored and written as a whole.
+    With `cost`, shards are cut by estimated work too, `shard_rows` their most rows (`ShardCost`).
     With `fit_actors` it is a default that a Ray run lowers until every scoring actor it starts has a shard
     (`pipeline.runner.claimed`): a corpus of 260 rows is not one shard for one actor of three.
     Rows get a `partition` column from `partition_column`, or the input file's name with
@@ -125,6 +163,7 @@ class InputSpec:
     extra_columns: tuple[str, ...] = ()
     allow_duplicate_ids: bool = False
     fit_actors: bool = False
+    cost: ShardCost | None = None
 
     @property
     def partitioned(self) -> bool:

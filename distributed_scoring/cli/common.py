@@ -104,6 +104,7 @@ def add_model_arguments(
         type=int,
         default=None if fit_actors else shard_rows,
         help=f"rows per shard: the unit of work and resume (default {shard_rows}"
+        + ("; fewer where rows are costly, so that a shard is about 30 s of scoring" if fit_actors and variant else "")
         + ("; on Ray fewer when that leaves a scoring actor without a shard)" if fit_actors else ")"),
     )
     p.set_defaults(default_shard_rows=shard_rows)

@@ -285,6 +285,22 @@ def max_input_length(config: Any, tokenizer: Any) -> int:
     return min(bounds)
 
 
+def position_flops(spec: ModelSpec) -> float | None:
+    """FLOPs of a forward pass per position, by which default shards are cut (`pipeline.sizing`): 2 a weight
+    of the encoder's layers (attention's four h x h matrices, the feed-forward's two h x i), the embeddings
+    and attention's n x n terms left out. None when the configuration does not give its sizes."""
+    from transformers import AutoConfig
+
+    options = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
+    try:
+        config = AutoConfig.from_pretrained(spec.name, local_files_only=local_files_only(spec), **options)
+    except (OSError, ValueError):
+        return None
+    h, layers = getattr(config, "hidden_size", None), getattr(config, "num_hidden_layers", None)
+    inner = getattr(config, "intermediate_size", None) or (4 * h if h else None)
+    return 2.0 * layers * (4 * h * h + 2 * h * inner) if h and layers and inner else None
+
+
 # A maskless scorer's folder (`engine.maskless`): a masked-LM folder plus these two files.
 STUDENT_FILE = "maskless.json"
 STUDENT_HEAD_FILE = "maskless_head.safetensors"

@@ -117,6 +117,8 @@ def fingerprint(workload: str, options: Any, config: RunConfig, plan: Iterable[S
         run["extra_columns"] = list(config.inputs.extra_columns)
     if config.inputs.allow_duplicate_ids:  # likewise: rows keyed by id and line (resume and verify know)
         run["allow_duplicate_ids"] = True
+    if config.inputs.cost is not None:  # likewise: shards cut by estimated work (`pipeline.sizing`)
+        run["shard_cost"] = config.inputs.cost.to_json()
     values = recorded_values(options)
     shadowed = set(values) & (set(run) | set(BOOKKEEPING))
     assert not shadowed, f"options of {workload} shadow the run's own keys: {shadowed}"

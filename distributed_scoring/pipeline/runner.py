@@ -10,9 +10,7 @@ over the same `Workload` stages.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
-import math
 import os
 import sys
 import time
@@ -21,17 +19,18 @@ from typing import Callable, Iterator
 
 from ..config import InputSpec, RayOptions, RunConfig
 from ..cpus import set_torch_threads, usable_cpus
-from ..errors import DataLossError, UserError
+from ..errors import DataLossError
 from ..io import schema as S
 from ..io.claim import Claim, check_paths, claim
 from ..io.ids import check_unique_ids
-from ..io.output import ROW_KEY, ROWS_PER_INPUT, RUN_FILE, SHARDS, SUMMARY_FILE, OutputDir, fingerprint
+from ..io.output import ROW_KEY, ROWS_PER_INPUT, SHARDS, SUMMARY_FILE, OutputDir, fingerprint
 from ..io.provenance import INPUT_FILES, changed_files, check_unchanged, file_identities, rows_digest
-from ..io.sources import Shard, plan_shards, read_unit, read_units
+from ..io.sources import Shard, read_unit, read_units
 from ..io.storage import error_reason
 from ..stopping import Stopped
 from .aggregate import complete_markers
 from .progress import Pace, Progress
+from .sizing import sized_plan
 from .workload import Workload
 
 logger = logging.getLogger(__name__)
@@ -54,61 +53,9 @@ def claimed(
     when the command holds it already (it writes there before or after the run). `ray`: the run's Ray,
     started here when the shards are sized for its scoring actors (`fit_actors`)."""
     with contextlib.ExitStack() as stack:
-        config, plan = _sized_for_actors(config, workload, ray, stack)
+        config, plan = sized_plan(config, workload, ray, overwrite, stack)
         check_unique_ids(plan, config.inputs)  # before the folder is touched and any shard scored
         yield from _claimed(config, workload, plan, overwrite, outputs, folder)
-
-
-def _sized_for_actors(
-    config: RunConfig, workload: Workload, ray: RayOptions | None, stack: contextlib.ExitStack
-) -> tuple[RunConfig, list[Shard]]:
-    """The run's config and shard plan: with `fit_actors` on Ray, shards of fewer rows than `shard_rows` when
-    that leaves a scoring actor without one (Ray started here, in `stack`, to count them), or of the size a
-    folder's earlier run recorded, so that a rerun on a cluster of another size resumes it."""
-    spec = config.inputs
-    if ray is None or not spec.fit_actors:
-        return config, plan_shards(spec)
-    recorded = _recorded_shard_rows(config.output, workload.name, spec)
-    if recorded is not None:
-        config = dataclasses.replace(config, inputs=dataclasses.replace(spec, shard_rows=recorded))
-        return config, plan_shards(config.inputs)
-    plan = plan_shards(spec)
-    from .cluster import cluster_address, ray_session
-    from .resources import plan_when_ready
-
-    stack.enter_context(ray_session(ray))
-    actors = plan_when_ready(ray, workload.device, cluster_address(ray.address) is not None).actors
-    rows = sum(s.rows for s in plan)
-    if len(plan) >= actors or rows <= len(plan):
-        return config, plan
-    sized = dataclasses.replace(spec, shard_rows=max(1, math.ceil(rows / actors)))
-    config = dataclasses.replace(config, inputs=sized)
-    plan = plan_shards(sized)
-    logger.info(
-        "%d rows in %d shards of up to %d rows, so that each of the %d scoring actors has one (%d rows a shard "
-        "would make %d; --shard-rows sets it)",
-        rows,
-        len(plan),
-        sized.shard_rows,
-        actors,
-        spec.shard_rows,
-        math.ceil(rows / spec.shard_rows),
-    )
-    return config, plan
-
-
-def _recorded_shard_rows(output: str, workload: str, spec: InputSpec) -> int | None:
-    """The shard size of the run that a folder holds, when it is this workload's on these inputs: a rerun
-    resumes its shards. None for a new folder, another run's, or one that cannot be read now (`claim` then
-    says why, in one line)."""
-    try:
-        run = OutputDir(output).read_json(RUN_FILE)
-    except (OSError, ValueError, UserError):
-        return None
-    if not run or run.get("workload") != workload or run.get("inputs") != list(spec.paths):
-        return None
-    recorded = run.get("shard_rows")
-    return recorded if isinstance(recorded, int) and recorded >= 1 else None
 
 
 def _claimed(

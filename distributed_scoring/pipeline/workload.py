@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 import pyarrow as pa
 
+from ..config import RowCost
 from .progress import Report
 
 
@@ -56,10 +57,13 @@ class Declaration:
         device: str,
         rows_per_input: int = 1,
         name: str | None = None,
+        row_cost: RowCost | None = None,
     ) -> Workload:
         """A run of this workload, under this declaration's name and row key; `name` when the run's is another
         (a kind of it, `joints-random`, or its other name, `unmasked`)."""
-        return Workload(name or self.name, options, make_preparer, make_scorer, device, rows_per_input, self.row_key)
+        return Workload(
+            name or self.name, options, make_preparer, make_scorer, device, rows_per_input, self.row_key, row_cost
+        )
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ class Workload:
     """`name` and `options` (a frozen dataclass of what changes the results, every field) make the run's
     fingerprint; `device` sizes the Ray actors (see resources.plan_resources); `rows_per_input` is how
     many output rows each input row becomes (the no-loss check counts them); `row_key` the columns that,
-    with `id`, key its rows (`_run.json` records them). A workload's factory builds it from its
+    with `id`, key its rows (`_run.json` records them); `row_cost`, what scoring a row costs, by which the
+    default shards are cut (`sizing`; None: by rows). A workload's factory builds it from its
     `Declaration` (`DECLARED.workload`), which gives `name` and `row_key`; a workload of no module (a test's,
     a benchmark's) is built directly."""
 
@@ -78,3 +83,4 @@ class Workload:
     device: str
     rows_per_input: int = 1
     row_key: tuple[str, ...] = ()
+    row_cost: RowCost | None = None

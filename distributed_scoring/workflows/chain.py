@@ -43,6 +43,7 @@ from ..workloads.chain import (
     chain_workload,
     memory_estimate,
 )
+from ..workloads.pll import row_cost
 
 __all__ = ["ChainOptions", "score_chain"]  # ChainOptions: what the CLI builds a run from
 
@@ -80,7 +81,8 @@ def score_chain(
     check_memory(
         "dscore score --method chain", memory_estimate(options, config.inputs.shard_rows, text_tokens(max_length))
     )
-    workload = chain_workload(config.model, options, scoring.batch_tokens)
+    cost = row_cost(config.model, passes_per_token=float(options.orders))
+    workload = chain_workload(config.model, options, scoring.batch_tokens, cost)
     return run(config, workload, ray, overwrite, progress=progress, summarise=lambda done: summarize(done, options))
 
 

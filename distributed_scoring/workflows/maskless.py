@@ -20,6 +20,7 @@ from ..io.output import OutputDir
 from ..io.sources import Shard
 from ..pipeline.runner import Finished, run
 from ..workloads.maskless import MASKLESS, RANGE, UNMASKED, maskless_workload
+from ..workloads.pll import row_cost
 from .score import pll_summary
 
 logger = logging.getLogger(__name__)
@@ -91,7 +92,8 @@ def score_unmasked(
     from ..engine.model_files import load_tokenizer
 
     load_tokenizer(config.model)
-    workload = maskless_workload(config.model, config.scoring, UNMASKED)
+    cost = row_cost(config.model, passes_per_token=0.0, passes_per_row=1.0)
+    workload = maskless_workload(config.model, config.scoring, UNMASKED, cost)
     return run(
         config,
         workload,

@@ -6,7 +6,7 @@ from ..config import RayOptions, RunConfig
 from ..io.claim import Claim
 from ..pipeline.aggregate import corpus_summary
 from ..pipeline.runner import Finished, run
-from ..workloads.pll import pll_workload
+from ..workloads.pll import pll_workload, row_cost
 
 
 def score(
@@ -25,7 +25,7 @@ def score(
     from ..engine.model_files import load_tokenizer
 
     load_tokenizer(config.model)
-    workload = pll_workload(config.model, config.scoring)
+    workload = pll_workload(config.model, config.scoring, row_cost(config.model, passes_per_token=1.0))
     return run(config, workload, ray, overwrite, progress=progress, folder=folder, summarise=pll_summary)
 
 

@@ -20,7 +20,7 @@ from typing import Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec
+from ..config import ModelSpec, RowCost
 from ..engine.orders import CHAIN_ORDERS, orders_for
 from ..errors import UserError
 from ..io import schema as S
@@ -158,11 +158,15 @@ def memory_estimate(options: ChainOptions, shard_rows: int, tokens: int) -> Memo
     )
 
 
-def chain_workload(model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None) -> Workload:
-    """Chain-rule log-likelihoods along an order (`dscore score --method chain`)."""
+def chain_workload(
+    model: ModelSpec, options: ChainOptions, batch_tokens: int | None = None, cost: RowCost | None = None
+) -> Workload:
+    """Chain-rule log-likelihoods along an order (`dscore score --method chain`); `cost`: a row's
+    (`pll.row_cost`, a pass a token and order)."""
     return DECLARED.workload(
         options,
         partial(pll_preparer, model, options.split_chars),
         partial(ChainScorer, model, options, batch_tokens),
         model.device,
+        row_cost=cost,
     )

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, ScoringOptions
+from ..config import ModelSpec, RowCost, ScoringOptions
 from ..io import schema as S
 from ..measures import pppl
 from ..options import ADDED_LATER
@@ -124,13 +124,17 @@ class MasklessScorer(Stage):
         return out
 
 
-def maskless_workload(model: ModelSpec, scoring: ScoringOptions, method: str = MASKLESS) -> Workload:
+def maskless_workload(
+    model: ModelSpec, scoring: ScoringOptions, method: str = MASKLESS, cost: RowCost | None = None
+) -> Workload:
     """Predicted PLLs from a student folder (`dscore score --maskless`), or with `method` UNMASKED the
-    masked LM's one-pass scores (`dscore score --method unmasked`)."""
+    masked LM's one-pass scores (`dscore score --method unmasked`); `cost`: a row's (`pll.row_cost`, one
+    pass a row)."""
     return DECLARED.workload(
         MasklessOptions(scoring.split_chars, scoring.per_token),
         partial(pll_preparer, model, scoring.split_chars),
         partial(MasklessScorer, model, scoring.batch_tokens, scoring.per_token, method),
         model.device,
         name=method,
+        row_cost=cost,
     )

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from ..config import ModelSpec, ScoringOptions
+from ..config import ModelSpec, RowCost, ScoringOptions
 from ..engine.masking import Sentence
 from ..io import schema as S
 from ..measures import pppl
@@ -210,11 +210,23 @@ def pll_preparer(model: ModelSpec, split_chars: bool, long_texts: str | None = N
     return PLLPreparer(tokenizer, max_length, split_chars, long_texts)
 
 
-def pll_workload(model: ModelSpec, scoring: ScoringOptions) -> Workload:
-    """Masked-LM pseudo-log-likelihoods (`dscore score`)."""
+def row_cost(model: ModelSpec, passes_per_token: float, passes_per_row: float = 0.0) -> RowCost | None:
+    """What scoring a row of the rows `pll_preparer` makes costs, by which default shards are cut
+    (`pipeline.sizing`, which measures the input's bytes per token): `passes_per_token` forward passes a
+    token (the PLL's one masked copy each) and `passes_per_row` more. None when the model's configuration
+    does not give its sizes: shards by rows."""
+    from ..engine.model_files import position_flops
+
+    flops = position_flops(model)
+    return None if flops is None else RowCost(flops, passes_per_token, passes_per_row)
+
+
+def pll_workload(model: ModelSpec, scoring: ScoringOptions, cost: RowCost | None = None) -> Workload:
+    """Masked-LM pseudo-log-likelihoods (`dscore score`); `cost`: a row's (`row_cost`, a pass a token)."""
     return DECLARED.workload(
         PLLOptions.of(scoring),
         partial(pll_preparer, model, scoring.split_chars, scoring.long_texts),
         partial(PLLScorer, model, scoring),
         model.device,
+        row_cost=cost,
     )

@@ -106,9 +106,37 @@ def _record_row(record: dict, row_id: str, spec: InputSpec) -> dict:
     return ok_row(row_id, record[spec.text_column])
 
 
+class ShardCutter:
+    """Where shards begin, told one record at a time: every `shard_rows` records, or with a `cost`
+    (`config.ShardCost`) also before the record that would take the shard's estimated work past its budget."""
+
+    def __init__(self, spec: InputSpec) -> None:
+        self._rows, self._cost = spec.shard_rows, spec.cost
+        self._held, self._work = 0, 0.0
+
+    def begins(self, n_bytes: int) -> bool:
+        """Whether a record of `n_bytes` (0 for one that is an error row, which costs no scoring) begins a shard."""
+        work = self._cost.record_flops(n_bytes) if self._cost is not None and n_bytes else 0.0
+        over = self._cost is not None and self._work + work > self._cost.flops_per_shard
+        new = self._held == 0 or self._held >= self._rows or over
+        if new:
+            self._held, self._work = 0, 0.0
+        self._held += 1
+        self._work += work
+        return new
+
+
+def cut_shards(f: InputFile, starts: list[int], n_records: int, offsets: list[int | None] | None = None) -> list[Shard]:
+    """The shards beginning at records `starts` (ascending, the first 0), each up to the next; `offsets`: where
+    each begins in the file, for a file that can seek."""
+    ends = [*starts[1:], n_records]
+    where = offsets if offsets is not None else [None] * len(starts)
+    return [Shard(f, start, end - start, offset) for start, end, offset in zip(starts, ends, where)]
+
+
 def row_shards(f: InputFile, n_rows: int, shard_rows: int) -> list[Shard]:
-    """Shards of a file read by row index (Parquet, datasets): no byte offsets."""
-    return [Shard(f, start, min(shard_rows, n_rows - start)) for start in range(0, n_rows, shard_rows)]
+    """Shards of a file read by row index (Parquet, datasets) every `shard_rows` rows: no byte offsets."""
+    return cut_shards(f, list(range(0, n_rows, shard_rows)), n_rows)
 
 
 def named_columns(spec: InputSpec) -> list[str]:

@@ -31,7 +31,7 @@ from ...config import InputSpec
 from .. import schema as S
 from ..inputs import InputError, InputFile
 from ..storage import error_reason, is_seekable, is_transient, open_binary
-from .base import Shard, error_row, id_and_text, ok_row, placed, require_columns, rows_table
+from .base import Shard, ShardCutter, cut_shards, error_row, id_and_text, ok_row, placed, require_columns, rows_table
 
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -191,18 +191,19 @@ def line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     except OSError as exc:
         raise InputError(f"cannot open input {f.path!r}: {exc}") from exc
     with stream, _plain_errors(f, "planning"):
-        f, offsets, n_records = _count_records(f, spec, stream)
-    return [
-        Shard(f, start, min(spec.shard_rows, n_records - start), offset if seekable else None)
-        for start, offset in zip(range(0, n_records, spec.shard_rows), offsets)
-    ]
+        f, starts, offsets, n_records = _count_records(f, spec, stream)
+    return cut_shards(f, starts, n_records, offsets if seekable else None)
 
 
-def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[InputFile, list[int], int]:
-    """(the file with its CSV/TSV columns, byte offset of every shard's first record, record count)."""
+def _count_records(
+    f: InputFile, spec: InputSpec, stream: BinaryIO
+) -> tuple[InputFile, list[int], list[int | None], int]:
+    """(the file with its CSV/TSV columns, the first record of every shard and its byte offset, record count)."""
     if hasattr(stream, "peek"):  # every reader `open_binary` makes but smart-open's
         _refuse_non_text(f, stream.peek(_SNIFFED_BYTES)[:_SNIFFED_BYTES])
-    offsets: list[int] = []
+    starts: list[int] = []
+    offsets: list[int | None] = []
+    cutter = ShardCutter(spec)
     n_records = 0
     checked = f.fmt != "jsonl"
     records = _records(stream, f.fmt)
@@ -227,10 +228,11 @@ def _count_records(f: InputFile, spec: InputSpec, stream: BinaryIO) -> tuple[Inp
             _refuse_cr_line_endings(f, raw)
         if not checked and isinstance(raw, bytes):  # an oversized first record: its error row says why
             checked = _check_jsonl_record(f, spec, raw)
-        if n_records % spec.shard_rows == 0:
+        if cutter.begins(len(raw) if isinstance(raw, bytes) else 0):
+            starts.append(n_records)
             offsets.append(offset)
         n_records += 1
-    return f, offsets, n_records
+    return f, starts, offsets, n_records
 
 
 def _refuse_non_text(f: InputFile, head: bytes) -> None:
