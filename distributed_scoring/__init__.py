@@ -1,7 +1,7 @@
 """distributed-scoring: exact, fast masked-LM scoring (PLL, PPPL), in one process or on a Ray cluster.
 
 The public facade; the modules behind it each own one stage (see docs/ARCHITECTURE.md). `MLMScorer`,
-`PLLStage` and `VariantsStage` (the Python API, docs/python.md) are imported on first use, so that `import
+`PLLStage`, `VariantsStage` and `ray_messages_to_file` (the Python API, docs/python.md) are imported on first use, so that `import
 distributed_scoring` stays light.
 """
 
@@ -22,11 +22,12 @@ __all__ = [
     "MLMScorer",
     "PLLStage",
     "VariantsStage",
+    "ray_messages_to_file",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("MLMScorer", "PLLStage", "VariantsStage"):
+    if name in ("MLMScorer", "PLLStage", "VariantsStage", "ray_messages_to_file"):
         from . import api
 
         return getattr(api, name)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import tempfile
 import time
 from typing import Iterator
 
@@ -15,7 +14,7 @@ from .. import stopping
 from ..config import RayOptions
 from ..cpus import usable_cpus
 from ..errors import UserError
-from .ray_log import RunLog, ray_output_to
+from .ray_log import RunLog, ray_output_to, run_log_path
 from .watchdog import watching
 
 logger = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ def ray_session(options: RayOptions) -> Iterator[None]:
         stopping.install()  # Ray's core worker replaced the SIGTERM handler with its crash dump
         logger.info("Ray is up (%.0f s)", time.monotonic() - began)
         if log is not None:
-            log.open(_run_log_path(context))
+            log.open(run_log_path(context))
             logger.info(
                 "Ray's own messages go to %s, beside its workers' logs (--verbose shows them here too)", log.path
             )
@@ -117,14 +116,6 @@ def check_open_files() -> None:
             f"the open-files limit is {soft} (ulimit -n), too few for Ray's processes: raise it to at least "
             f"{MIN_OPEN_FILES} (e.g. `ulimit -n 4096` in the shell that runs dscore), or run without --ray"
         )
-
-
-def _run_log_path(context) -> str:
-    """`dscore-driver-<pid>.log` in the Ray session's log folder; in the temporary folder for a Ray Client
-    driver (`ray://`), whose session folder is on the cluster."""
-    session = getattr(context, "address_info", {}).get("session_dir")
-    folder = os.path.join(session, "logs") if session else tempfile.gettempdir()
-    return os.path.join(folder, f"dscore-driver-{os.getpid()}.log")
 
 
 def cluster_address(given: str | None) -> str | None:
