@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     wild = p.add_mutually_exclusive_group(required=True)
     add_options(wild, VariantsInputs, ["target_seq", "reference"])
-    add_options(p, VariantsInputs, ["strategy", "offset"])
+    add_options(p, VariantsInputs, ["strategy", "offset", "windows"])
     add_model_arguments(p, shard_rows=1000, variant=False, fit_actors=True)
     add_long_texts(p)
 

@@ -11,6 +11,9 @@ The tokens that share a start s share one window: a long text becomes at most n 
 ordinary `Sentence` of length M whose targets are those tokens, so the engine packs their masked copies into
 its batches under its token budget like any others, n copies of length M in all. Numpy only: the PLL
 scorer splits and stitches around the engine.
+
+`proteingym_window` is ProteinGym's other convention, which `dscore variants --windows proteingym` follows
+(docs/variants.md "Long proteins: windows").
 """
 
 from __future__ import annotations
@@ -35,6 +38,27 @@ class Window:
 def window_start(i: int, n: int, c: int) -> int:
     """Where the window of content token `i` starts: centred on it, held inside the text."""
     return min(max(i - c // 2, 0), n - c)
+
+
+PROTEINGYM_WIDTH = 1024  # compute_fitness.py's `model_window`, ESM's 1024 tokens, whatever the model states
+
+
+def proteingym_window(position: int, length: int, width: int) -> tuple[int, int]:
+    """[start, end) of the tokens ProteinGym's ESM script (`get_optimal_window` in its `scoring_utils.py`)
+    feeds the model for the masked token at `position` of a sequence of `length` tokens, special tokens
+    counted in both, `width` the model's maximum: kept so that `--windows proteingym` gives its numbers.
+    Unlike `window_start`, the slice is of the tokens themselves: it holds the leading special token only when
+    it starts at 0 and the trailing one only when it ends at `length`, so a middle window has none; and a
+    middle window is `position` +- width // 2, which is width - 1 tokens when `width` is odd. ProteinGym's width
+    is PROTEINGYM_WIDTH, also for ESM-2, whose configuration states 1026 positions; a model of fewer takes its own."""
+    half = width // 2
+    if length <= width:
+        return 0, length
+    if position < half:
+        return 0, width
+    if position >= length - half:
+        return length - width, length
+    return max(0, position - half), min(length, position + half)
 
 
 def split(sentence: Sentence, max_length: int, variant: str) -> list[Window] | str:

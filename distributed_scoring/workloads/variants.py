@@ -7,8 +7,9 @@ one pass). The variants' scores are sums over their sites of two entries of thes
 A read row is a sequence (`text`, residues without spaces) and the 0-based positions to tabulate (`sites`,
 space-separated). Residues become token ids by the model's own alphabet (one token per residue, found by the
 workflow from the tokenizer, `ResidueVocabulary`), so no tokenizer runs here. A sequence longer than the
-model's window is read in windows centred on each position (`engine.windows`). The engine (torch) is imported
-by the score stage on its actor.
+model's window is read in windows centred on each position, or, with `windows="proteingym"`, in the windows
+ProteinGym's ESM script slices (`engine.windows`). The engine (torch) is imported by the score stage on its
+actor.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..config import ModelSpec
 from ..errors import UserError
 from ..io import schema as S
 from ..io.dms import MUTANT, MUTATED_SEQUENCE, TARGET_SEQ, Site, mutated, parse_mutant
+from ..options import option
 from ..pipeline.stage import Row, Stage
 from ..pipeline.workload import Declaration, Workload
 from .pll import isolated
@@ -37,6 +39,7 @@ DECLARED = Declaration("variant-sites", engines=("engine.variants",), docs="docs
 
 STRATEGIES = ("wt-marginal", "masked-marginal", "mutant-marginal", "pll")
 MARGINALS = STRATEGIES[:3]  # read from site tables; `pll` from the PLLs of whole sequences
+WINDOWS = ("centred", "proteingym")  # how a sequence longer than the model is read (SiteOptions.windows)
 
 SITES = "sites"  # read: the 0-based positions to tabulate, space-separated
 POSITIONS = "positions"  # written: those positions, in order
@@ -224,12 +227,28 @@ def _why(error: Any) -> str:
 @dataclass(frozen=True)
 class SiteOptions:
     """What changes a site table: whether the position is masked, the residues tabulated, and what becomes of a
-    sequence longer than the model's window (`window`: read in windows centred on each site; `error`: an error
-    row, as `--long-texts` says for every command)."""
+    sequence longer than the model's window (`window`: read in windows; `error`: an error row, as `--long-texts`
+    says for every command) and which windows (`windows`: the project's, of the model's full width centred on
+    each site, or ProteinGym's, for its numbers; masked tables only, the only ones its script windows)."""
 
     masked: bool
     alphabet: str
     long_texts: str = "window"
+    windows: str = option(
+        "centred",
+        "how masked-marginal reads a wild type longer than the model: centred (the default: windows of the model's "
+        "full width, special tokens included, centred on each site) or proteingym (the tokens ProteinGym's ESM "
+        "script slices around each site: get_optimal_window, special tokens counted and kept only at the ends)",
+        later=True,
+        choices=WINDOWS,
+    )
+
+    def __post_init__(self) -> None:
+        if self.windows == "proteingym" and not self.masked:
+            raise UserError(
+                "ProteinGym's windows are those of its masked marginals (its script reads an unmasked long wild "
+                "type whole): windows='proteingym' takes masked site tables only"
+            )
 
 
 class SitePreparer(Stage):
@@ -363,11 +382,14 @@ class SiteScorer(Stage):
     def _windows(self, sentence: Sentence) -> list[tuple[Sentence, np.ndarray]] | str:
         """The sentence as the model can read it: itself, or, when longer than the model's window, the windows
         `engine.windows.split` gives its residues, those that hold a target, each with its targets and their
-        indices among the sentence's; or why it has none (the row's error)."""
+        indices among the sentence's (ProteinGym's instead, with `windows="proteingym"`); or why it has none
+        (the row's error)."""
         from ..engine.masking import Sentence
         from ..engine.windows import split
 
         ids, targets = sentence.input_ids, sentence.targets
+        if self.options.windows == "proteingym":
+            return self._proteingym_windows(sentence)
         if len(ids) <= self.mlm.max_length:
             return [(sentence, np.arange(len(targets)))]
         first = len(self.vocabulary.prefix)
@@ -384,6 +406,24 @@ class SiteScorer(Stage):
                 w = window.sentence
                 read = Sentence(w.input_ids, w.targets[wanted], w.piece_words)
                 windows.append((read, slot_of[first + window.slots[wanted]]))
+        return windows
+
+    def _proteingym_windows(self, sentence: Sentence) -> list[tuple[Sentence, np.ndarray]]:
+        """The sentence as ProteinGym slices it (`engine.windows.proteingym_window` of each target's token
+        position, specials counted, in ProteinGym's 1024 tokens or the model's maximum if fewer): whole when it
+        fits, else runs of its tokens, special or not, each with the targets whose window it is (their indices
+        among the sentence's); targets that share a window share one."""
+        from ..engine.masking import Sentence
+        from ..engine.windows import PROTEINGYM_WIDTH, proteingym_window
+
+        ids, targets = sentence.input_ids, sentence.targets
+        width = min(self.mlm.max_length, PROTEINGYM_WIDTH)
+        spans = [proteingym_window(int(t), len(ids), width) for t in targets]
+        windows = []
+        for start, end in dict.fromkeys(spans):
+            slots = np.asarray([k for k, span in enumerate(spans) if span == (start, end)])
+            read = Sentence(ids[start:end], targets[slots] - start, sentence.piece_words[start:end])
+            windows.append((read, slots))
         return windows
 
     def _row(self, row: Row, values: np.ndarray | str | None, passes: int) -> Row:
@@ -414,9 +454,10 @@ def site_workload(
     vocabulary: ResidueVocabulary,
     batch_tokens: int | None = None,
     long_texts: str = "window",
+    windows: str = "centred",
 ) -> Workload:
     """The site tables of `dscore variants`: masked (the masked marginal) or not (wild-type, mutant marginals)."""
-    options = SiteOptions(masked, vocabulary.alphabet, long_texts)
+    options = SiteOptions(masked, vocabulary.alphabet, long_texts, windows)
     return DECLARED.workload(
         options,
         partial(SitePreparer, vocabulary),

@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import MISSING, asdict, dataclass
+from dataclasses import MISSING, dataclass
 from typing import Any, Iterator
 
 import numpy as np
@@ -49,8 +49,8 @@ from ...io.dms import (
     table_batches,
     table_columns,
 )
-from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir
-from ...options import check, check_bounds, option
+from ...io.output import REPORT_MD, SUMMARY_FILE, OutputDir, recorded_values
+from ...options import carried, check, check_bounds, option
 from ...pipeline.runner import run
 from ...workloads.variants import (
     MARGINALS,
@@ -58,6 +58,7 @@ from ...workloads.variants import (
     SITES,
     STRATEGIES,
     ResidueVocabulary,
+    SiteOptions,
     Variant,
     found_plls,
     found_tables,
@@ -108,6 +109,7 @@ class VariantsInputs:
     offset: int = option(
         1, "the number of the target's first residue in `mutant` (default 1: ProteinGym's 1-based positions)"
     )
+    windows: str = carried(SiteOptions, "windows")
     shard_rows: int = 1000
     fit_actors: bool = False
 
@@ -118,6 +120,11 @@ class VariantsInputs:
         if self.target_seq is not None and not self.target_seq.strip().isalpha():
             raise UserError("--target-seq must be the wild type's residues, one letter each (e.g. MKTAYIAK...)")
         check_bounds("--shard-rows", self.shard_rows, 1)
+        if self.windows == "proteingym" and self.strategy != "masked-marginal":
+            raise UserError(
+                f"--windows proteingym applies to --strategy masked-marginal only, not {self.strategy}: ProteinGym's "
+                "ESM script windows its masked marginals alone (it reads an unmasked long wild type whole)"
+            )
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,7 @@ def score_variants(
     )
     run = {
         "workload": VARIANTS_RUN,
-        **{k: v for k, v in asdict(inputs).items() if k not in ("output", "fit_actors")},  # Ray's shard sizing aside
+        **{k: v for k, v in recorded_values(inputs).items() if k not in ("output", "fit_actors")},  # Ray's sizing aside
         "model": model.name,
         "long_texts": long_texts,
         SEQUENCES_DIGEST: _digest(texts),  # an edited table that changes what is scored is another run
@@ -182,7 +189,7 @@ def score_variants(
             )
             if sub == SITES_RUN:
                 assert vocabulary is not None
-                found, passes = _site_tables(config, vocabulary, inputs.strategy, ray, overwrite, texts)
+                found, passes = _site_tables(config, vocabulary, inputs, ray, overwrite, texts)
             else:
                 found, passes = _plls(config, ray, overwrite, texts)
         alphabet = vocabulary.alphabet if vocabulary else ""
@@ -243,14 +250,15 @@ def _variant_names(batches: Iterator[pa.Table | pa.RecordBatch], named: list[str
 def _site_tables(
     config: RunConfig,
     vocabulary: ResidueVocabulary,
-    strategy: str,
+    inputs: VariantsInputs,
     ray: RayOptions | None,
     overwrite: bool,
     sequences: pa.Table,
 ) -> tuple[dict[str, Any], int]:
     """The site tables by their row's id ({position: log-probs}, or the row's error) and the passes they cost."""
-    masked, scoring = strategy == "masked-marginal", config.scoring
-    workload = site_workload(config.model, masked, vocabulary, scoring.batch_tokens, scoring.long_texts)
+    masked, scoring = inputs.strategy == "masked-marginal", config.scoring
+    windows = inputs.windows
+    workload = site_workload(config.model, masked, vocabulary, scoring.batch_tokens, scoring.long_texts, windows)
     run(config, workload, ray, overwrite)
     rows = OutputDir(config.output).read_rows([S.ID, S.TEXT, S.STATUS, S.ERROR, "positions", "logprobs", PASSES])
     expected = dict(zip(sequences[S.ID].to_pylist(), sequences[S.TEXT].to_pylist()))
