@@ -13,7 +13,7 @@ its batches under its token budget like any others, n copies of length M in all.
 scorer splits and stitches around the engine.
 
 `proteingym_window` is ProteinGym's other convention, which `dscore variants --windows proteingym` follows
-(docs/variants.md "Long proteins: windows").
+(docs/variants.md "ProteinGym's windows").
 """
 
 from __future__ import annotations
