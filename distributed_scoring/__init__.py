@@ -1,8 +1,8 @@
 """distributed-scoring: exact, fast masked-LM scoring (PLL, PPPL), in one process or on a Ray cluster.
 
 The public facade; the modules behind it each own one stage (see docs/ARCHITECTURE.md). `MLMScorer`,
-`PLLStage`, `VariantsStage` and `ray_messages_to_file` (the Python API, docs/python.md) are imported on first use, so that `import
-distributed_scoring` stays light.
+`PLLStage`, `VariantsStage` and `ray_messages_to_file` (the Python API, docs/python.md) are imported on first
+use, so that `import distributed_scoring` stays light.
 """
 
 from typing import Any

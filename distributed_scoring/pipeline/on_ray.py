@@ -94,23 +94,27 @@ def read_stage(batch: pa.Table, spec: InputSpec) -> Iterator[pa.Table]:
                 yield payload(shard.to_json(), rows, digest=rows_digest(rows))
 
 
-def _items(units: list[list[Shard]], rows: int) -> list[dict]:
-    """The dataset's items: consecutive read units grouped up to about `rows` rows (a unit never split).
+def _items(units: list[list[Shard]], rows: int, work: float | None = None) -> list[dict]:
+    """The dataset's items: consecutive read units grouped up to about `rows` rows and, for shards cut by
+    work, `work` estimated FLOPs (a unit never split).
 
     Ray Data runs a task per item and a block per task through every stage, tens of milliseconds each: with
     one item per shard, 10^4 small files (10 rows each) cost minutes of that alone. Shards of `shard_rows`
     rows keep an item each; small files' shards travel together, and each is still scored and written,
-    with its marker, as a shard of its own.
+    with its marker, as a shard of its own. Shards cut by work keep an item each as well: an item's shards
+    are written when it is done, so a stop loses its whole item.
     """
     groups: list[list[list[Shard]]] = []
-    held = rows  # rows in the last group: start a new group first
+    held, held_work = rows, 0.0  # rows and work in the last group: start a new group first
     for unit in units:
         size = sum(shard.rows for shard in unit)
-        if held + size > rows:
+        size_work = sum(shard.work or 0.0 for shard in unit)
+        if held + size > rows or (work is not None and held_work + size_work > work):
             groups.append([])
-            held = 0
+            held, held_work = 0, 0.0
         groups[-1].append(unit)
         held += size
+        held_work += size_work
     return [{UNIT: json.dumps([[s.to_json() for s in unit] for unit in group])} for group in groups]
 
 
@@ -218,7 +222,8 @@ def build_dataset(
     context.max_map_retries = MAX_RETRIES
     context.raise_original_map_exception = True  # a stage's error reaches the driver as itself (see `plain_error`)
     rows = sum(shard.rows for unit in units for shard in unit)
-    items = _items(units, min(spec.shard_rows, max(1, math.ceil(rows / resources.actors))))  # work for every actor
+    budget = spec.cost.flops_per_shard if spec.cost is not None else None
+    items = _items(units, min(spec.shard_rows, max(1, math.ceil(rows / resources.actors))), budget)  # every actor works
     common = dict(batch_size=1, batch_format="pyarrow")
     prepare_min, prepare_max = resources.prepare_actors
     ds = ray.data.from_items(items, override_num_blocks=len(items))

@@ -65,6 +65,21 @@ def test_a_record_past_the_budget_is_a_shard_of_its_own(tmp_path):
     assert [(s.start, s.rows) for s in plan] == [(0, 1), (1, 1), (2, 2)]
 
 
+def test_on_ray_shards_cut_by_work_are_not_grouped_past_the_budget(tmp_path):
+    """Ray Data's items group small read units; an item's shards are written when the item is done, so items of
+    shards cut by work hold at most a budget's work: a stop on Ray loses a shard's worth, not the run."""
+    from distributed_scoring.pipeline.on_ray import UNIT, _items
+
+    path = tmp_path / "c.txt"
+    path.write_text("".join(("x" * 30) + "\n" for _ in range(40)))
+    spec = InputSpec((str(path),), cost=COST)
+    plan = plan_shards(spec)
+    assert len(plan) > 4 and all(s.work and s.work <= COST.flops_per_shard for s in plan)
+    items = [json.loads(item[UNIT]) for item in _items(read_units(plan), 1000, COST.flops_per_shard)]
+    assert len(items) == len(plan)
+    assert len(_items(read_units(plan), 1000)) == 1  # by rows alone, the 40 rows would travel as one item
+
+
 def run_json(folder) -> dict:
     return json.loads((folder / "_run.json").read_text())
 

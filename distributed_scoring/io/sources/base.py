@@ -6,7 +6,7 @@ of the named columns, and the row-index shards of the formats read by row (Parqu
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Iterator
 
 import pyarrow as pa
@@ -24,6 +24,7 @@ class Shard:
     start: int
     rows: int
     byte_offset: int | None = None  # where record `start` begins, when the file can seek
+    work: float | None = None  # its rows' estimated FLOPs, when cut by work (`config.ShardCost`)
 
     @property
     def key(self) -> str:
@@ -113,6 +114,7 @@ class ShardCutter:
     def __init__(self, spec: InputSpec) -> None:
         self._rows, self._cost = spec.shard_rows, spec.cost
         self._held, self._work = 0, 0.0
+        self.works: list[float] = []  # each shard's estimated work so far, the last one's still growing
 
     def begins(self, n_bytes: int) -> bool:
         """Whether a record of `n_bytes` (0 for one that is an error row, which costs no scoring) begins a shard."""
@@ -121,9 +123,18 @@ class ShardCutter:
         new = self._held == 0 or self._held >= self._rows or over
         if new:
             self._held, self._work = 0, 0.0
+            self.works.append(0.0)
         self._held += 1
         self._work += work
+        self.works[-1] += work
         return new
+
+    def cut(
+        self, f: InputFile, starts: list[int], n_records: int, offsets: list[int | None] | None = None
+    ) -> list[Shard]:
+        """The shards beginning at records `starts` (`cut_shards`), each with its estimated work when cut by it."""
+        shards = cut_shards(f, starts, n_records, offsets)
+        return [replace(s, work=w) for s, w in zip(shards, self.works)] if self._cost is not None else shards
 
 
 def cut_shards(f: InputFile, starts: list[int], n_records: int, offsets: list[int | None] | None = None) -> list[Shard]:

@@ -31,7 +31,7 @@ from ...config import InputSpec
 from .. import schema as S
 from ..inputs import InputError, InputFile
 from ..storage import error_reason, is_seekable, is_transient, open_binary
-from .base import Shard, ShardCutter, cut_shards, error_row, id_and_text, ok_row, placed, require_columns, rows_table
+from .base import Shard, ShardCutter, error_row, id_and_text, ok_row, placed, require_columns, rows_table
 
 LINE_FORMATS = ("text", "jsonl", "csv", "tsv")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
@@ -191,14 +191,15 @@ def line_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     except OSError as exc:
         raise InputError(f"cannot open input {f.path!r}: {exc}") from exc
     with stream, _plain_errors(f, "planning"):
-        f, starts, offsets, n_records = _count_records(f, spec, stream)
-    return cut_shards(f, starts, n_records, offsets if seekable else None)
+        f, cutter, starts, offsets, n_records = _count_records(f, spec, stream)
+    return cutter.cut(f, starts, n_records, offsets if seekable else None)
 
 
 def _count_records(
     f: InputFile, spec: InputSpec, stream: BinaryIO
-) -> tuple[InputFile, list[int], list[int | None], int]:
-    """(the file with its CSV/TSV columns, the first record of every shard and its byte offset, record count)."""
+) -> tuple[InputFile, ShardCutter, list[int], list[int | None], int]:
+    """(the file with its CSV/TSV columns, the cutter that cut it, the first record of every shard and its byte
+    offset, record count)."""
     if hasattr(stream, "peek"):  # every reader `open_binary` makes but smart-open's
         _refuse_non_text(f, stream.peek(_SNIFFED_BYTES)[:_SNIFFED_BYTES])
     starts: list[int] = []
@@ -232,7 +233,7 @@ def _count_records(
             starts.append(n_records)
             offsets.append(offset)
         n_records += 1
-    return f, starts, offsets, n_records
+    return f, cutter, starts, offsets, n_records
 
 
 def _refuse_non_text(f: InputFile, head: bytes) -> None:

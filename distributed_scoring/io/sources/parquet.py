@@ -11,7 +11,7 @@ import pyarrow as pa
 from ...config import InputSpec
 from ..inputs import InputError, InputFile
 from ..storage import error_reason, filesystem, is_transient
-from .base import Shard, ShardCutter, cut_shards, named_columns, require_columns, row_shards, table_rows
+from .base import Shard, ShardCutter, named_columns, require_columns, row_shards, table_rows
 
 
 def parquet_file(f: InputFile):
@@ -39,15 +39,16 @@ def parquet_plan(f: InputFile, spec: InputSpec) -> list[Shard]:
     n_rows = parquet.metadata.num_rows
     if spec.cost is None:
         return row_shards(f, n_rows, spec.shard_rows)
-    return cut_shards(f, _cost_starts(parquet, spec), n_rows)
+    cutter = ShardCutter(spec)
+    return cutter.cut(f, _cost_starts(parquet, spec, cutter), n_rows)
 
 
-def _cost_starts(parquet, spec: InputSpec) -> list[int]:
-    """The first row of every shard cut by the texts' sizes (`ShardCutter`), reading the text column one row
-    group at a time."""
+def _cost_starts(parquet, spec: InputSpec, cutter: ShardCutter) -> list[int]:
+    """The first row of every shard `cutter` cuts by the texts' sizes, reading the text column one row group
+    at a time."""
     import pyarrow.compute as pc
 
-    cutter, starts, row = ShardCutter(spec), [], 0
+    starts, row = [], 0
     for g in range(parquet.metadata.num_row_groups):
         texts = parquet.read_row_group(g, columns=[spec.text_column])[spec.text_column]
         for n_bytes in pc.fill_null(pc.binary_length(texts), 0).to_pylist():
