@@ -338,7 +338,9 @@ def _assay_figures(read: AssayRows, rows: list[tuple[float | None, str | None]])
     for values, name, statistic in ((measured, "spearman", spearman), (labels, "auc", auc)):
         both = np.isfinite(scores) & (np.isfinite(values) if not isinstance(values, str) else False)
         if assay[name].value is None:  # ProteinGym's reason; no bootstrap of an undefined figure
-            figures[name] = {**Estimate(None, None, None, int(both.sum())).to_dict(), **assay[name].to_dict()}
+            null = assay[name].to_dict()
+            earlier = {"why": null["reason"]} if "reason" in null else {}  # its name in earlier summaries, kept
+            figures[name] = {**Estimate(None, None, None, int(both.sum())).to_dict(), **null, **earlier}
         else:
             figures[name] = estimate(statistic, scores[both], values[both]).to_dict()
     figures.update({m: assay[m].to_dict() for m in METRICS if m not in figures})
