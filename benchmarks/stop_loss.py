@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
     run = json.loads((out / "_run.json").read_text())
     loaded = LOADED.search(stderr)
-    load_time = datetime.strptime(loaded.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp() if loaded else started
+    load_time = _when(loaded) if loaded else started
     marks = sorted(p.stat().st_mtime for p in (out / "_done").glob("*.json") if p.stat().st_mtime <= stopped_at)
     gaps = [b - a for a, b in zip([load_time, *marks], marks)]
     cost = run.get("shard_cost")
@@ -79,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     again = [c for c in command if c != "--overwrite"]  # the same command: it resumes
     rerun = subprocess.run(again, env=env, capture_output=True, text=True, cwd=ROOT)
     resumed = re.search(r"resuming: (\d+) of (\d+) shards already done", rerun.stderr)
+    reloaded = LOADED.search(rerun.stderr)
+    rerun_marks = sorted(p.stat().st_mtime for p in (out / "_done").glob("*.json") if p.stat().st_mtime > stopped_at)
+    rerun_start = _when(reloaded) if reloaded else rerun_started
+    rerun_gaps = [b - a for a, b in zip([rerun_start, *rerun_marks], rerun_marks)]
     summary = json.loads((out / "summary.json").read_text()) if (out / "summary.json").exists() else {}
     print(
         json.dumps(
@@ -97,12 +101,18 @@ def main(argv: list[str] | None = None) -> int:
                 "lost_s": round(stopped_at - max([load_time, *marks]), 1),
                 "rerun_resumed": resumed.group(0) if resumed else None,
                 "rerun_s": round(time.time() - rerun_started, 1),
+                "rerun_scoring_s_per_shard": [round(g, 1) for g in rerun_gaps],
                 "rerun_exit_code": rerun.returncode,
                 "rows_out": summary.get("rows"),
             }
         )
     )
     return 0
+
+
+def _when(logged: re.Match) -> float:
+    """The time of a log line matched by `LOADED`."""
+    return datetime.strptime(logged.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
 if __name__ == "__main__":
