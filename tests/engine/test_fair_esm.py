@@ -16,6 +16,7 @@ import logging
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import esm  # fair-esm, a test dependency: its absence fails here rather than skipping the round trip
 import pyarrow.parquet as pq
 import pytest
 import torch
@@ -25,8 +26,6 @@ from distributed_scoring.engine.esm_checkpoint import ALPHABET
 from distributed_scoring.errors import UserError
 from distributed_scoring.io import schema as S
 from distributed_scoring.offline.fair_esm import model_folder
-
-esm = pytest.importorskip("esm")
 
 WILD = "MKTAYIAKQRQISFVKSHFSRQ"
 SEQUENCES = [WILD, "MKTLLV", "ACDEFGHIKLMNPQRSTVWY"]
