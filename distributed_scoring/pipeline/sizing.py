@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 
 SHARD_SECONDS = 30.0  # the scoring a stop may lose, by the estimate below
 SAMPLE_ROWS = 200  # the input's first rows, tokenised to measure its bytes per token
-# Rates below what the cores reach with a model of the demo's size (benchmarks/RESULTS.md, "Shard sizes"): an
+# Rates below what the cores reach with a model of the demo's size (benchmarks/RESULTS.md, "Stops"): an
 # estimate too high makes shards too long, which is what a stop pays for; one too low only makes more shards.
 CPU_FLOPS_PER_THREAD = 4e10
 GPU_FLOPS = 5e13  # a fifth of an H100's dense bf16 peak: what a PLL's short sequences reach, roughly

@@ -113,19 +113,21 @@ class ShardCutter:
 
     def __init__(self, spec: InputSpec) -> None:
         self._rows, self._cost = spec.shard_rows, spec.cost
-        self._held, self._work = 0, 0.0
+        self._held = 0  # records in the last shard
         self.works: list[float] = []  # each shard's estimated work so far, the last one's still growing
 
     def begins(self, n_bytes: int) -> bool:
         """Whether a record of `n_bytes` (0 for one that is an error row, which costs no scoring) begins a shard."""
         work = self._cost.record_flops(n_bytes) if self._cost is not None and n_bytes else 0.0
-        over = self._cost is not None and self._work + work > self._cost.flops_per_shard
-        new = self._held == 0 or self._held >= self._rows or over
+        new = (
+            self._held == 0  # the first record (no shard yet)
+            or self._held >= self._rows
+            or (self._cost is not None and self.works[-1] + work > self._cost.flops_per_shard)
+        )
         if new:
-            self._held, self._work = 0, 0.0
+            self._held = 0
             self.works.append(0.0)
         self._held += 1
-        self._work += work
         self.works[-1] += work
         return new
 
